@@ -1,0 +1,93 @@
+#include "harness/cli/distributed.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+
+#include "core/runtime/threads.h"
+#include "harness/launch/launcher.h"
+
+namespace fsdpp::cli {
+
+void add_distributed_flags(CLI::App& command, DistributedFlags& flags) {
+  command.add_option("--nproc", flags.nproc, "Spawn N local ranks running this command (like torchrun)")
+      ->check(CLI::Range(1, 1024));
+  command.add_option("--threads", flags.threads, "Intra-op threads per rank (default: cores / local ranks)")
+      ->check(CLI::Range(1, 1024));
+  command.add_option("--timeout-s", flags.timeout_s, "Limit for each collective, seconds")
+      ->check(CLI::Range(0.1, 86400.0));
+  command.add_option("--budget-s", flags.budget_s, "With --nproc: wall-clock limit for the whole run, seconds")
+      ->check(CLI::Range(0.0, 1e7));
+  command.add_option("--master-addr", flags.master_addr, "Overrides MASTER_ADDR");
+  command.add_option("--master-port", flags.master_port, "Overrides MASTER_PORT")->check(CLI::Range(1, 65535));
+}
+
+namespace {
+
+int launch_local(const std::vector<std::string>& argv, const DistributedFlags& flags) {
+  int n = flags.nproc;
+  int port = flags.master_port ? *flags.master_port : harness::reserve_free_port();
+  std::string addr = flags.master_addr.value_or("127.0.0.1");
+  std::vector<std::string> child_argv = argv;
+  child_argv[0] = harness::self_executable();
+  harness::LaunchOptions options;
+  if (flags.budget_s > 0)
+    options.budget = std::chrono::milliseconds(static_cast<int64_t>(flags.budget_s * 1000));
+  else
+    options.budget = std::chrono::hours(24 * 365);
+  auto report = harness::launch(
+      n,
+      [&](int rank) {
+        harness::ProcessSpec spec;
+        spec.argv = child_argv;
+        spec.env = {{"RANK", std::to_string(rank)},        {"WORLD_SIZE", std::to_string(n)},
+                    {"LOCAL_RANK", std::to_string(rank)},  {"LOCAL_WORLD_SIZE", std::to_string(n)},
+                    {"MASTER_ADDR", addr},                 {"MASTER_PORT", std::to_string(port)},
+                    {"FSDPP_LAUNCH_CHILD", "1"}};
+        return spec;
+      },
+      options);
+  if (!report.ok()) {
+    std::fprintf(stderr, "fsdpp: %s\n", report.summary().c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int run_distributed(const std::vector<std::string>& argv, const DistributedFlags& flags, const RankMain& main) {
+  bool is_child = std::getenv("FSDPP_LAUNCH_CHILD") != nullptr;
+  if (flags.nproc > 0 && !is_child) return launch_local(argv, flags);
+
+  int status_fd = harness::status_fd_from_env();
+  std::shared_ptr<comm::Communicator> communicator;
+  try {
+    comm::WorldOverrides overrides;
+    overrides.master_addr = flags.master_addr;
+    overrides.master_port = flags.master_port;
+    auto world = comm::resolve_world(comm::process_env(), overrides);
+    int threads = flags.threads > 0 ? flags.threads : runtime::default_threads_per_rank(world.local_world_size);
+    if (threads * world.local_world_size > runtime::available_cores())
+      std::fprintf(stderr, "fsdpp: warning: %d local ranks x %d threads exceed the %d available cores\n",
+                   world.local_world_size, threads, runtime::available_cores());
+    runtime::configure_threads(threads);
+    std::printf("%s threads=%d\n", world.describe().c_str(), threads);
+    std::fflush(stdout);
+    comm::CommOptions options;
+    options.timeout = std::chrono::milliseconds(static_cast<int64_t>(flags.timeout_s * 1000));
+    communicator = comm::Communicator::connect(world, options);
+    int code = main(*communicator, world);
+    communicator->shutdown();
+    harness::report_status(status_fd, code == 0 ? harness::Verdict::Ok : harness::Verdict::Failed,
+                           code == 0 ? "" : "exit code " + std::to_string(code));
+    return code;
+  } catch (const std::exception& e) {
+    if (communicator) communicator->abort(e.what());
+    std::fprintf(stderr, "fsdpp: error: %s\n", e.what());
+    harness::report_status(status_fd, dynamic_cast<const comm::CommError*>(&e) ? harness::Verdict::CommFailed : harness::Verdict::Failed, e.what());
+    return 1;
+  }
+}
+
+}  // namespace fsdpp::cli

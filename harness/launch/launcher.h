@@ -1,0 +1,92 @@
+// Starts N rank processes, supervises them and reports how each one ended.
+//
+// Every rank's stdout and stderr are captured line by line, echoed with a "[rank r] "
+// prefix and kept (the last lines) for the report. Like torchrun's agent, the first rank
+// that fails makes the launcher stop the others (SIGTERM, then SIGKILL after a grace
+// period), and one wall-clock budget bounds the whole group: when it runs out, every rank
+// still running is killed and reported as timed out. Nothing is left running: ranks also
+// die with the launcher (PR_SET_PDEATHSIG).
+//
+// A rank reports success by writing "ok" to its status pipe (fd in FSDPP_STATUS_FD for
+// exec'd ranks) before exiting 0; a rank that exits 0 without it "exited early".
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace fsdpp::harness {
+
+enum class RankStatus {
+  Succeeded,    // wrote "ok" and exited 0
+  Failed,       // exited non-zero (message from its status pipe, if any)
+  ExitedEarly,  // exited 0 without reporting success
+  Crashed,      // killed by a signal the launcher did not send
+  Killed,       // stopped by the launcher because another rank failed
+  TimedOut,     // still running when the budget ran out
+};
+const char* to_string(RankStatus status);
+
+struct RankResult {
+  int rank = 0;
+  RankStatus status = RankStatus::TimedOut;
+  int exit_code = -1;  // when it exited
+  int signal = 0;      // when a signal ended it
+  std::string message;  // the rank's own failure message, if it sent one
+  // It failed because a collective failed (a peer vanished or timed out): a casualty of
+  // another rank's failure rather than its cause, unless every failure is of this kind.
+  bool comm_failure = false;
+  std::vector<std::string> output_tail;
+  double ended_after_s = 0;  // since launch
+};
+
+struct LaunchReport {
+  std::vector<RankResult> ranks;
+  double wall_s = 0;
+  bool budget_exhausted = false;
+
+  bool ok() const;
+  // The culprits: ranks that failed on their own (Failed other than by a collective
+  // error, ExitedEarly, Crashed, TimedOut), not the ranks the launcher stopped or whose
+  // collectives failed because of them. When every failure is a collective error (e.g.
+  // a timeout), those ranks.
+  std::vector<int> failed_ranks() const;
+  // One paragraph: what happened to every rank that did not succeed, with its last lines.
+  std::string summary() const;
+};
+
+struct LaunchOptions {
+  std::chrono::milliseconds budget{std::chrono::minutes(2)};
+  bool kill_all_on_failure = true;
+  std::chrono::milliseconds kill_grace{std::chrono::seconds(2)};
+  bool echo_output = true;
+  size_t tail_lines = 40;
+};
+
+// How one rank starts: either a function run in a forked child (its return value is the
+// exit code; status_fd is its status pipe) or a program to exec with extra environment.
+struct ProcessSpec {
+  std::function<int(int status_fd)> child_main;
+  std::vector<std::string> argv;
+  std::vector<std::pair<std::string, std::string>> env;
+};
+
+LaunchReport launch(int num_ranks, const std::function<ProcessSpec(int rank)>& spec_for_rank,
+                    const LaunchOptions& options);
+
+// Writes the rank's verdict to its status pipe: "ok", "fail <message>", or
+// "commfail <message>" when a collective failed. No-op for fd < 0. Used by forked bodies
+// and by exec'd ranks (fd from FSDPP_STATUS_FD).
+enum class Verdict { Ok, Failed, CommFailed };
+void report_status(int status_fd, Verdict verdict, const std::string& message = "");
+int status_fd_from_env();
+
+// A TCP port on 127.0.0.1 that was free a moment ago (bind to port 0, read it, close).
+int reserve_free_port();
+
+// Absolute path of the running executable (/proc/self/exe).
+std::string self_executable();
+
+}  // namespace fsdpp::harness

@@ -1,0 +1,37 @@
+// run_ranks: the same body on N ranks, each a forked process with its own Communicator
+// joined over a loopback TCPStore on a free port.
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <functional>
+
+#include "core/comm/communicator.h"
+#include "harness/launch/launcher.h"
+
+namespace fsdpp::harness {
+
+// What a rank body can see.
+struct RankContext {
+  int rank = 0;
+  int world_size = 1;
+  comm::Communicator& comm;
+  std::filesystem::path shared_dir;  // one directory for the whole group, removed afterwards
+  int threads = 1;                   // intra-op threads this rank was given
+};
+
+struct RunOptions {
+  LaunchOptions launch;
+  // Per-collective limit inside the ranks: a rank whose peer vanished errors out by
+  // itself after this, even without the launcher's help.
+  std::chrono::milliseconds comm_timeout{std::chrono::seconds(60)};
+  int threads_per_rank = 0;  // 0: floor(cores / world_size), at least 1
+};
+
+using RankBody = std::function<void(RankContext&)>;
+
+// Forks world_size ranks (fork happens before any CUDA use in the child), runs body on
+// each, and reports. A body fails by throwing; the message reaches the report.
+LaunchReport run_ranks(int world_size, const RankBody& body, const RunOptions& options = {});
+
+}  // namespace fsdpp::harness

@@ -1,0 +1,195 @@
+// Every collective, on 1-4 ranks, in every dtype it allows and at uneven sizes, equals
+// the single-process computation of the same result (harness/oracle).
+#include <ATen/ATen.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "core/comm/device_mesh.h"
+#include "harness/oracle/collective_reference.h"
+#include "harness/oracle/tolerance.h"
+#include "harness/testing/multirank.h"
+
+namespace fsdpp {
+namespace {
+
+using comm::ReduceOp;
+using harness::RankContext;
+
+const std::vector<at::ScalarType> kAllDtypes = {at::kFloat, at::kBFloat16, at::kHalf, at::kLong};
+
+std::vector<ReduceOp> ops_for(at::ScalarType dt) {
+  if (at::isFloatingType(dt)) return {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max};
+  return {ReduceOp::Sum, ReduceOp::Max};
+}
+
+std::string label(const char* op, at::ScalarType dt, int64_t numel) {
+  return std::string(op) + " " + c10::toString(dt) + " numel " + std::to_string(numel);
+}
+
+class Collectives : public ::testing::TestWithParam<int> {};
+
+TEST_P(Collectives, AllGatherEqualsRankOrderConcatenation) {
+  harness::expect_ranks_pass(GetParam(), [](RankContext& ctx) {
+    int n = ctx.world_size;
+    for (auto dt : kAllDtypes)
+      for (int64_t k : {1, 5, 1001}) {
+        auto out = at::empty({k * n}, dt);
+        ctx.comm.all_gather_into(out, harness::rank_input(ctx.rank, k, dt, 7));
+        auto cmp = harness::compare(out, harness::reference_all_gather(harness::all_rank_inputs(n, k, dt, 7)));
+        EXPECT_TRUE(cmp.ok) << label("all_gather", dt, k) << ": " << cmp.describe();
+      }
+  });
+}
+
+TEST_P(Collectives, ReduceScatterEqualsThisRanksSliceOfTheReduction) {
+  harness::expect_ranks_pass(GetParam(), [](RankContext& ctx) {
+    int n = ctx.world_size;
+    for (auto dt : kAllDtypes)
+      for (auto op : ops_for(dt)) {
+        if (op == ReduceOp::Max) continue;
+        for (int64_t k : {1, 3, 333}) {
+          auto out = at::empty({k}, dt);
+          ctx.comm.reduce_scatter(out, harness::rank_input(ctx.rank, k * n, dt, 11), op);
+          auto full = harness::reference_reduce(harness::all_rank_inputs(n, k * n, dt, 11), op);
+          auto cmp = harness::compare(out, full.narrow(0, ctx.rank * k, k));
+          EXPECT_TRUE(cmp.ok) << label("reduce_scatter", dt, k) << " " << comm::to_string(op) << ": "
+                              << cmp.describe();
+        }
+      }
+  });
+}
+
+TEST_P(Collectives, AllReduceEqualsTheReductionEvenWhenShorterThanTheWorld) {
+  harness::expect_ranks_pass(GetParam(), [](RankContext& ctx) {
+    int n = ctx.world_size;
+    for (auto dt : kAllDtypes)
+      for (auto op : ops_for(dt))
+        for (int64_t numel : {int64_t{1}, int64_t{n + 1}, int64_t{7}, int64_t{1000}}) {
+          auto t = harness::rank_input(ctx.rank, numel, dt, 13).view({-1, 1});  // 2-D on purpose
+          ctx.comm.all_reduce(t, op);
+          auto expected = harness::reference_reduce(harness::all_rank_inputs(n, numel, dt, 13), op);
+          auto cmp = harness::compare(t, expected);
+          EXPECT_TRUE(cmp.ok) << label("all_reduce", dt, numel) << " " << comm::to_string(op) << ": "
+                              << cmp.describe();
+        }
+  });
+}
+
+TEST_P(Collectives, BroadcastCopiesTheRootsTensorFromEveryRoot) {
+  harness::expect_ranks_pass(GetParam(), [](RankContext& ctx) {
+    for (auto dt : kAllDtypes)
+      for (int root = 0; root < ctx.world_size; ++root)
+        for (int64_t numel : {1, 6, 999}) {
+          auto t = harness::rank_input(ctx.rank, numel, dt, 17);
+          ctx.comm.broadcast(t, root);
+          EXPECT_TRUE(harness::bitwise_equal(t, harness::rank_input(root, numel, dt, 17)))
+              << label("broadcast", dt, numel) << " from root " << root;
+        }
+  });
+}
+
+TEST_P(Collectives, AllToAllSingleDeliversUnevenSplits) {
+  harness::expect_ranks_pass(GetParam(), [](RankContext& ctx) {
+    int n = ctx.world_size;
+    // Rank j sends (j + 2k) % 3 elements to rank k: some zero, all different.
+    std::vector<std::vector<int64_t>> splits(n, std::vector<int64_t>(n));
+    for (int j = 0; j < n; ++j)
+      for (int k = 0; k < n; ++k) splits[j][k] = (j + 2 * k) % 3;
+    std::vector<int64_t> sent_by(n, 0), out_splits(n);
+    for (int j = 0; j < n; ++j) {
+      for (int k = 0; k < n; ++k) sent_by[j] += splits[j][k];
+      out_splits[j] = splits[j][ctx.rank];
+    }
+    for (auto dt : kAllDtypes) {
+      std::vector<at::Tensor> inputs;
+      for (int j = 0; j < n; ++j) inputs.push_back(harness::rank_input(j, sent_by[j], dt, 19));
+      auto expected = harness::reference_all_to_all(inputs, splits, ctx.rank);
+      auto out = at::empty({expected.numel()}, dt);
+      ctx.comm.all_to_all_single(out, inputs[ctx.rank], out_splits, splits[ctx.rank]);
+      EXPECT_TRUE(harness::bitwise_equal(out, expected)) << "all_to_all " << c10::toString(dt);
+    }
+  });
+}
+
+TEST_P(Collectives, AsyncCollectivesCompleteInIssueOrderWhileTheCallerComputes) {
+  harness::expect_ranks_pass(GetParam(), [](RankContext& ctx) {
+    int n = ctx.world_size;
+    std::vector<at::Tensor> tensors;
+    std::vector<comm::CommWork> works;
+    for (int i = 0; i < 6; ++i) {
+      tensors.push_back(harness::rank_input(ctx.rank, 4096 + i, at::kFloat, 100 + i));
+      works.push_back(ctx.comm.all_reduce_async(tensors.back(), ReduceOp::Sum));
+    }
+    auto busy = at::mm(at::ones({64, 64}), at::ones({64, 64}));  // compute while they run
+    for (int i = 5; i >= 0; --i) works[i].wait();               // waiting out of order is fine
+    for (int i = 0; i < 6; ++i) {
+      auto expected = harness::reference_reduce(harness::all_rank_inputs(n, 4096 + i, at::kFloat, 100 + i),
+                                                ReduceOp::Sum);
+      EXPECT_TRUE(harness::compare(tensors[i], expected).ok) << "async all_reduce #" << i;
+      EXPECT_TRUE(works[i].completed());
+    }
+    EXPECT_EQ(busy[0][0].item<float>(), 64.0f);
+  });
+}
+
+TEST_P(Collectives, FloatSumsAreBitwiseTheRankOrderSum) {
+  harness::expect_ranks_pass(GetParam(), [](RankContext& ctx) {
+    int n = ctx.world_size;
+    auto inputs = harness::all_rank_inputs(n, 10007, at::kFloat, 23);
+    auto in_order = inputs[0].clone();
+    for (int j = 1; j < n; ++j) in_order.add_(inputs[j]);
+    auto t = inputs[ctx.rank].clone();
+    ctx.comm.all_reduce(t, ReduceOp::Sum);
+    EXPECT_TRUE(harness::bitwise_equal(t, in_order));
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, Collectives, ::testing::Values(1, 2, 3, 4),
+                         [](const auto& info) { return "N" + std::to_string(info.param); });
+
+TEST(HybridMesh, RowsShardAndColumnsReplicateOnA2x2World) {
+  harness::expect_ranks_pass(4, [](RankContext& ctx) {
+    auto mesh = comm::make_hybrid_mesh(ctx.comm, 2);
+    EXPECT_EQ(mesh.shard->size(), 2);
+    EXPECT_EQ(mesh.replicate->size(), 2);
+    auto row_sum = at::full({3}, static_cast<int64_t>(ctx.rank));
+    mesh.shard->all_reduce(row_sum, ReduceOp::Sum);
+    auto column_sum = at::full({3}, static_cast<int64_t>(ctx.rank));
+    mesh.replicate->all_reduce(column_sum, ReduceOp::Sum);
+    int row = ctx.rank / 2, column = ctx.rank % 2;
+    EXPECT_EQ(row_sum[0].item<int64_t>(), 4 * row + 1);    // {0,1} -> 1, {2,3} -> 5
+    EXPECT_EQ(column_sum[0].item<int64_t>(), 2 + 2 * column);  // {0,2} -> 2, {1,3} -> 4
+  });
+}
+
+TEST(HybridMesh, ShardSizeThatDoesNotDivideTheWorldIsRejected) {
+  harness::expect_ranks_pass(3, [](RankContext& ctx) {
+    EXPECT_THROW(comm::make_hybrid_mesh(ctx.comm, 2), std::invalid_argument);
+  });
+}
+
+// Single-process communicator (world size 1): argument errors need no peers.
+std::shared_ptr<comm::Communicator> solo() { return comm::Communicator::connect(comm::WorldSpec{}); }
+
+TEST(CollectiveArguments, AvgOfAnIntegerTensorIsRejectedNamingTheDtype) {
+  auto c = solo();
+  auto t = at::zeros({4}, at::kLong);
+  try {
+    c->all_reduce(t, ReduceOp::Avg);
+    FAIL() << "expected CommError";
+  } catch (const comm::CommError& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("avg needs a floating dtype"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("Long"));
+  }
+}
+
+TEST(CollectiveArguments, WrongOutputSizeIsRejected) {
+  auto c = solo();
+  EXPECT_THROW(c->all_gather_into(at::empty({3}), at::empty({2})), comm::CommError);
+  EXPECT_THROW(c->reduce_scatter(at::empty({3}), at::empty({2}), ReduceOp::Sum), comm::CommError);
+  EXPECT_THROW(c->all_gather_into(at::empty({2}, at::kHalf), at::empty({2})), comm::CommError);
+  EXPECT_THROW(c->broadcast(at::empty({2}), 1), comm::CommError);
+}
+
+}  // namespace
+}  // namespace fsdpp

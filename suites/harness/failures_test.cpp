@@ -1,0 +1,172 @@
+// A failing rank never hangs the group: the launcher names it and stops the others, and
+// even without the launcher the survivors error out within the collective timeout.
+#include <ATen/ATen.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <fstream>
+#include <thread>
+
+#include "harness/testing/multirank.h"
+
+namespace fsdpp {
+namespace {
+
+using harness::LaunchReport;
+using harness::RankContext;
+using harness::RankStatus;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+harness::RunOptions options_with(std::chrono::seconds budget, std::chrono::seconds comm_timeout,
+                                 bool kill_all = true) {
+  harness::RunOptions o;
+  o.launch.budget = budget;
+  o.launch.kill_all_on_failure = kill_all;
+  o.comm_timeout = comm_timeout;
+  return o;
+}
+
+void all_reduce_ones(RankContext& ctx) {
+  auto t = at::ones({1000});
+  ctx.comm.all_reduce(t, comm::ReduceOp::Sum);
+}
+
+TEST(RankFailures, ARankThatThrowsMidCollectiveIsNamedAndTheOthersAreStopped) {
+  auto report = harness::run_ranks(
+      3,
+      [](RankContext& ctx) {
+        all_reduce_ones(ctx);  // everyone is connected and working
+        if (ctx.rank == 1) throw std::runtime_error("injected failure on rank 1");
+        all_reduce_ones(ctx);  // ranks 0 and 2 block here, waiting for rank 1
+      },
+      options_with(std::chrono::seconds(60), std::chrono::seconds(60)));
+  EXPECT_FALSE(report.ok());
+  EXPECT_THAT(report.failed_ranks(), ElementsAre(1));
+  EXPECT_EQ(report.ranks[1].status, RankStatus::Failed);
+  EXPECT_THAT(report.ranks[1].message, HasSubstr("injected failure on rank 1"));
+  // The survivors were either stopped by the launcher or saw the connection drop first.
+  for (int r : {0, 2}) {
+    EXPECT_NE(report.ranks[r].status, RankStatus::Succeeded);
+    if (report.ranks[r].status == RankStatus::Failed) EXPECT_TRUE(report.ranks[r].comm_failure);
+  }
+  EXPECT_LT(report.wall_s, 30.0) << "the launcher must not wait for the collective timeout";
+  EXPECT_THAT(report.summary(), HasSubstr("rank 1 failed"));
+}
+
+TEST(RankFailures, WithoutTheLauncherSurvivorsFailOnTheirOwnNamingTheOp) {
+  auto report = harness::run_ranks(
+      3,
+      [](RankContext& ctx) {
+        all_reduce_ones(ctx);
+        if (ctx.rank == 1) throw std::runtime_error("injected failure on rank 1");
+        all_reduce_ones(ctx);
+      },
+      options_with(std::chrono::seconds(60), std::chrono::seconds(5), /*kill_all=*/false));
+  EXPECT_FALSE(report.ok());
+  EXPECT_THAT(report.failed_ranks(), ElementsAre(1));
+  for (int r : {0, 2}) {
+    EXPECT_EQ(report.ranks[r].status, RankStatus::Failed) << "rank " << r;
+    EXPECT_TRUE(report.ranks[r].comm_failure) << "rank " << r;
+    EXPECT_THAT(report.ranks[r].message, HasSubstr("all_reduce[sum](1000 x Float)"));
+    EXPECT_THAT(report.ranks[r].message, HasSubstr("on group 'world' (rank " + std::to_string(r) + " of 3)"));
+  }
+  EXPECT_LT(report.wall_s, 40.0);
+}
+
+TEST(RankFailures, ARankThatExitsEarlyIsReportedAsSuch) {
+  auto report = harness::run_ranks(
+      3,
+      [](RankContext& ctx) {
+        if (ctx.rank == 2) ::_exit(0);  // leaves without a word
+        all_reduce_ones(ctx);
+      },
+      options_with(std::chrono::seconds(60), std::chrono::seconds(60)));
+  EXPECT_FALSE(report.ok());
+  EXPECT_EQ(report.ranks[2].status, RankStatus::ExitedEarly);
+  EXPECT_THAT(report.failed_ranks(), ::testing::Contains(2));
+  EXPECT_THAT(report.summary(), HasSubstr("rank 2 exited early"));
+  EXPECT_LT(report.wall_s, 30.0);
+}
+
+TEST(RankFailures, AHungRankIsKilledWhenTheBudgetRunsOut) {
+  auto report = harness::run_ranks(
+      2,
+      [](RankContext& ctx) {
+        if (ctx.rank == 1) std::this_thread::sleep_for(std::chrono::minutes(5));
+        all_reduce_ones(ctx);
+      },
+      options_with(std::chrono::seconds(4), std::chrono::seconds(600)));
+  EXPECT_TRUE(report.budget_exhausted);
+  EXPECT_EQ(report.ranks[0].status, RankStatus::TimedOut);
+  EXPECT_EQ(report.ranks[1].status, RankStatus::TimedOut);
+  EXPECT_THAT(report.summary(), HasSubstr("had not finished"));
+  EXPECT_LT(report.wall_s, 15.0);
+}
+
+TEST(RankFailures, ACrashIsReportedWithItsSignal) {
+  auto report = harness::run_ranks(
+      2,
+      [](RankContext& ctx) {
+        if (ctx.rank == 0) std::raise(SIGABRT);
+        all_reduce_ones(ctx);
+      },
+      options_with(std::chrono::seconds(60), std::chrono::seconds(60)));
+  EXPECT_EQ(report.ranks[0].status, RankStatus::Crashed);
+  EXPECT_EQ(report.ranks[0].signal, SIGABRT);
+  EXPECT_THAT(report.failed_ranks(), ElementsAre(0)) << report.summary();
+}
+
+TEST(RankFailures, AFailedAssertionOnOneRankFailsTheRunWithItsOutput) {
+  auto report = harness::run_ranks_with_gtest(3, [](RankContext& ctx) {
+    EXPECT_NE(ctx.rank, 2) << "marker-from-rank-two";
+  });
+  EXPECT_FALSE(report.ok());
+  EXPECT_THAT(report.failed_ranks(), ElementsAre(2));
+  EXPECT_THAT(report.summary(), HasSubstr("marker-from-rank-two"));
+}
+
+TEST(RankFailures, AfterATimeoutTheGroupRefusesFurtherWork) {
+  harness::expect_ranks_pass(
+      2,
+      [](RankContext& ctx) {
+        if (ctx.rank == 1) {  // stays alive but never joins: rank 0 must time out
+          std::this_thread::sleep_for(std::chrono::seconds(6));
+          return;
+        }
+        auto t0 = std::chrono::steady_clock::now();
+        try {
+          all_reduce_ones(ctx);
+          ADD_FAILURE() << "all_reduce without a peer must fail";
+        } catch (const comm::CommError& e) {
+          EXPECT_THAT(e.what(), HasSubstr("all_reduce[sum]"));
+          EXPECT_THAT(e.what(), HasSubstr("on group 'world' (rank 0 of 2)"));
+        }
+        double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        EXPECT_GE(waited, 1.5);
+        EXPECT_LT(waited, 5.0);
+        EXPECT_TRUE(ctx.comm.broken());
+        try {
+          ctx.comm.barrier();
+          ADD_FAILURE() << "a broken group must refuse work";
+        } catch (const comm::CommError& e) {
+          EXPECT_THAT(e.what(), HasSubstr("broken"));
+        }
+      },
+      options_with(std::chrono::seconds(60), std::chrono::seconds(2), /*kill_all=*/false));
+}
+
+TEST(RankSuccess, EveryRankSharesOneTemporaryDirectory) {
+  harness::expect_ranks_pass(3, [](RankContext& ctx) {
+    ASSERT_TRUE(std::filesystem::is_directory(ctx.shared_dir));
+    std::ofstream(ctx.shared_dir / ("rank" + std::to_string(ctx.rank))) << ctx.rank;
+    ctx.comm.barrier();
+    for (int r = 0; r < ctx.world_size; ++r)
+      EXPECT_TRUE(std::filesystem::exists(ctx.shared_dir / ("rank" + std::to_string(r))));
+  });
+}
+
+}  // namespace
+}  // namespace fsdpp
