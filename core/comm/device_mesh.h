@@ -19,6 +19,7 @@ struct HybridMesh {
 
 // Collective over the world: every rank calls it with the same shard_size, which must
 // divide the world size (throws std::invalid_argument otherwise).
-HybridMesh make_hybrid_mesh(Communicator& world, int shard_size);
+// `tag` names the groups; it must be unique per mesh in the world.
+HybridMesh make_hybrid_mesh(Communicator& world, int shard_size, const std::string& tag = "mesh");
 
 }  // namespace fsdpp::comm

@@ -6,6 +6,7 @@
 
 #include "core/runtime/threads.h"
 #include "harness/launch/launcher.h"
+#include "harness/launch/run_ranks.h"
 
 namespace fsdpp::cli {
 
@@ -83,10 +84,7 @@ int run_distributed(const std::vector<std::string>& argv, const DistributedFlags
                            code == 0 ? "" : "exit code " + std::to_string(code));
     return code;
   } catch (const std::exception& e) {
-    if (communicator) communicator->abort(e.what());
-    std::fprintf(stderr, "fsdpp: error: %s\n", e.what());
-    harness::report_status(status_fd, dynamic_cast<const comm::CommError*>(&e) ? harness::Verdict::CommFailed : harness::Verdict::Failed, e.what());
-    return 1;
+    return harness::fail_rank(e, communicator.get(), status_fd, "fsdpp: error: ");
   }
 }
 

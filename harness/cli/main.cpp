@@ -7,7 +7,9 @@
 #include <iostream>
 
 #include "core/io/atomic_file.h"
+#include "core/fsdp/sharding.h"
 #include "harness/cli/distributed.h"
+#include "harness/equiv/equivalence.h"
 #include "harness/selfcheck/selfcheck.h"
 
 namespace {
@@ -33,6 +35,47 @@ int selfcheck_rank(const SelfcheckFlags& flags, fsdpp::comm::Communicator& comm)
   return result.all_correct() ? 0 : 2;
 }
 
+struct EquivFlags {
+  fsdpp::cli::DistributedFlags dist;
+  std::string model = "tiny_transformer";
+  std::string strategy = "full_shard";
+  int steps = 10;
+  bool deterministic = false;
+  bool no_prefetch = false;
+  int grad_accum = 1;
+  bool no_sync_accum = false;
+  double clip = 0;
+  double norm_type = 2;
+  double adam_eps = 1e-6;
+  double lr = 1e-3;
+  uint64_t seed = 1;
+  int hybrid_shard_size = 0;
+  std::string json_path;
+};
+
+int equiv_rank(const EquivFlags& flags, fsdpp::comm::Communicator& comm) {
+  fsdpp::harness::EquivConfig config;
+  config.fsdp.strategy = fsdpp::fsdp::parse_strategy(flags.strategy);
+  config.fsdp.forward_prefetch = !flags.no_prefetch;
+  config.fsdp.backward_prefetch = flags.no_prefetch ? fsdpp::fsdp::BackwardPrefetch::None : fsdpp::fsdp::BackwardPrefetch::Pre;
+  config.fsdp.hybrid_shard_size = flags.hybrid_shard_size;
+  config.steps = flags.steps;
+  config.deterministic = flags.deterministic;
+  config.grad_accum = flags.grad_accum;
+  config.accumulate_without_sync = flags.no_sync_accum;
+  config.clip_max_norm = flags.clip;
+  config.norm_type = flags.norm_type;
+  config.adam_eps = flags.adam_eps;
+  config.lr = flags.lr;
+  config.seed = flags.seed;
+  auto report = fsdpp::harness::run_equivalence(comm, fsdpp::harness::equiv_case(flags.model), config);
+  if (comm.rank() != 0) return 0;
+  std::fputs(report.table().c_str(), stdout);
+  std::fflush(stdout);
+  if (!flags.json_path.empty()) fsdpp::io::write_file_atomic(flags.json_path, report.to_json().dump(2) + "\n");
+  return report.ok() ? 0 : 2;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -49,6 +92,27 @@ int main(int argc, char** argv) {
   sc->add_option("--iterations", selfcheck.iterations, "Timed repetitions per collective")->check(CLI::Range(1, 1000));
   sc->add_option("--json", selfcheck.json_path, "Also write the results as JSON (format fsdpp.selfcheck v1)");
 
+  EquivFlags equiv;
+  auto* eq = app.add_subcommand("equiv", "Train sharded on N ranks and unsharded in one process; compare every step");
+  fsdpp::cli::add_distributed_flags(*eq, equiv.dist);
+  eq->add_option("--model", equiv.model, "Built-in model")->check(CLI::IsMember({"tiny_transformer", "toy_mlp"}));
+  eq->add_option("--strategy", equiv.strategy, "full_shard, shard_grad_op, no_shard, hybrid_shard, hybrid_shard_zero2")
+      ->transform([](std::string s) { return fsdpp::fsdp::to_string(fsdpp::fsdp::parse_strategy(s)); });
+  eq->add_option("--steps", equiv.steps, "AdamW steps")->check(CLI::Range(1, 100000));
+  eq->add_flag("--deterministic", equiv.deterministic, "Compare parameters bit for bit against N rank-ordered micro-batches");
+  eq->add_flag("--no-prefetch", equiv.no_prefetch, "Disable forward and backward prefetching");
+  eq->add_option("--grad-accum-steps", equiv.grad_accum, "Micro-steps per optimizer step")->check(CLI::Range(1, 1000));
+  eq->add_flag("--no-sync-accum", equiv.no_sync_accum, "Accumulate unsharded gradients without communication until the last micro-step");
+  eq->add_option("--grad-clip", equiv.clip, "Clip the gradient norm to this (0: off)")->check(CLI::Range(0.0, 1e30));
+  eq->add_option("--norm-type", equiv.norm_type, "Norm for clipping: p > 0, or inf")
+      ->check([](const std::string& s) { return s == "inf" || std::stod(s) > 0 ? std::string() : std::string("must be > 0 or inf"); });
+  eq->add_option("--adam-eps", equiv.adam_eps, "AdamW epsilon")->check(CLI::PositiveNumber);
+  eq->add_option("--lr", equiv.lr, "AdamW learning rate")->check(CLI::PositiveNumber);
+  eq->add_option("--seed", equiv.seed, "Seed of the initial weights");
+  eq->add_option("--hybrid-shard-size", equiv.hybrid_shard_size, "Ranks per shard group for hybrid strategies")
+      ->check(CLI::Range(1, 1024));
+  eq->add_option("--json", equiv.json_path, "Also write the report as JSON (format fsdpp.equiv v1)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -58,6 +122,10 @@ int main(int argc, char** argv) {
     if (sc->parsed())
       return fsdpp::cli::run_distributed(args, selfcheck.dist, [&](fsdpp::comm::Communicator& comm, const auto&) {
         return selfcheck_rank(selfcheck, comm);
+      });
+    if (eq->parsed())
+      return fsdpp::cli::run_distributed(args, equiv.dist, [&](fsdpp::comm::Communicator& comm, const auto&) {
+        return equiv_rank(equiv, comm);
       });
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fsdpp: error: %s\n", e.what());

@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <iostream>
 
+#include <c10/util/Exception.h>
+
 #include "core/runtime/threads.h"
 
 namespace fsdpp::harness {
@@ -21,6 +23,19 @@ std::filesystem::path make_shared_dir() {
 }
 
 }  // namespace
+
+std::string exception_message(const std::exception& e) {
+  if (auto* c10_error = dynamic_cast<const c10::Error*>(&e)) return c10_error->what_without_backtrace();
+  return e.what();
+}
+
+int fail_rank(const std::exception& e, comm::Communicator* comm, int status_fd, const std::string& prefix) {
+  std::string message = exception_message(e);
+  if (comm != nullptr) comm->abort(message);
+  std::fprintf(stderr, "%s%s\n", prefix.c_str(), message.c_str());
+  report_status(status_fd, dynamic_cast<const comm::CommError*>(&e) ? Verdict::CommFailed : Verdict::Failed, message);
+  return 1;
+}
 
 LaunchReport run_ranks(int world_size, const RankBody& body, const RunOptions& options) {
   auto shared_dir = make_shared_dir();
@@ -48,10 +63,7 @@ LaunchReport run_ranks(int world_size, const RankBody& body, const RunOptions& o
         body(ctx);
         communicator->shutdown();
       } catch (const std::exception& e) {
-        if (communicator) communicator->abort(e.what());
-        std::fprintf(stderr, "rank %d failed: %s\n", rank, e.what());
-        report_status(status_fd, dynamic_cast<const comm::CommError*>(&e) ? harness::Verdict::CommFailed : harness::Verdict::Failed, e.what());
-        return 1;
+        return fail_rank(e, communicator.get(), status_fd, "rank " + std::to_string(rank) + " failed: ");
       }
       report_status(status_fd, Verdict::Ok);
       return 0;

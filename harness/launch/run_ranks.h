@@ -30,6 +30,15 @@ struct RunOptions {
 
 using RankBody = std::function<void(RankContext&)>;
 
+// The message of an exception, without LibTorch's C++ backtrace (c10::Error::what()
+// appends one).
+std::string exception_message(const std::exception& e);
+
+// What a rank does when its work throws: abandon its communicator (no teardown
+// handshake: peers may be gone), print "<prefix><message>" to stderr, and report the
+// verdict on the status pipe (a failed collective as a casualty). Returns exit code 1.
+int fail_rank(const std::exception& e, comm::Communicator* comm, int status_fd, const std::string& prefix);
+
 // Forks world_size ranks (fork happens before any CUDA use in the child), runs body on
 // each, and reports. A body fails by throwing; the message reaches the report.
 LaunchReport run_ranks(int world_size, const RankBody& body, const RunOptions& options = {});

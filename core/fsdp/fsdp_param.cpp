@@ -1,0 +1,78 @@
+#include "core/fsdp/fsdp_param.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/StorageImpl.h>
+
+#include <stdexcept>
+
+namespace fsdpp::fsdp {
+
+FsdpParam::FsdpParam(std::string name, at::Tensor module_param, int group_size, int group_rank)
+    : name_(std::move(name)),
+      shape_(module_param.sizes().vec()),
+      layout_(ShardLayout::of(module_param.sizes().vec(), group_size)),
+      rank_(group_rank),
+      unsharded_(std::move(module_param)) {
+  if (!unsharded_.is_contiguous() || unsharded_.storage_offset() != 0 ||
+      unsharded_.storage().nbytes() != static_cast<size_t>(unsharded_.numel() * unsharded_.element_size()))
+    throw std::invalid_argument("fully_shard: parameter '" + name_ +
+                                "' must be contiguous and own its whole storage (is it a view?)");
+  if (replicated()) sharded_ = unsharded_;
+}
+
+void FsdpParam::bind_shard(const at::Tensor& padded_shard, int64_t offset) {
+  offset_ = offset;
+  int64_t rows = layout_.valid_rows(rank_);
+  auto full = unsharded_.detach().reshape({layout_.dim0, layout_.row_numel});
+  auto rows_view = padded_shard.view({layout_.shard_rows, layout_.row_numel});
+  rows_view.zero_();
+  if (rows > 0) rows_view.narrow(0, 0, rows).copy_(full.narrow(0, layout_.first_row(rank_), rows));
+  std::vector<int64_t> shard_shape = shape_;
+  if (shard_shape.empty()) shard_shape.push_back(1);
+  shard_shape[0] = layout_.shard_rows;
+  sharded_ = padded_shard.view(shard_shape).narrow(0, 0, rows).detach();
+  sharded_.set_requires_grad(unsharded_.requires_grad());
+  free_unsharded();
+}
+
+void FsdpParam::alloc_unsharded() {
+  auto* storage = unsharded_.storage().unsafeGetStorageImpl();
+  size_t bytes = static_cast<size_t>(unsharded_.numel() * unsharded_.element_size());
+  if (storage->nbytes() >= bytes && storage->data() != nullptr) return;
+  storage->set_data_ptr_noswap(storage->allocator()->allocate(bytes));
+  storage->set_nbytes(bytes);
+}
+
+void FsdpParam::free_unsharded() {
+  auto* storage = unsharded_.storage().unsafeGetStorageImpl();
+  storage->set_data_ptr_noswap(at::DataPtr(nullptr, unsharded_.device()));
+  storage->set_nbytes(0);
+}
+
+bool FsdpParam::unsharded_allocated() const {
+  return unsharded_.storage().nbytes() > 0 || unsharded_.numel() == 0;
+}
+
+int64_t FsdpParam::unsharded_bytes() const { return unsharded_.numel() * unsharded_.element_size(); }
+
+void FsdpParam::copy_out(const at::Tensor& gathered, int64_t shard_total, at::Tensor full) const {
+  auto dst = full.reshape({layout_.dim0, layout_.row_numel});
+  for (int r = 0; r < layout_.group_size; ++r) {
+    int64_t rows = layout_.valid_rows(r);
+    if (rows == 0) continue;
+    auto src = gathered.narrow(0, r * shard_total + offset_, rows * layout_.row_numel);
+    dst.narrow(0, layout_.first_row(r), rows).copy_(src.view({rows, layout_.row_numel}));
+  }
+}
+
+void FsdpParam::copy_in_grad(const at::Tensor& grad, at::Tensor rs_input, int64_t shard_total) const {
+  auto src = grad.reshape({layout_.dim0, layout_.row_numel});
+  for (int r = 0; r < layout_.group_size; ++r) {
+    int64_t rows = layout_.valid_rows(r);
+    if (rows == 0) continue;
+    auto dst = rs_input.narrow(0, r * shard_total + offset_, rows * layout_.row_numel);
+    dst.view({rows, layout_.row_numel}).copy_(src.narrow(0, layout_.first_row(r), rows));
+  }
+}
+
+}  // namespace fsdpp::fsdp

@@ -1,0 +1,95 @@
+// A unit: the parameters that one fully_shard call manages, all-gathered together
+// through one flat buffer and reduce-scattered together (compare FSDP2's
+// FSDPParamGroup). States: SHARDED <-> UNSHARDED, with the all-gather possibly in
+// flight in between (issued by a prefetch, completed by the next wait).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/comm/communicator.h"
+#include "core/fsdp/fsdp_param.h"
+
+namespace fsdpp::fsdp {
+
+struct UnitComms {
+  std::shared_ptr<comm::Communicator> shard;      // parameters are sharded across it
+  std::shared_ptr<comm::Communicator> replicate;  // gradients are averaged across it too (may be size 1)
+};
+
+// Byte tallies of one unit (this rank).
+struct UnitMemory {
+  int64_t full_param_bytes = 0;     // the unsharded parameters, all of them
+  int64_t shard_bytes = 0;          // the padded flat shard buffer (persistent)
+  int64_t padding_bytes = 0;        // zero rows inside shard_bytes
+  int64_t sharded_grad_bytes = 0;   // gradient shards currently held
+};
+
+class FsdpUnit {
+ public:
+  enum class State { Sharded, Unsharded };
+
+  FsdpUnit(std::string name, std::vector<std::pair<std::string, at::Tensor>> params, UnitComms comms,
+           bool reshard_after_forward);
+
+  const std::string& name() const { return name_; }
+  State state() const { return state_; }
+  bool replicated() const { return replicated_; }
+  bool reshard_after_forward() const { return reshard_after_forward_; }
+  std::vector<FsdpParam>& params() { return params_; }
+  const UnitComms& comms() const { return comms_; }
+
+  // Issues the all-gather (no-op if unsharded or already in flight).
+  void unshard_async();
+  bool unshard_in_flight() const { return gather_work_.has_value(); }
+  // Completes the unshard: waits for the all-gather, copies out. SHARDED -> UNSHARDED.
+  void wait_unshard();
+  // Releases the unsharded storage. UNSHARDED -> SHARDED.
+  void reshard();
+
+  // After this unit's backward: with sync, reduce its gradients (reduce-scatter over the
+  // shard group, averaged like FSDP2's ReduceOp.AVG); then frees the unsharded grads.
+  // Without sync (no_sync / gradient accumulation) the unsharded grads stay.
+  void reduce_gradients_async(bool sync);
+  // Waits for the reductions issued above (and the all-reduce across replicas) and adds
+  // the results into the sharded parameters' .grad.
+  void finish_gradients();
+
+  // Collective over the shard group: the full value of every parameter (unit order).
+  std::vector<at::Tensor> gather_full(bool gradients);
+
+  UnitMemory memory() const;
+  int64_t shard_total() const { return shard_total_; }
+
+  bool post_backward_done = false;
+  bool pre_backward_done = false;
+
+ private:
+  struct PendingGather {
+    comm::CommWork work;
+    at::Tensor output;
+  };
+  struct PendingReduce {
+    comm::CommWork work;
+    at::Tensor output;              // flat reduced gradient (shard buffer layout)
+    std::vector<bool> has_grad;     // which params had a gradient
+    bool needs_replicate = false;   // all-reduce across replicas still to do
+  };
+
+  std::string name_;
+  std::vector<FsdpParam> params_;
+  UnitComms comms_;
+  bool reshard_after_forward_;
+  bool replicated_;
+  State state_ = State::Sharded;
+  int64_t shard_total_ = 0;   // elements per rank in the flat shard buffer
+  at::Tensor flat_shard_;
+  std::optional<PendingGather> gather_work_;
+  std::vector<PendingReduce> reduce_work_;
+};
+
+}  // namespace fsdpp::fsdp

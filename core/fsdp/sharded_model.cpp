@@ -1,0 +1,368 @@
+// The FSDP protocol, driven by forward hooks (nn::call), tensor hooks and autograd:
+//
+//   forward, unit U:   pre:  unshard U (wait); prefetch the next unit's all-gather;
+//                            route U's input through PostBackward (identity whose
+//                            backward runs once U's backward is done)
+//                      post: reshard U (FULL_SHARD, not the root); hook U's output so
+//                            that U's pre-backward runs when its gradient arrives
+//   backward, unit U:  pre:  (first one: queue the final callback) unshard U (wait);
+//                            prefetch the unit that runs backward next (BACKWARD_PRE)
+//                      post: reduce-scatter U's gradients (async); reshard U;
+//                            BACKWARD_POST prefetch
+//   final callback:         post-backward for units whose inputs needed no gradient
+//                            (the root, or a first block fed raw data); wait for every
+//                            reduction; place the gradient shards.
+// Same semantics as FSDP2's FSDPState/FSDPParamGroup hooks, and like FSDP2 the root
+// unit stays unsharded from its forward until the end of backward.
+#include "core/fsdp/sharded_model.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/engine.h>
+
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <stdexcept>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "core/comm/device_mesh.h"
+#include "core/nn/module_hooks.h"
+
+#include <torch/nn/modules/container/moduledict.h>
+#include <torch/nn/modules/container/modulelist.h>
+
+namespace fsdpp::fsdp {
+
+struct ShardedModel::Hooks {
+  static FsdpUnit* root(ShardedModel& m) { return m.units_.back().get(); }
+
+  static void unshard_now(ShardedModel& m, FsdpUnit* u) {
+    if (u->state() == FsdpUnit::State::Sharded && !u->unshard_in_flight()) note_unshard(m, u);
+    u->unshard_async();
+    u->wait_unshard();
+  }
+
+  static void note_unshard(ShardedModel& m, FsdpUnit* u) {
+    if (u->replicated()) return;
+    m.unsharded_bytes_now_ += u->memory().full_param_bytes;
+    m.peak_unsharded_bytes_ = std::max(m.peak_unsharded_bytes_, m.unsharded_bytes_now_);
+  }
+
+  static void reshard(ShardedModel& m, FsdpUnit* u) {
+    if (u->state() == FsdpUnit::State::Unsharded && !u->replicated())
+      m.unsharded_bytes_now_ -= u->memory().full_param_bytes;
+    u->reshard();
+  }
+
+  static void prefetch(ShardedModel& m, FsdpUnit* u) {
+    if (u == nullptr || u->state() == FsdpUnit::State::Unsharded || u->unshard_in_flight()) return;
+    int in_flight = 0;
+    for (auto& other : m.units_) in_flight += other->unshard_in_flight();
+    if (in_flight >= m.options_.max_inflight_all_gathers) return;
+    note_unshard(m, u);
+    u->unshard_async();
+  }
+
+  // The unit after u in the previous iteration's forward order.
+  static FsdpUnit* forward_successor(ShardedModel& m, FsdpUnit* u) {
+    auto& order = m.last_forward_order_;
+    for (size_t i = 0; i + 1 < order.size(); ++i)
+      if (order[i] == u) return order[i + 1];
+    return nullptr;
+  }
+
+  // The unit whose backward runs after u's: the one before u in forward order; after
+  // the root's (first in forward, first in backward: its head) comes the last unit.
+  static FsdpUnit* backward_successor(ShardedModel& m, FsdpUnit* u) {
+    auto& order = m.forward_order_;
+    if (order.empty()) return nullptr;
+    if (u == root(m)) return order.size() > 1 ? order.back() : nullptr;
+    for (size_t i = 1; i < order.size(); ++i)
+      if (order[i] == u) return i > 1 ? order[i - 1] : nullptr;
+    return nullptr;
+  }
+
+  static at::Tensor pre_forward(ShardedModel& m, FsdpUnit* u, at::Tensor x);
+  static at::Tensor post_forward(ShardedModel& m, FsdpUnit* u, at::Tensor y);
+  static void pre_backward(ShardedModel& m, FsdpUnit* u);
+  static void post_backward(ShardedModel& m, FsdpUnit* u);
+  static void final_callback(ShardedModel& m);
+};
+
+namespace {
+
+// Identity in forward; its backward runs once every gradient flowing into the unit's
+// input is known, i.e. after the unit's own backward (FSDP2's RegisterPostBackwardFunction).
+struct PostBackward : public torch::autograd::Function<PostBackward> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, at::Tensor x, int64_t model, int64_t unit) {
+    ctx->saved_data["model"] = model;
+    ctx->saved_data["unit"] = unit;
+    return x.view_as(x);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto* m = reinterpret_cast<ShardedModel*>(ctx->saved_data["model"].toInt());
+    auto* u = reinterpret_cast<FsdpUnit*>(ctx->saved_data["unit"].toInt());
+    ShardedModel::Hooks::post_backward(*m, u);
+    return {grads[0], at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor ShardedModel::Hooks::pre_forward(ShardedModel& m, FsdpUnit* u, at::Tensor x) {
+  if (u == root(m)) {
+    m.forward_order_.clear();
+    for (auto& unit : m.units_) unit->pre_backward_done = unit->post_backward_done = false;
+  }
+  m.forward_order_.push_back(u);
+  unshard_now(m, u);
+  if (m.options_.forward_prefetch) prefetch(m, forward_successor(m, u));
+  if (u != root(m) && x.requires_grad() && at::GradMode::is_enabled())
+    x = PostBackward::apply(x, reinterpret_cast<int64_t>(&m), reinterpret_cast<int64_t>(u));
+  return x;
+}
+
+at::Tensor ShardedModel::Hooks::post_forward(ShardedModel& m, FsdpUnit* u, at::Tensor y) {
+  bool training = at::GradMode::is_enabled() && y.requires_grad();
+  if ((u != root(m) && u->reshard_after_forward()) || !training) reshard(m, u);
+  if (training) {
+    ShardedModel* model = &m;
+    y.register_hook([model, u](const at::Tensor&) { pre_backward(*model, u); });
+  }
+  if (u == root(m)) m.last_forward_order_ = m.forward_order_;
+  return y;
+}
+
+void ShardedModel::Hooks::pre_backward(ShardedModel& m, FsdpUnit* u) {
+  if (!m.callback_queued_) {
+    m.callback_queued_ = true;
+    ShardedModel* model = &m;
+    torch::autograd::Engine::get_default_engine().queue_callback([model] { final_callback(*model); });
+  }
+  if (u->pre_backward_done) return;
+  u->pre_backward_done = true;
+  unshard_now(m, u);
+  if (m.options_.backward_prefetch == BackwardPrefetch::Pre) prefetch(m, backward_successor(m, u));
+}
+
+void ShardedModel::Hooks::post_backward(ShardedModel& m, FsdpUnit* u) {
+  if (u->post_backward_done) return;
+  u->post_backward_done = true;
+  u->reduce_gradients_async(m.sync_gradients_);
+  reshard(m, u);
+  if (m.options_.backward_prefetch == BackwardPrefetch::Post) prefetch(m, backward_successor(m, u));
+}
+
+void ShardedModel::Hooks::final_callback(ShardedModel& m) {
+  for (auto it = m.forward_order_.rbegin(); it != m.forward_order_.rend(); ++it) post_backward(m, *it);
+  for (auto& unit : m.units_) unit->finish_gradients();
+  for (auto& unit : m.units_) unit->pre_backward_done = unit->post_backward_done = false;
+  m.callback_queued_ = false;
+}
+
+// ---------------------------------------------------------------- construction
+
+namespace {
+
+int default_hybrid_shard_size(int world) {
+  for (int s = world / 2; s >= 1; --s)
+    if (world % s == 0) return s;
+  return 1;
+}
+
+}  // namespace
+
+std::shared_ptr<ShardedModel> ShardedModel::create(std::shared_ptr<torch::nn::Module> root, comm::Communicator& world,
+                                                   const FsdpOptions& options, const WrapPolicy& policy) {
+  static int instances = 0;  // same sequence on every rank: names the process groups
+  std::string tag = "fsdp" + std::to_string(instances++);
+  std::shared_ptr<ShardedModel> m(new ShardedModel());
+  m->root_ = root;
+  m->options_ = options;
+
+  const int n = world.size(), me = world.rank();
+  std::vector<int> everyone(n), only_me = {me};
+  std::iota(everyone.begin(), everyone.end(), 0);
+  switch (options.strategy) {
+    case ShardingStrategy::FullShard:
+    case ShardingStrategy::ShardGradOp:
+      m->comms_.shard = world.subgroup(everyone, tag + "/shard");
+      m->comms_.replicate = world.subgroup(only_me, tag + "/replicate" + std::to_string(me));
+      break;
+    case ShardingStrategy::NoShard:
+      m->comms_.shard = world.subgroup(only_me, tag + "/shard" + std::to_string(me));
+      m->comms_.replicate = world.subgroup(everyone, tag + "/replicate");
+      break;
+    case ShardingStrategy::HybridShard:
+    case ShardingStrategy::HybridShardZero2: {
+      int s = options.hybrid_shard_size > 0 ? options.hybrid_shard_size : default_hybrid_shard_size(n);
+      auto mesh = comm::make_hybrid_mesh(world, s, tag + "/mesh");
+      m->comms_.shard = mesh.shard;
+      m->comms_.replicate = mesh.replicate;
+      break;
+    }
+  }
+  bool reshard_after_forward =
+      options.strategy == ShardingStrategy::FullShard || options.strategy == ShardingStrategy::HybridShard;
+
+  // Names and reference counts of every parameter object (tied weights appear twice).
+  std::unordered_map<const c10::TensorImpl*, std::string> name_of;
+  std::unordered_map<const c10::TensorImpl*, int> total_refs;
+  for (const auto& item : root->named_parameters(/*recurse=*/true)) {
+    auto* impl = item.value().unsafeGetTensorImpl();
+    if (!name_of.count(impl)) name_of[impl] = item.key();
+    total_refs[impl] += 1;
+  }
+  std::unordered_set<const c10::TensorImpl*> assigned;
+
+  // Parameters of `module`'s subtree that no wrapped descendant took and that are not
+  // also used outside the subtree, in model order.
+  auto unit_params = [&](const torch::nn::Module& module, bool is_root) {
+    std::unordered_map<const c10::TensorImpl*, int> refs;
+    auto named = module.named_parameters(/*recurse=*/true);
+    for (const auto& item : named) refs[item.value().unsafeGetTensorImpl()] += 1;
+    std::vector<std::pair<std::string, at::Tensor>> out;
+    std::unordered_set<const c10::TensorImpl*> seen;
+    for (const auto& item : named) {
+      auto* impl = item.value().unsafeGetTensorImpl();
+      if (assigned.count(impl) || seen.count(impl)) continue;
+      if (!is_root && refs[impl] != total_refs[impl]) continue;  // shared with outside: belongs higher up
+      seen.insert(impl);
+      out.emplace_back(name_of[impl], item.value());
+    }
+    return out;
+  };
+  auto add_unit = [&](const std::string& name, const torch::nn::Module& module, bool is_root) {
+    auto params = unit_params(module, is_root);
+    for (auto& p : params) assigned.insert(p.second.unsafeGetTensorImpl());
+    m->units_.push_back(std::make_shared<FsdpUnit>(name.empty() ? "root" : name, std::move(params), m->comms_,
+                                                   !is_root && reshard_after_forward));
+    m->unit_modules_.push_back(&module);
+  };
+
+  auto modules = root->named_modules("", /*include_self=*/false);
+  for (auto it = modules.items().rbegin(); it != modules.items().rend(); ++it) {  // children first
+    const std::string& name = it->key();
+    const auto& module = it->value();
+    // Containers are iterated, never called, so their hooks would never run; like FSDP1's
+    // EXCLUDE_WRAP_MODULES, no policy wraps them.
+    if (dynamic_cast<const torch::nn::ModuleListImpl*>(module.get()) ||
+        dynamic_cast<const torch::nn::ModuleDictImpl*>(module.get()))
+      continue;
+    int64_t numel = 0;
+    for (auto& p : unit_params(*module, false)) numel += p.second.numel();
+    if (numel > 0 && policy(WrapCandidate{name, *module, numel})) add_unit(name, *module, false);
+  }
+  add_unit("", *root, true);
+
+  for (size_t i = 0; i < m->units_.size(); ++i) {
+    ShardedModel* model = m.get();
+    FsdpUnit* unit = m->units_[i].get();
+    nn::ForwardHooks hooks;
+    hooks.pre = [model, unit](at::Tensor x) { return Hooks::pre_forward(*model, unit, std::move(x)); };
+    hooks.post = [model, unit](at::Tensor y) { return Hooks::post_forward(*model, unit, std::move(y)); };
+    nn::set_forward_hooks(m->unit_modules_[i], std::move(hooks));
+  }
+  return m;
+}
+
+ShardedModel::~ShardedModel() {
+  for (auto* module : unit_modules_) nn::clear_forward_hooks(module);
+}
+
+// ---------------------------------------------------------------- queries
+
+std::vector<std::pair<std::string, at::Tensor>> ShardedModel::named_parameters() const {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (auto& unit : units_)
+    for (auto& p : unit->params()) out.emplace_back(p.name(), p.sharded());
+  return out;
+}
+
+std::vector<at::Tensor> ShardedModel::parameters() const {
+  std::vector<at::Tensor> out;
+  for (auto& [name, t] : named_parameters()) out.push_back(t);
+  return out;
+}
+
+int ShardedModel::shard_group_size() const { return comms_.shard->size(); }
+
+double ShardedModel::grad_norm(double norm_type) {
+  if (!(norm_type > 0)) throw std::invalid_argument("grad norm: norm_type must be > 0 or inf");
+  bool inf = std::isinf(norm_type);
+  double local = 0;
+  for (auto& unit : units_)
+    for (auto& p : unit->params()) {
+      const auto& g = p.sharded().grad();
+      if (!g.defined() || g.numel() == 0) continue;
+      if (inf)
+        local = std::max(local, g.abs().max().item<double>());
+      else
+        local += std::pow(g.norm(norm_type).item<double>(), norm_type);
+    }
+  // Shards of one replica partition the gradients; replicas hold the same values.
+  auto t = at::tensor({local}, at::kDouble);
+  if (comms_.shard->size() > 1) comms_.shard->all_reduce(t, inf ? comm::ReduceOp::Max : comm::ReduceOp::Sum);
+  double total = t.item<double>();
+  return inf ? total : std::pow(total, 1.0 / norm_type);
+}
+
+double ShardedModel::clip_grad_norm(double max_norm, double norm_type) {
+  double total = grad_norm(norm_type);
+  double coef = max_norm / (total + 1e-6);  // as torch.nn.utils.clip_grad_norm_
+  if (coef < 1)
+    for (auto& unit : units_)
+      for (auto& p : unit->params())
+        if (p.sharded().grad().defined()) p.sharded().mutable_grad().mul_(coef);
+  return total;
+}
+
+namespace {
+
+std::vector<std::pair<std::string, at::Tensor>> gather(const std::vector<std::shared_ptr<FsdpUnit>>& units,
+                                                       bool gradients) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (auto& unit : units) {
+    auto values = unit->gather_full(gradients);
+    for (size_t i = 0; i < values.size(); ++i) out.emplace_back(unit->params()[i].name(), values[i]);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, at::Tensor>> ShardedModel::gather_full_parameters() { return gather(units_, false); }
+std::vector<std::pair<std::string, at::Tensor>> ShardedModel::gather_full_gradients() { return gather(units_, true); }
+
+MemoryStats ShardedModel::memory() const {
+  MemoryStats s;
+  for (auto& unit : units_) {
+    auto u = unit->memory();
+    s.full_param_bytes += u.full_param_bytes;
+    s.shard_bytes += u.shard_bytes;
+    s.padding_bytes += u.padding_bytes;
+    s.sharded_grad_bytes += u.sharded_grad_bytes;
+  }
+  s.peak_unsharded_bytes = peak_unsharded_bytes_;
+  return s;
+}
+
+comm::KindStats ShardedModel::comm_stats(comm::CollectiveKind kind) const {
+  auto a = comms_.shard->stats().get(kind), b = comms_.replicate->stats().get(kind);
+  a.calls += b.calls;
+  a.bytes_sent += b.bytes_sent;
+  a.bytes_received += b.bytes_received;
+  a.busy_ms += b.busy_ms;
+  a.blocked_ms += b.blocked_ms;
+  return a;
+}
+
+void ShardedModel::reset_comm_stats() {
+  comms_.shard->stats().reset();
+  comms_.replicate->stats().reset();
+}
+
+}  // namespace fsdpp::fsdp

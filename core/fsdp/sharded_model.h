@@ -1,0 +1,107 @@
+// fully_shard for LibTorch modules: a model whose units all-gather their parameters
+// just in time, and reduce-scatter gradients as soon as each unit's backward is done.
+//
+// Usage (FSDP2-like):
+//   auto sharded = ShardedModel::create(model, world, options, wrap_by_module_type({...}));
+//   torch::optim::AdamW opt(sharded->parameters(), ...);   // local shards only
+//   auto logits = fsdpp::nn::call(model, input);              // hooks run the protocol
+//   loss.backward(); sharded->clip_grad_norm(1.0); opt.step();
+//
+// The model must call wrapped submodules through fsdpp::nn::call. A parameter shared by
+// several modules (tied weights) belongs to the unit of their closest wrapped ancestor.
+// As with FSDP2, a parameter must get a gradient on all ranks or on none in a step.
+// The ShardedModel must outlive any autograd graph built through the model.
+#pragma once
+
+#include <torch/nn/module.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/comm/communicator.h"
+#include "core/fsdp/fsdp_unit.h"
+#include "core/fsdp/sharding.h"
+#include "core/fsdp/wrap_policy.h"
+
+namespace fsdpp::fsdp {
+
+enum class BackwardPrefetch { None, Pre, Post };  // FSDP's BACKWARD_PRE / BACKWARD_POST
+
+struct FsdpOptions {
+  ShardingStrategy strategy = ShardingStrategy::FullShard;
+  bool forward_prefetch = true;
+  BackwardPrefetch backward_prefetch = BackwardPrefetch::Pre;
+  int max_inflight_all_gathers = 2;  // FSDP1's limit_all_gathers rate limit
+  // Hybrid strategies: ranks per shard group. 0: the largest divisor of the world size
+  // below it (so both mesh dimensions are real on one machine); must divide the world.
+  int hybrid_shard_size = 0;
+};
+
+struct MemoryStats {
+  int64_t full_param_bytes = 0;     // the whole model, unsharded
+  int64_t shard_bytes = 0;          // persistent parameter storage on this rank (incl. padding)
+  int64_t padding_bytes = 0;
+  int64_t sharded_grad_bytes = 0;   // gradient storage held now
+  int64_t peak_unsharded_bytes = 0; // most unsharded parameter bytes alive at once
+};
+
+class ShardedModel {
+ public:
+  // Collective over `world`: every rank passes the same model structure and options.
+  // The model's current parameter values (identical on all ranks) become the shards.
+  static std::shared_ptr<ShardedModel> create(std::shared_ptr<torch::nn::Module> root, comm::Communicator& world,
+                                              const FsdpOptions& options, const WrapPolicy& policy);
+  ~ShardedModel();
+
+  // What the optimizer sees: the local shards (a NO_SHARD or one-rank unit's are the
+  // module's own parameters), unique, in model order.
+  std::vector<at::Tensor> parameters() const;
+  std::vector<std::pair<std::string, at::Tensor>> named_parameters() const;
+
+  // FSDP2's set_requires_gradient_sync: false keeps unsharded gradients locally
+  // (gradient accumulation without communication) until a backward with true.
+  void set_requires_gradient_sync(bool sync) { sync_gradients_ = sync; }
+
+  // Total norm of all gradients (one all-reduce), and scales the local gradient shards by
+  // max_norm / (norm + 1e-6) when that is below 1; same result as clip_grad_norm_ on the
+  // unsharded model. norm_type: any p > 0, or infinity.
+  double clip_grad_norm(double max_norm, double norm_type = 2.0);
+  double grad_norm(double norm_type = 2.0);
+
+  // Collective: the full parameters / gradients (undefined where none), by name.
+  std::vector<std::pair<std::string, at::Tensor>> gather_full_parameters();
+  std::vector<std::pair<std::string, at::Tensor>> gather_full_gradients();
+
+  MemoryStats memory() const;
+  // Traffic of FSDP's own process groups (shard and replicate), summed.
+  comm::KindStats comm_stats(comm::CollectiveKind kind) const;
+  void reset_comm_stats();
+  const std::vector<std::shared_ptr<FsdpUnit>>& units() const { return units_; }
+  const FsdpOptions& options() const { return options_; }
+  int shard_group_size() const;
+
+  struct Hooks;  // the forward/backward protocol (sharded_model.cpp)
+
+ private:
+  ShardedModel() = default;
+
+  std::shared_ptr<torch::nn::Module> root_;
+  FsdpOptions options_;
+  UnitComms comms_;
+  std::vector<std::shared_ptr<FsdpUnit>> units_;  // creation order; the root unit last
+  std::vector<const torch::nn::Module*> unit_modules_;
+  bool sync_gradients_ = true;
+
+  // Per-iteration protocol state.
+  std::vector<FsdpUnit*> forward_order_;       // this iteration's pre-forward order
+  std::vector<FsdpUnit*> last_forward_order_;  // the previous iteration's (for prefetch)
+  bool callback_queued_ = false;
+  int64_t unsharded_bytes_now_ = 0;
+  int64_t peak_unsharded_bytes_ = 0;
+
+  friend struct Hooks;
+};
+
+}  // namespace fsdpp::fsdp

@@ -1,0 +1,54 @@
+#include "core/fsdp/sharding.h"
+
+#include <algorithm>
+#include <cctype>
+#include <stdexcept>
+
+namespace fsdpp::fsdp {
+
+const std::vector<ShardingStrategy>& all_strategies() {
+  static const std::vector<ShardingStrategy> all = {ShardingStrategy::FullShard, ShardingStrategy::ShardGradOp,
+                                                    ShardingStrategy::NoShard, ShardingStrategy::HybridShard,
+                                                    ShardingStrategy::HybridShardZero2};
+  return all;
+}
+
+std::string to_string(ShardingStrategy strategy) {
+  switch (strategy) {
+    case ShardingStrategy::FullShard: return "full_shard";
+    case ShardingStrategy::ShardGradOp: return "shard_grad_op";
+    case ShardingStrategy::NoShard: return "no_shard";
+    case ShardingStrategy::HybridShard: return "hybrid_shard";
+    case ShardingStrategy::HybridShardZero2: return "hybrid_shard_zero2";
+  }
+  return "?";
+}
+
+ShardingStrategy parse_strategy(const std::string& name) {
+  std::string lower = name;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  for (auto s : all_strategies())
+    if (to_string(s) == lower) return s;
+  throw std::invalid_argument("unknown sharding strategy '" + name +
+                              "': expected one of full_shard, shard_grad_op, no_shard, hybrid_shard, "
+                              "hybrid_shard_zero2");
+}
+
+ShardLayout ShardLayout::of(const std::vector<int64_t>& shape, int group_size) {
+  if (group_size < 1) throw std::invalid_argument("shard group size must be >= 1");
+  ShardLayout l;
+  l.group_size = group_size;
+  l.dim0 = shape.empty() ? 1 : shape[0];
+  l.row_numel = 1;
+  for (size_t i = 1; i < shape.size(); ++i) l.row_numel *= shape[i];
+  l.shard_rows = (l.dim0 + group_size - 1) / group_size;
+  return l;
+}
+
+int64_t ShardLayout::valid_rows(int rank) const {
+  int64_t begin = std::min(dim0, first_row(rank));
+  int64_t end = std::min(dim0, begin + shard_rows);
+  return end - begin;
+}
+
+}  // namespace fsdpp::fsdp

@@ -1,0 +1,304 @@
+#include "harness/equiv/equivalence.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+#include <unordered_set>
+
+#include "core/models/tiny_transformer.h"
+#include "core/models/toy_mlp.h"
+#include "core/nn/module_hooks.h"
+#include "harness/oracle/tolerance.h"
+
+namespace fsdpp::harness {
+
+namespace {
+
+at::Generator data_generator(int64_t step, int64_t index) {
+  return at::detail::createCPUGenerator(static_cast<uint64_t>(1000003 * step + 7919 * index + 17));
+}
+
+TrainBatch concat_batches(const std::vector<TrainBatch>& parts) {
+  std::vector<torch::Tensor> inputs, targets;
+  for (const auto& p : parts) {
+    inputs.push_back(p.input);
+    targets.push_back(p.target);
+  }
+  return {torch::cat(inputs), torch::cat(targets)};
+}
+
+// Unique parameters by first name, in model order (tied weights once).
+std::vector<std::pair<std::string, torch::Tensor>> unique_parameters(torch::nn::Module& model) {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  std::unordered_set<const c10::TensorImpl*> seen;
+  for (const auto& item : model.named_parameters(true))
+    if (seen.insert(item.value().unsafeGetTensorImpl()).second) out.emplace_back(item.key(), item.value());
+  return out;
+}
+
+bool scalar_close(double actual, double expected) {
+  auto tol = default_tolerance(at::kFloat);
+  return std::abs(actual - expected) <= tol.atol + tol.rtol * std::abs(expected);
+}
+
+torch::optim::AdamWOptions adamw_options(const EquivConfig& c) {
+  return torch::optim::AdamWOptions(c.lr).betas({0.9, 0.999}).eps(c.adam_eps).weight_decay(c.weight_decay);
+}
+
+std::vector<int> compare_steps(const EquivConfig& c) {
+  if (!c.compare_full_at.empty()) return c.compare_full_at;
+  return c.steps > 1 ? std::vector<int>{0, c.steps - 1} : std::vector<int>{0};
+}
+
+bool contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+
+using Named = std::map<std::string, torch::Tensor>;
+
+struct RunTrace {
+  std::vector<double> loss, grad_norm;
+  std::map<int, Named> grads, params;
+};
+
+// The unsharded reference: plain LibTorch on one process.
+RunTrace run_reference(const EquivModel& model, const EquivConfig& c, int world) {
+  RunTrace trace;
+  auto net = model.build(c.seed);
+  auto named = unique_parameters(*net);
+  std::vector<torch::Tensor> params;
+  for (auto& [n, p] : named) params.push_back(p);
+  torch::optim::AdamW opt(params, adamw_options(c));
+  auto checked = compare_steps(c);
+  for (int step = 0; step < c.steps; ++step) {
+    opt.zero_grad();
+    double loss_value = 0;
+    if (c.deterministic) {
+      for (int r = 0; r < world; ++r) {
+        auto loss = model.loss(*net, model.batch(step, r));
+        loss_value += loss.item<double>() / world;
+        loss.backward();
+      }
+      torch::NoGradGuard no_grad;
+      for (auto& p : params)
+        if (p.grad().defined()) p.mutable_grad().div_(world);
+    } else {
+      std::vector<TrainBatch> parts;
+      for (int i = 0; i < world * c.grad_accum; ++i) parts.push_back(model.batch(step, i));
+      auto loss = model.loss(*net, model.concat(parts));
+      loss_value = loss.item<double>();
+      loss.backward();
+    }
+    if (contains(checked, step))
+      for (auto& [n, p] : named) trace.grads[step][n] = p.grad().defined() ? p.grad().clone() : torch::Tensor();
+    double max_norm = c.clip_max_norm > 0 ? c.clip_max_norm : std::numeric_limits<double>::infinity();
+    double norm = torch::nn::utils::clip_grad_norm_(params, max_norm, c.norm_type);
+    opt.step();
+    trace.loss.push_back(loss_value);
+    trace.grad_norm.push_back(norm);
+    if (contains(checked, step))
+      for (auto& [n, p] : named) trace.params[step][n] = p.detach().clone();
+  }
+  return trace;
+}
+
+// The sharded run on this rank.
+RunTrace run_sharded(comm::Communicator& comm, const EquivModel& model, const EquivConfig& c) {
+  RunTrace trace;
+  auto net = model.build(c.seed);
+  auto sharded = fsdp::ShardedModel::create(net, comm, c.fsdp, model.wrap);
+  torch::optim::AdamW opt(sharded->parameters(), adamw_options(c));
+  auto checked = compare_steps(c);
+  const int n = comm.size(), k_steps = c.grad_accum;
+  for (int step = 0; step < c.steps; ++step) {
+    opt.zero_grad();
+    double local = 0;
+    for (int k = 0; k < k_steps; ++k) {
+      sharded->set_requires_gradient_sync(!c.accumulate_without_sync || k == k_steps - 1);
+      auto loss = model.loss(*net, model.batch(step, static_cast<int64_t>(k) * n + comm.rank()));
+      local += loss.item<double>() / k_steps;
+      (k_steps > 1 ? loss / k_steps : loss).backward();
+    }
+    auto global = torch::tensor({local}, torch::kDouble);
+    comm.all_reduce(global, comm::ReduceOp::Avg);
+    if (contains(checked, step))
+      for (auto& [name, g] : sharded->gather_full_gradients()) trace.grads[step][name] = g;
+    double norm = c.clip_max_norm > 0 ? sharded->clip_grad_norm(c.clip_max_norm, c.norm_type)
+                                      : sharded->grad_norm(c.norm_type);
+    opt.step();
+    trace.loss.push_back(global.item<double>());
+    trace.grad_norm.push_back(norm);
+    if (contains(checked, step))
+      for (auto& [name, p] : sharded->gather_full_parameters()) trace.params[step][name] = p;
+  }
+  return trace;
+}
+
+void compare_named(EquivReport& report, const char* kind, int step, const Named& ref, const Named& got,
+                   bool bitwise) {
+  for (const auto& [name, expected] : ref) {
+    auto it = got.find(name);
+    if (it == got.end()) {
+      report.problems.push_back(std::string(kind) + " '" + name + "' missing from the sharded run");
+      continue;
+    }
+    const auto& actual = it->second;
+    if (expected.defined() != actual.defined()) {
+      report.problems.push_back(std::string(kind) + " '" + name + "' at step " + std::to_string(step) +
+                                " is defined in " + (expected.defined() ? "the reference only" : "the sharded run only"));
+      continue;
+    }
+    if (!expected.defined()) continue;
+    TensorRecord rec;
+    rec.name = name;
+    rec.kind = kind;
+    rec.step = step;
+    auto cmp = compare(actual.reshape(expected.sizes()), expected);
+    rec.max_abs_error = cmp.max_abs_error;
+    rec.max_rel_error = cmp.max_rel_error;
+    rec.bitwise_equal = bitwise_equal(actual.reshape(expected.sizes()).contiguous(), expected.contiguous());
+    rec.ok = bitwise ? rec.bitwise_equal : cmp.ok;
+    report.tensors.push_back(rec);
+  }
+}
+
+}  // namespace
+
+EquivModel toy_mlp_case() {
+  EquivModel m;
+  m.name = "toy_mlp";
+  m.build = [](uint64_t seed) -> std::shared_ptr<torch::nn::Module> {
+    torch::manual_seed(seed);
+    return models::ToyMlp().ptr();
+  };
+  m.loss = [](torch::nn::Module& net, const TrainBatch& b) {
+    auto& mlp = dynamic_cast<models::ToyMlpImpl&>(net);
+    return torch::mse_loss(nn::call_impl(mlp, b.input), b.target);
+  };
+  m.batch = [](int64_t step, int64_t index) {
+    auto gen = data_generator(step, index);
+    return TrainBatch{at::randn({4, models::kToyMlpInput}, gen, at::kFloat),
+                      at::randn({4, models::kToyMlpOutput}, gen, at::kFloat)};
+  };
+  m.concat = concat_batches;
+  m.wrap = fsdp::wrap_by_module_type({"fsdpp::models::ToyBlockImpl"});
+  return m;
+}
+
+EquivModel tiny_transformer_case(const models::TinyTransformerConfig& config) {
+  EquivModel m;
+  m.name = "tiny_transformer";
+  m.build = [config](uint64_t seed) -> std::shared_ptr<torch::nn::Module> {
+    torch::manual_seed(seed);
+    return models::TinyTransformer(config).ptr();
+  };
+  m.loss = [](torch::nn::Module& net, const TrainBatch& b) {
+    auto& model = dynamic_cast<models::TinyTransformerImpl&>(net);
+    return models::lm_loss(nn::call_impl(model, b.input), b.target);
+  };
+  m.batch = [config](int64_t step, int64_t index) {
+    auto gen = data_generator(step, index);
+    auto tokens = at::randint(0, config.vocab, {2, config.seq_len + 1}, gen, at::TensorOptions().dtype(at::kLong));
+    return TrainBatch{tokens.narrow(1, 0, config.seq_len).contiguous(),
+                      tokens.narrow(1, 1, config.seq_len).contiguous()};
+  };
+  m.concat = concat_batches;
+  m.wrap = fsdp::wrap_by_module_type({"fsdpp::models::TinyBlockImpl"});
+  return m;
+}
+
+EquivModel equiv_case(const std::string& name) {
+  if (name == "toy_mlp") return toy_mlp_case();
+  if (name == "tiny_transformer") return tiny_transformer_case();
+  throw std::invalid_argument("unknown model '" + name + "': expected toy_mlp or tiny_transformer");
+}
+
+EquivReport run_equivalence(comm::Communicator& comm, const EquivModel& model, const EquivConfig& c) {
+  if (c.deterministic && c.grad_accum != 1)
+    throw std::invalid_argument("equivalence: deterministic mode compares against N micro-batches; grad_accum must be 1");
+  EquivReport report;
+  report.model = model.name;
+  report.strategy = fsdp::to_string(c.fsdp.strategy);
+  report.world_size = comm.size();
+  report.deterministic = c.deterministic;
+  auto sharded = run_sharded(comm, model, c);
+  RunTrace ref;
+  if (comm.rank() == 0) ref = run_reference(model, c, comm.size());
+  for (int step = 0; step < c.steps; ++step) {
+    StepRecord s;
+    s.step = step;
+    s.loss = sharded.loss[step];
+    s.grad_norm = sharded.grad_norm[step];
+    if (comm.rank() == 0) {
+      s.ref_loss = ref.loss[step];
+      s.ref_grad_norm = ref.grad_norm[step];
+      s.ok = scalar_close(s.loss, s.ref_loss) && scalar_close(s.grad_norm, s.ref_grad_norm);
+    }
+    report.steps.push_back(s);
+  }
+  if (comm.rank() == 0)
+    for (int step : compare_steps(c)) {
+      compare_named(report, "grad", step, ref.grads[step], sharded.grads[step], c.deterministic);
+      compare_named(report, "param", step, ref.params[step], sharded.params[step], c.deterministic);
+    }
+  return report;
+}
+
+bool EquivReport::ok() const {
+  if (!problems.empty() || steps.empty()) return false;
+  for (const auto& s : steps)
+    if (!s.ok) return false;
+  for (const auto& t : tensors)
+    if (!t.ok) return false;
+  return true;
+}
+
+std::string EquivReport::table() const {
+  std::ostringstream os;
+  char line[256];
+  os << "equivalence: " << model << ", " << strategy << ", " << world_size << " ranks"
+     << (deterministic ? ", deterministic (bitwise)" : ", fp32 tolerance rtol 1.3e-6 atol 1e-5") << "\n";
+  std::snprintf(line, sizeof(line), "%4s %14s %14s %14s %14s %s\n", "step", "ref_loss", "loss", "ref_grad_norm",
+                "grad_norm", "ok");
+  os << line;
+  for (const auto& s : steps) {
+    std::snprintf(line, sizeof(line), "%4d %14.8f %14.8f %14.8f %14.8f %s\n", s.step, s.ref_loss, s.loss,
+                  s.ref_grad_norm, s.grad_norm, s.ok ? "yes" : "NO");
+    os << line;
+  }
+  double worst_abs = 0;
+  int bad = 0, bitwise = 0;
+  for (const auto& t : tensors) {
+    worst_abs = std::max(worst_abs, t.max_abs_error);
+    bad += !t.ok;
+    bitwise += t.bitwise_equal;
+    if (!t.ok) {
+      std::snprintf(line, sizeof(line), "  MISMATCH %s %s@%d: max abs %.3g, max rel %.3g\n", t.kind.c_str(),
+                    t.name.c_str(), t.step, t.max_abs_error, t.max_rel_error);
+      os << line;
+    }
+  }
+  for (const auto& p : problems) os << "  PROBLEM " << p << "\n";
+  os << "tensors compared: " << tensors.size() << ", bitwise equal: " << bitwise << ", outside tolerance: " << bad
+     << ", worst abs error: " << worst_abs << "\n";
+  os << "equivalence: " << (ok() ? "PASS" : "FAIL") << "\n";
+  return os.str();
+}
+
+nlohmann::json EquivReport::to_json() const {
+  nlohmann::json steps_json = nlohmann::json::array(), tensors_json = nlohmann::json::array();
+  for (const auto& s : steps)
+    steps_json.push_back({{"step", s.step}, {"ref_loss", s.ref_loss}, {"loss", s.loss},
+                          {"ref_grad_norm", s.ref_grad_norm}, {"grad_norm", s.grad_norm}, {"ok", s.ok}});
+  for (const auto& t : tensors)
+    tensors_json.push_back({{"name", t.name}, {"kind", t.kind}, {"step", t.step}, {"max_abs_error", t.max_abs_error},
+                            {"max_rel_error", t.max_rel_error}, {"bitwise_equal", t.bitwise_equal}, {"ok", t.ok}});
+  return {{"format", "fsdpp.equiv"}, {"version", 1},           {"model", model},
+          {"strategy", strategy},    {"world_size", world_size}, {"deterministic", deterministic},
+          {"ok", ok()},              {"steps", steps_json},      {"tensors", tensors_json},
+          {"problems", problems}};
+}
+
+}  // namespace fsdpp::harness
