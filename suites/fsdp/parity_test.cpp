@@ -125,6 +125,15 @@ INSTANTIATE_TEST_SUITE_P(Norms, Clipping,
                                   fsdp::to_string(std::get<1>(info.param));
                          });
 
+TEST(Prefetch, BackwardPostAndAOneGatherLimitTrainCorrectly) {
+  for (int world : {2, 3}) {
+    auto c = config_for(ShardingStrategy::FullShard, true);
+    c.fsdp.backward_prefetch = fsdp::BackwardPrefetch::Post;
+    c.fsdp.max_inflight_all_gathers = 1;
+    harness::expect_equivalent(world, model_named("tiny_transformer"), c);
+  }
+}
+
 TEST(UnusedAndTied, UnusedParametersStayUntouchedAndTiedOnesTrainOnce) {
   // The equivalence compares every parameter, including the never-called `unused`
   // layers (gradient undefined on both sides, so AdamW skips them) and the tied
