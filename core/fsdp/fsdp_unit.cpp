@@ -60,6 +60,14 @@ void FsdpUnit::reshard() {
   state_ = State::Sharded;
 }
 
+void FsdpUnit::discard_unshard() {
+  if (!gather_work_) return;
+  gather_work_->work.wait();
+  gather_work_.reset();
+  for (auto& p : params_) p.free_unsharded();
+  state_ = State::Sharded;
+}
+
 void FsdpUnit::reduce_gradients_async(bool sync) {
   if (!sync) return;
   std::vector<bool> has_grad;

@@ -50,6 +50,9 @@ class FsdpUnit {
   void wait_unshard();
   // Releases the unsharded storage. UNSHARDED -> SHARDED.
   void reshard();
+  // Drops an all-gather still in flight (waits for it, discards its data): its values
+  // would go stale once the optimizer updates the shards.
+  void discard_unshard();
 
   // After this unit's backward: with sync, reduce its gradients (reduce-scatter over the
   // shard group, averaged like FSDP2's ReduceOp.AVG); then frees the unsharded grads.

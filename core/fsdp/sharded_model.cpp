@@ -153,12 +153,21 @@ void ShardedModel::Hooks::post_backward(ShardedModel& m, FsdpUnit* u) {
   u->post_backward_done = true;
   u->reduce_gradients_async(m.sync_gradients_);
   reshard(m, u);
-  if (m.options_.backward_prefetch == BackwardPrefetch::Post) prefetch(m, backward_successor(m, u));
+  // The root's post-backward is the last of the iteration: nothing runs backward after it.
+  if (m.options_.backward_prefetch == BackwardPrefetch::Post && u != root(m))
+    prefetch(m, backward_successor(m, u));
 }
 
 void ShardedModel::Hooks::final_callback(ShardedModel& m) {
   for (auto it = m.forward_order_.rbegin(); it != m.forward_order_.rend(); ++it) post_backward(m, *it);
-  for (auto& unit : m.units_) unit->finish_gradients();
+  for (auto& unit : m.units_) {
+    unit->finish_gradients();
+    // No all-gather may outlive the backward: the optimizer is about to change the shards.
+    if (unit->unshard_in_flight()) {
+      m.unsharded_bytes_now_ -= unit->memory().full_param_bytes;
+      unit->discard_unshard();
+    }
+  }
   for (auto& unit : m.units_) unit->pre_backward_done = unit->post_backward_done = false;
   m.callback_queued_ = false;
 }

@@ -42,6 +42,8 @@ struct EquivFlags {
   int steps = 10;
   bool deterministic = false;
   bool no_prefetch = false;
+  std::string backward_prefetch = "pre";
+  int max_inflight = 2;
   int grad_accum = 1;
   bool no_sync_accum = false;
   double clip = 0;
@@ -57,7 +59,11 @@ int equiv_rank(const EquivFlags& flags, fsdpp::comm::Communicator& comm) {
   fsdpp::harness::EquivConfig config;
   config.fsdp.strategy = fsdpp::fsdp::parse_strategy(flags.strategy);
   config.fsdp.forward_prefetch = !flags.no_prefetch;
-  config.fsdp.backward_prefetch = flags.no_prefetch ? fsdpp::fsdp::BackwardPrefetch::None : fsdpp::fsdp::BackwardPrefetch::Pre;
+  config.fsdp.backward_prefetch = flags.no_prefetch || flags.backward_prefetch == "none"
+                                      ? fsdpp::fsdp::BackwardPrefetch::None
+                                  : flags.backward_prefetch == "post" ? fsdpp::fsdp::BackwardPrefetch::Post
+                                                                      : fsdpp::fsdp::BackwardPrefetch::Pre;
+  config.fsdp.max_inflight_all_gathers = flags.max_inflight;
   config.fsdp.hybrid_shard_size = flags.hybrid_shard_size;
   config.steps = flags.steps;
   config.deterministic = flags.deterministic;
@@ -101,6 +107,10 @@ int main(int argc, char** argv) {
   eq->add_option("--steps", equiv.steps, "AdamW steps")->check(CLI::Range(1, 100000));
   eq->add_flag("--deterministic", equiv.deterministic, "Compare parameters bit for bit against N rank-ordered micro-batches");
   eq->add_flag("--no-prefetch", equiv.no_prefetch, "Disable forward and backward prefetching");
+  eq->add_option("--backward-prefetch", equiv.backward_prefetch, "pre (BACKWARD_PRE), post (BACKWARD_POST) or none")
+      ->check(CLI::IsMember({"pre", "post", "none"}));
+  eq->add_option("--max-inflight-all-gathers", equiv.max_inflight, "Limit on prefetched all-gathers in flight")
+      ->check(CLI::Range(1, 64));
   eq->add_option("--grad-accum-steps", equiv.grad_accum, "Micro-steps per optimizer step")->check(CLI::Range(1, 1000));
   eq->add_flag("--no-sync-accum", equiv.no_sync_accum, "Accumulate unsharded gradients without communication until the last micro-step");
   eq->add_option("--grad-clip", equiv.clip, "Clip the gradient norm to this (0: off)")->check(CLI::Range(0.0, 1e30));

@@ -126,12 +126,15 @@ INSTANTIATE_TEST_SUITE_P(Norms, Clipping,
                          });
 
 TEST(Prefetch, BackwardPostAndAOneGatherLimitTrainCorrectly) {
-  for (int world : {2, 3}) {
-    auto c = config_for(ShardingStrategy::FullShard, true);
-    c.fsdp.backward_prefetch = fsdp::BackwardPrefetch::Post;
-    c.fsdp.max_inflight_all_gathers = 1;
-    harness::expect_equivalent(world, model_named("tiny_transformer"), c);
-  }
+  // Also guards against a prefetch that outlives backward: its all-gather would hand the
+  // next forward the shards from before the optimizer step.
+  for (const char* model : {"tiny_transformer", "toy_mlp"})
+    for (int world : {2, 3}) {
+      auto c = config_for(ShardingStrategy::FullShard, true);
+      c.fsdp.backward_prefetch = fsdp::BackwardPrefetch::Post;
+      c.fsdp.max_inflight_all_gathers = 1;
+      harness::expect_equivalent(world, model_named(model), c);
+    }
 }
 
 TEST(UnusedAndTied, UnusedParametersStayUntouchedAndTiedOnesTrainOnce) {
