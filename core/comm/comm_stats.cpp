@@ -14,6 +14,15 @@ const char* to_string(CollectiveKind kind) {
   return "?";
 }
 
+KindStats& KindStats::operator+=(const KindStats& other) {
+  calls += other.calls;
+  bytes_sent += other.bytes_sent;
+  bytes_received += other.bytes_received;
+  busy_ms += other.busy_ms;
+  blocked_ms += other.blocked_ms;
+  return *this;
+}
+
 void CommStats::add_transfer(CollectiveKind kind, int64_t sent, int64_t received) {
   std::lock_guard<std::mutex> lock(mu_);
   auto& s = by_kind_[static_cast<int>(kind)];
@@ -41,13 +50,7 @@ KindStats CommStats::get(CollectiveKind kind) const {
 KindStats CommStats::total() const {
   std::lock_guard<std::mutex> lock(mu_);
   KindStats t;
-  for (const auto& s : by_kind_) {
-    t.calls += s.calls;
-    t.bytes_sent += s.bytes_sent;
-    t.bytes_received += s.bytes_received;
-    t.busy_ms += s.busy_ms;
-    t.blocked_ms += s.blocked_ms;
-  }
+  for (const auto& s : by_kind_) t += s;
   return t;
 }
 

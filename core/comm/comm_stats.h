@@ -22,6 +22,8 @@ struct KindStats {
   int64_t bytes_received = 0;
   double busy_ms = 0;     // issue -> completion, measured on the communication thread
   double blocked_ms = 0;  // time callers spent inside wait(): the exposed part
+
+  KindStats& operator+=(const KindStats& other);
 };
 
 // Thread-safe: written by the communication thread, read by anyone.

@@ -26,6 +26,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <numeric>
@@ -59,6 +60,16 @@ std::pair<int64_t, int64_t> chunk_range(int64_t numel, int parts, int j) {
   int64_t begin = std::min<int64_t>(numel, chunk * j);
   int64_t end = std::min<int64_t>(numel, begin + chunk);
   return {begin, end};
+}
+
+// Bytes of each of the `parts` chunks (chunk_range) of a flat tensor.
+std::vector<int64_t> chunk_byte_counts(int64_t numel, int parts, int64_t element_size) {
+  std::vector<int64_t> counts(parts);
+  for (int j = 0; j < parts; ++j) {
+    auto [b, e] = chunk_range(numel, parts, j);
+    counts[j] = (e - b) * element_size;
+  }
+  return counts;
 }
 
 }  // namespace
@@ -225,6 +236,15 @@ struct Communicator::Impl {
     auto work = gloo->alltoall_base(out, in, out_counts, in_counts);
     work->wait(timeout);
   }
+
+  // Second phase of all-reduce and broadcast: every rank sends its chunk `mine` to all,
+  // and `flat` receives chunk j (chunk_bytes[j] bytes) from rank j.
+  void all_gather_chunks(CollectiveKind kind, const at::Tensor& flat, const at::Tensor& mine,
+                         const std::vector<int64_t>& chunk_bytes) {
+    at::Tensor staged = mine.repeat({size});
+    alltoall_bytes(kind, bytes_of(flat), bytes_of(staged), chunk_bytes,
+                   std::vector<int64_t>(size, chunk_bytes[rank]));
+  }
 };
 
 // ---------------------------------------------------------------- reductions
@@ -277,6 +297,9 @@ void check_cpu(const at::Tensor& t, const std::string& what) {
 Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) { impl_->start_worker(); }
 
 Communicator::~Communicator() {
+  // Destroyed while an exception unwinds (a failing rank): peers may never reach the
+  // teardown handshake, so treat it as abort() rather than wait for the timeout.
+  if (std::uncaught_exceptions() > 0) impl_->aborted = true;
   if (impl_->aborted) {
     // The communication thread may be stuck in a collective with a dead peer: leave it
     // (and everything it uses) alive for the few moments until the process exits.
@@ -393,13 +416,8 @@ CommWork Communicator::all_reduce_async(at::Tensor tensor, ReduceOp op) {
     if (n == 1 || tensor.numel() == 0) return;
     at::Tensor flat = tensor.contiguous().reshape({-1});
     int64_t es = flat.element_size();
-    std::vector<int64_t> chunk_bytes(n);
-    for (int j = 0; j < n; ++j) {
-      auto [b, e] = chunk_range(flat.numel(), n, j);
-      chunk_bytes[j] = (e - b) * es;
-    }
-    auto [my_begin, my_end] = chunk_range(flat.numel(), n, me);
-    int64_t m = my_end - my_begin;
+    auto chunk_bytes = chunk_byte_counts(flat.numel(), n, es);
+    int64_t m = chunk_bytes[me] / es;
     // Phase 1: reduce-scatter of ceil(numel/N) chunks.
     at::Tensor received = at::empty({n * m}, flat.options());
     impl->alltoall_bytes(CollectiveKind::AllReduce, bytes_of(received), bytes_of(flat),
@@ -407,9 +425,7 @@ CommWork Communicator::all_reduce_async(at::Tensor tensor, ReduceOp op) {
     at::Tensor mine = at::empty({m}, flat.options());
     reduce_slices(received, n, op, mine);
     // Phase 2: all-gather of the reduced chunks back into every rank's tensor.
-    at::Tensor staged = mine.repeat({n});
-    impl->alltoall_bytes(CollectiveKind::AllReduce, bytes_of(flat), bytes_of(staged), chunk_bytes,
-                         std::vector<int64_t>(n, m * es));
+    impl->all_gather_chunks(CollectiveKind::AllReduce, flat, mine, chunk_bytes);
     if (flat.data_ptr() != tensor.data_ptr()) tensor.copy_(flat.view(tensor.sizes()));
   });
 }
@@ -424,12 +440,7 @@ CommWork Communicator::broadcast_async(at::Tensor tensor, int root) {
     int n = impl->size, me = impl->rank;
     if (n == 1 || tensor.numel() == 0) return;
     at::Tensor flat = tensor.contiguous().reshape({-1});
-    int64_t es = flat.element_size();
-    std::vector<int64_t> chunk_bytes(n);
-    for (int j = 0; j < n; ++j) {
-      auto [b, e] = chunk_range(flat.numel(), n, j);
-      chunk_bytes[j] = (e - b) * es;
-    }
+    auto chunk_bytes = chunk_byte_counts(flat.numel(), n, flat.element_size());
     auto [my_begin, my_end] = chunk_range(flat.numel(), n, me);
     // Phase 1: root scatters chunk j to rank j.
     at::Tensor mine = flat.narrow(0, my_begin, my_end - my_begin).clone();
@@ -439,9 +450,7 @@ CommWork Communicator::broadcast_async(at::Tensor tensor, int root) {
     at::Tensor scatter_in = me == root ? flat : at::empty({0}, flat.options());
     impl->alltoall_bytes(CollectiveKind::Broadcast, bytes_of(mine), bytes_of(scatter_in), out_counts, in_counts);
     // Phase 2: all-gather of the chunks.
-    at::Tensor staged = mine.repeat({n});
-    impl->alltoall_bytes(CollectiveKind::Broadcast, bytes_of(flat), bytes_of(staged), chunk_bytes,
-                         std::vector<int64_t>(n, chunk_bytes[me]));
+    impl->all_gather_chunks(CollectiveKind::Broadcast, flat, mine, chunk_bytes);
     if (flat.data_ptr() != tensor.data_ptr()) tensor.copy_(flat.view(tensor.sizes()));
   });
 }

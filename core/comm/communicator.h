@@ -110,7 +110,7 @@ class Communicator {
 
   // Finishes queued work, then waits (up to the timeout) until every rank got here, so
   // that no rank tears down its connections while a peer still uses them. Idempotent;
-  // the destructor calls it.
+  // the destructor calls it, except while an exception unwinds (then it acts as abort()).
   void shutdown();
 
   // For a process about to exit after a failure: marks the group broken and skips the

@@ -15,6 +15,7 @@ FsdpUnit::FsdpUnit(std::string name, std::vector<std::pair<std::string, at::Tens
   int rank = comms_.shard ? comms_.shard->rank() : 0;
   replicated_ = group == 1;
   for (auto& [pname, tensor] : params) params_.emplace_back(pname, tensor, group, rank);
+  for (const auto& p : params_) full_param_bytes_ += p.full_numel() * p.unsharded().element_size();
   if (replicated_) {
     state_ = State::Unsharded;  // the module's parameters are the only copy
     return;
@@ -147,6 +148,7 @@ void FsdpUnit::finish_gradients() {
 
 std::vector<at::Tensor> FsdpUnit::gather_full(bool gradients) {
   std::vector<at::Tensor> out;
+  if (params_.empty()) return out;
   if (replicated_) {
     for (auto& p : params_) {
       if (gradients)

@@ -66,6 +66,7 @@ class FsdpUnit {
   std::vector<at::Tensor> gather_full(bool gradients);
 
   UnitMemory memory() const;
+  int64_t full_param_bytes() const { return full_param_bytes_; }
   int64_t shard_total() const { return shard_total_; }
 
   bool post_backward_done = false;
@@ -90,6 +91,7 @@ class FsdpUnit {
   bool replicated_;
   State state_ = State::Sharded;
   int64_t shard_total_ = 0;   // elements per rank in the flat shard buffer
+  int64_t full_param_bytes_ = 0;
   at::Tensor flat_shard_;
   std::optional<PendingGather> gather_work_;
   std::vector<PendingReduce> reduce_work_;

@@ -46,13 +46,13 @@ struct ShardedModel::Hooks {
 
   static void note_unshard(ShardedModel& m, FsdpUnit* u) {
     if (u->replicated()) return;
-    m.unsharded_bytes_now_ += u->memory().full_param_bytes;
+    m.unsharded_bytes_now_ += u->full_param_bytes();
     m.peak_unsharded_bytes_ = std::max(m.peak_unsharded_bytes_, m.unsharded_bytes_now_);
   }
 
   static void reshard(ShardedModel& m, FsdpUnit* u) {
     if (u->state() == FsdpUnit::State::Unsharded && !u->replicated())
-      m.unsharded_bytes_now_ -= u->memory().full_param_bytes;
+      m.unsharded_bytes_now_ -= u->full_param_bytes();
     u->reshard();
   }
 
@@ -164,7 +164,7 @@ void ShardedModel::Hooks::final_callback(ShardedModel& m) {
     unit->finish_gradients();
     // No all-gather may outlive the backward: the optimizer is about to change the shards.
     if (unit->unshard_in_flight()) {
-      m.unsharded_bytes_now_ -= unit->memory().full_param_bytes;
+      m.unsharded_bytes_now_ -= unit->full_param_bytes();
       unit->discard_unshard();
     }
   }
@@ -360,13 +360,9 @@ MemoryStats ShardedModel::memory() const {
 }
 
 comm::KindStats ShardedModel::comm_stats(comm::CollectiveKind kind) const {
-  auto a = comms_.shard->stats().get(kind), b = comms_.replicate->stats().get(kind);
-  a.calls += b.calls;
-  a.bytes_sent += b.bytes_sent;
-  a.bytes_received += b.bytes_received;
-  a.busy_ms += b.busy_ms;
-  a.blocked_ms += b.blocked_ms;
-  return a;
+  auto total = comms_.shard->stats().get(kind);
+  total += comms_.replicate->stats().get(kind);
+  return total;
 }
 
 void ShardedModel::reset_comm_stats() {

@@ -76,6 +76,24 @@ TEST(RankFailures, WithoutTheLauncherSurvivorsFailOnTheirOwnNamingTheOp) {
   EXPECT_LT(report.wall_s, 40.0);
 }
 
+TEST(RankFailures, AThrowingRankWithLiveSubgroupsExitsWithoutWaitingForPeers) {
+  // Subgroups destroyed while the exception unwinds must not wait at the teardown
+  // handshake for peers that are stuck in a collective (that would take the timeout).
+  auto report = harness::run_ranks(
+      3,
+      [](RankContext& ctx) {
+        auto sub = ctx.comm.subgroup({0, 1, 2}, "live");
+        auto t = at::ones({10});
+        sub->all_reduce(t, comm::ReduceOp::Sum);
+        if (ctx.rank == 1) throw std::runtime_error("injected failure on rank 1");
+        sub->all_reduce(t, comm::ReduceOp::Sum);
+      },
+      options_with(std::chrono::seconds(120), std::chrono::seconds(60), /*kill_all=*/false));
+  EXPECT_THAT(report.failed_ranks(), ElementsAre(1));
+  EXPECT_LT(report.ranks[1].ended_after_s, 20.0);
+  EXPECT_LT(report.wall_s, 40.0) << report.summary();
+}
+
 TEST(RankFailures, ARankThatExitsEarlyIsReportedAsSuch) {
   auto report = harness::run_ranks(
       3,
