@@ -16,6 +16,10 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #endif
 
+// scaled_dot_product_attention became public in 2.0 (flash / memory-efficient kernels on
+// CUDA); 1.13 has only a private variant, so callers use exact math there.
+#define FSDPP_HAS_SDPA FSDPP_TORCH_AT_LEAST(2, 0)
+
 namespace fsdpp::compat {
 
 // The object that runs collectives. 2.x split ProcessGroup into a dispatching

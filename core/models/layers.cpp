@@ -1,0 +1,35 @@
+#include "core/models/layers.h"
+
+namespace fsdpp::models {
+
+Conv1DImpl::Conv1DImpl(int64_t in, int64_t out) {
+  weight = register_parameter("weight", torch::randn({in, out}) * 0.02);
+  bias = register_parameter("bias", torch::zeros({out}));
+}
+
+torch::Tensor Conv1DImpl::forward(const torch::Tensor& x) {
+  auto flat = x.reshape({-1, x.size(-1)});
+  auto sizes = x.sizes().vec();
+  sizes.back() = weight.size(1);
+  return torch::addmm(bias, flat, weight).view(sizes);
+}
+
+LmHeadImpl::LmHeadImpl(int64_t dim, int64_t vocab) {
+  weight = register_parameter("weight", torch::randn({vocab, dim}) * 0.02);
+}
+
+LmHeadImpl::LmHeadImpl(const torch::Tensor& tied) { weight = register_parameter("weight", tied); }
+
+torch::Tensor LmHeadImpl::forward(const torch::Tensor& x) { return torch::matmul(x, weight.t()); }
+
+RmsNormImpl::RmsNormImpl(int64_t dim, double eps_) : eps(eps_) {
+  weight = register_parameter("weight", torch::ones({dim}));
+}
+
+torch::Tensor RmsNormImpl::forward(const torch::Tensor& x) {
+  auto x32 = x.to(torch::kFloat);
+  auto normed = x32 * torch::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  return weight * normed.to(x.scalar_type());
+}
+
+}  // namespace fsdpp::models

@@ -1,0 +1,240 @@
+#include "core/models/llama.h"
+
+#include <cmath>
+#include <map>
+
+#include "core/models/attention.h"
+#include "core/models/hf_json.h"
+#include "core/nn/module_hooks.h"
+
+namespace fsdpp::models {
+
+LlamaConfig LlamaConfig::from_json(const nlohmann::json& json, const std::string& source) {
+  JsonReader r{json, source};
+  LlamaConfig c;
+  c.vocab_size = r.integer("vocab_size");
+  c.hidden_size = r.integer("hidden_size");
+  c.intermediate_size = r.integer("intermediate_size");
+  c.num_hidden_layers = r.integer("num_hidden_layers");
+  c.num_attention_heads = r.integer("num_attention_heads");
+  c.num_key_value_heads = r.integer("num_key_value_heads", c.num_attention_heads);
+  c.head_dim = r.integer("head_dim", 0);
+  c.max_position_embeddings = r.integer("max_position_embeddings", 4096);
+  c.rms_norm_eps = r.number("rms_norm_eps", 1e-6);
+  c.rope_theta = r.number("rope_theta", 10000.0);
+  c.tie_word_embeddings = r.boolean("tie_word_embeddings", false);
+  c.attention_bias = r.boolean("attention_bias", false);
+  auto activation = r.text("hidden_act", "silu");
+  if (activation != "silu")
+    throw std::invalid_argument(source + ": hidden_act '" + activation + "' is not supported (silu)");
+  if (json.contains("rope_scaling") && !json["rope_scaling"].is_null()) {
+    JsonReader s{json["rope_scaling"], source + " rope_scaling"};
+    auto type = s.text("rope_type", s.text("type", ""));
+    if (type != "llama3")
+      throw std::invalid_argument(source + ": rope_scaling type '" + type + "' is not supported (llama3)");
+    Llama3RopeScaling scaling;
+    scaling.factor = s.number("factor", scaling.factor);
+    scaling.low_freq_factor = s.number("low_freq_factor", scaling.low_freq_factor);
+    scaling.high_freq_factor = s.number("high_freq_factor", scaling.high_freq_factor);
+    scaling.original_max_position_embeddings =
+        s.integer("original_max_position_embeddings", scaling.original_max_position_embeddings);
+    c.rope_scaling = scaling;
+  }
+  if (c.num_attention_heads % c.num_key_value_heads != 0)
+    throw std::invalid_argument(source + ": num_attention_heads is not a multiple of num_key_value_heads");
+  return c;
+}
+
+nlohmann::json LlamaConfig::to_json() const {
+  nlohmann::json j = {{"model_type", "llama"},
+                      {"architectures", {"LlamaForCausalLM"}},
+                      {"vocab_size", vocab_size},
+                      {"hidden_size", hidden_size},
+                      {"intermediate_size", intermediate_size},
+                      {"num_hidden_layers", num_hidden_layers},
+                      {"num_attention_heads", num_attention_heads},
+                      {"num_key_value_heads", num_key_value_heads},
+                      {"head_dim", dim_per_head()},
+                      {"max_position_embeddings", max_position_embeddings},
+                      {"rms_norm_eps", rms_norm_eps},
+                      {"rope_theta", rope_theta},
+                      {"tie_word_embeddings", tie_word_embeddings},
+                      {"attention_bias", attention_bias},
+                      {"hidden_act", "silu"},
+                      {"rope_scaling", nullptr}};
+  if (rope_scaling)
+    j["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", rope_scaling->factor},
+                         {"low_freq_factor", rope_scaling->low_freq_factor},
+                         {"high_freq_factor", rope_scaling->high_freq_factor},
+                         {"original_max_position_embeddings", rope_scaling->original_max_position_embeddings}};
+  return j;
+}
+
+int64_t LlamaConfig::parameter_count() const {
+  const int64_t d = hidden_size, hd = dim_per_head();
+  const int64_t q = num_attention_heads * hd, kv = num_key_value_heads * hd;
+  int64_t attention = d * q + 2 * d * kv + q * d;
+  if (attention_bias) attention += q + 2 * kv + d;
+  const int64_t mlp = 3 * d * intermediate_size;
+  const int64_t layer = attention + mlp + 2 * d;  // + two RMSNorm weights
+  const int64_t embeddings = vocab_size * d * (tie_word_embeddings ? 1 : 2);
+  return num_hidden_layers * layer + embeddings + d;  // + final norm
+}
+
+LlamaConfig llama_preset(const std::string& name) {
+  auto make = [](int64_t vocab, int64_t hidden, int64_t inter, int64_t layers, int64_t heads, int64_t kv,
+                 int64_t max_pos, double theta, bool tied) {
+    LlamaConfig c;
+    c.vocab_size = vocab;
+    c.hidden_size = hidden;
+    c.intermediate_size = inter;
+    c.num_hidden_layers = layers;
+    c.num_attention_heads = heads;
+    c.num_key_value_heads = kv;
+    c.max_position_embeddings = max_pos;
+    c.rope_theta = theta;
+    c.tie_word_embeddings = tied;
+    return c;
+  };
+  static const std::map<std::string, LlamaConfig> presets = [&] {
+    std::map<std::string, LlamaConfig> p;
+    p["tiny"] = make(97, 16, 40, 2, 4, 2, 64, 10000, false);
+    p["125M"] = make(32000, 768, 2048, 12, 12, 12, 2048, 10000, true);
+    p["350M"] = make(32000, 1024, 2816, 24, 16, 16, 2048, 10000, true);
+    LlamaConfig one = make(128256, 2048, 8192, 16, 32, 8, 131072, 500000, true);  // Llama 3.2 1B
+    one.head_dim = 64;
+    one.rope_scaling = Llama3RopeScaling{32.0, 1.0, 4.0, 8192};
+    p["1B"] = one;
+    LlamaConfig three = make(128256, 3072, 8192, 28, 24, 8, 131072, 500000, true);  // Llama 3.2 3B
+    three.head_dim = 128;
+    three.rope_scaling = Llama3RopeScaling{32.0, 1.0, 4.0, 8192};
+    p["3B"] = three;
+    p["7B"] = make(32000, 4096, 11008, 32, 32, 32, 4096, 10000, false);   // Llama 2 7B
+    p["13B"] = make(32000, 5120, 13824, 40, 40, 40, 4096, 10000, false);  // Llama 2 13B
+    p["70B"] = make(32000, 8192, 28672, 80, 64, 8, 4096, 10000, false);   // Llama 2 70B
+    return p;
+  }();
+  auto it = presets.find(name);
+  if (it == presets.end()) {
+    std::string known;
+    for (const auto& n : llama_preset_names()) known += (known.empty() ? "" : ", ") + n;
+    throw std::invalid_argument("unknown model size '" + name + "': expected one of " + known);
+  }
+  return it->second;
+}
+
+const std::vector<std::string>& llama_preset_names() {
+  static const std::vector<std::string> names = {"tiny", "125M", "350M", "1B", "3B", "7B", "13B", "70B"};
+  return names;
+}
+
+torch::Tensor rope_inverse_frequencies(const LlamaConfig& c) {
+  const int64_t hd = c.dim_per_head();
+  auto inv = 1.0 / torch::pow(c.rope_theta, torch::arange(0, hd, 2, torch::kDouble) / hd);
+  if (c.rope_scaling) {
+    // Llama 3: keep high frequencies, divide low ones by `factor`, blend in between.
+    const auto& s = *c.rope_scaling;
+    double low_wavelen = s.original_max_position_embeddings / s.low_freq_factor;
+    double high_wavelen = s.original_max_position_embeddings / s.high_freq_factor;
+    auto wavelen = 2 * M_PI / inv;
+    auto smooth = (s.original_max_position_embeddings / wavelen - s.low_freq_factor) /
+                  (s.high_freq_factor - s.low_freq_factor);
+    auto blended = (1 - smooth) * inv / s.factor + smooth * inv;
+    inv = torch::where(wavelen < high_wavelen, inv, torch::where(wavelen > low_wavelen, inv / s.factor, blended));
+  }
+  return inv.to(torch::kFloat);
+}
+
+namespace {
+
+torch::Tensor rotate_half(const torch::Tensor& x) {
+  auto halves = x.chunk(2, -1);
+  return torch::cat({-halves[1], halves[0]}, -1);
+}
+
+}  // namespace
+
+LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& c)
+    : heads(c.num_attention_heads), kv_heads(c.num_key_value_heads), head_dim(c.dim_per_head()) {
+  auto linear = [&](const char* name, int64_t in, int64_t out) {
+    return register_module(name, torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(c.attention_bias)));
+  };
+  q_proj = linear("q_proj", c.hidden_size, heads * head_dim);
+  k_proj = linear("k_proj", c.hidden_size, kv_heads * head_dim);
+  v_proj = linear("v_proj", c.hidden_size, kv_heads * head_dim);
+  o_proj = linear("o_proj", heads * head_dim, c.hidden_size);  // HF: same bias switch as q/k/v
+  inv_freq = register_buffer("inv_freq", rope_inverse_frequencies(c));
+}
+
+torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x) {
+  const int64_t s = x.size(1);
+  auto q = split_heads(nn::call(q_proj, x), heads);
+  auto k = split_heads(nn::call(k_proj, x), kv_heads);
+  auto v = split_heads(nn::call(v_proj, x), kv_heads);
+  // Rotary embedding, HF's rotate_half convention: angles t * inv_freq, duplicated.
+  auto t = torch::arange(s, torch::kFloat);
+  auto freqs = torch::outer(t, inv_freq);
+  auto emb = torch::cat({freqs, freqs}, -1);
+  auto cos = emb.cos().to(x.scalar_type()), sin = emb.sin().to(x.scalar_type());
+  q = q * cos + rotate_half(q) * sin;
+  k = k * cos + rotate_half(k) * sin;
+  if (kv_heads != heads) {  // grouped-query attention: each KV head serves heads/kv_heads queries
+    k = k.repeat_interleave(heads / kv_heads, 1);
+    v = v.repeat_interleave(heads / kv_heads, 1);
+  }
+  return nn::call(o_proj, merge_heads(causal_attention(q, k, v)));
+}
+
+LlamaMlpImpl::LlamaMlpImpl(const LlamaConfig& c) {
+  auto linear = [&](const char* name, int64_t in, int64_t out) {
+    return register_module(name, torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false)));
+  };
+  gate_proj = linear("gate_proj", c.hidden_size, c.intermediate_size);
+  up_proj = linear("up_proj", c.hidden_size, c.intermediate_size);
+  down_proj = linear("down_proj", c.intermediate_size, c.hidden_size);
+}
+
+torch::Tensor LlamaMlpImpl::forward(const torch::Tensor& x) {
+  return nn::call(down_proj, torch::silu(nn::call(gate_proj, x)) * nn::call(up_proj, x));
+}
+
+LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const LlamaConfig& c) {
+  input_layernorm = register_module("input_layernorm", RmsNorm(c.hidden_size, c.rms_norm_eps));
+  self_attn = register_module("self_attn", LlamaAttention(c));
+  post_attention_layernorm = register_module("post_attention_layernorm", RmsNorm(c.hidden_size, c.rms_norm_eps));
+  mlp = register_module("mlp", LlamaMlp(c));
+}
+
+torch::Tensor LlamaDecoderLayerImpl::forward(torch::Tensor x) {
+  x = x + nn::call(self_attn, nn::call(input_layernorm, x));
+  return x + nn::call(mlp, nn::call(post_attention_layernorm, x));
+}
+
+LlamaModelImpl::LlamaModelImpl(const LlamaConfig& c) {
+  embed_tokens = register_module("embed_tokens", torch::nn::Embedding(c.vocab_size, c.hidden_size));
+  layers = register_module("layers", torch::nn::ModuleList());
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    layer_list.push_back(LlamaDecoderLayer(c));
+    layers->push_back(layer_list.back());
+  }
+  norm = register_module("norm", RmsNorm(c.hidden_size, c.rms_norm_eps));
+}
+
+torch::Tensor LlamaModelImpl::forward(const torch::Tensor& tokens) {
+  auto x = nn::call(embed_tokens, tokens);
+  for (auto& layer : layer_list) x = nn::call(layer, x);
+  return nn::call(norm, x);
+}
+
+LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& c) : config(c) {
+  model = register_module("model", LlamaModel(c));
+  lm_head = register_module("lm_head", c.tie_word_embeddings ? LmHead(model->embed_tokens->weight)
+                                                             : LmHead(c.hidden_size, c.vocab_size));
+}
+
+torch::Tensor LlamaForCausalLMImpl::forward(const torch::Tensor& tokens) {
+  return nn::call(lm_head, nn::call(model, tokens));
+}
+
+}  // namespace fsdpp::models

@@ -1,0 +1,100 @@
+// The Llama family (Llama 2/3, CodeLlama, Mistral-style) with Hugging Face
+// LlamaForCausalLM semantics and tensor names: RMSNorm, rotary position embeddings
+// (rope_theta, Llama-3 rope_scaling), SwiGLU MLP, grouped-query attention, optional tied
+// embeddings; plus from-scratch presets by size.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/models/layers.h"
+
+namespace fsdpp::models {
+
+struct Llama3RopeScaling {
+  double factor = 8.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int64_t original_max_position_embeddings = 8192;
+};
+
+struct LlamaConfig {
+  int64_t vocab_size = 32000;
+  int64_t hidden_size = 4096;
+  int64_t intermediate_size = 11008;
+  int64_t num_hidden_layers = 32;
+  int64_t num_attention_heads = 32;
+  int64_t num_key_value_heads = 32;
+  int64_t head_dim = 0;  // 0: hidden_size / num_attention_heads
+  int64_t max_position_embeddings = 4096;
+  double rms_norm_eps = 1e-5;
+  double rope_theta = 10000.0;
+  std::optional<Llama3RopeScaling> rope_scaling;
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;
+
+  static LlamaConfig from_json(const nlohmann::json& config, const std::string& source);
+  nlohmann::json to_json() const;
+  int64_t dim_per_head() const { return head_dim > 0 ? head_dim : hidden_size / num_attention_heads; }
+  // Exact parameter count (tied embeddings counted once), without building the model.
+  int64_t parameter_count() const;
+};
+
+// Presets for training from scratch: "tiny" (tests), "125M", "350M" (Llama-style sizes
+// of GPT-3's small models), "1B" and "3B" (Llama 3.2), "7B", "13B", "70B" (Llama 2).
+LlamaConfig llama_preset(const std::string& name);
+const std::vector<std::string>& llama_preset_names();
+
+// Inverse frequencies of the rotary embedding, [head_dim / 2], with Llama-3 scaling.
+torch::Tensor rope_inverse_frequencies(const LlamaConfig& c);
+
+struct LlamaAttentionImpl : torch::nn::Module {
+  explicit LlamaAttentionImpl(const LlamaConfig& c);
+  torch::Tensor forward(const torch::Tensor& x);
+  int64_t heads, kv_heads, head_dim;
+  torch::Tensor inv_freq;  // buffer, not a parameter
+  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+};
+TORCH_MODULE(LlamaAttention);
+
+struct LlamaMlpImpl : torch::nn::Module {
+  explicit LlamaMlpImpl(const LlamaConfig& c);
+  torch::Tensor forward(const torch::Tensor& x);  // down(silu(gate(x)) * up(x))
+  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+};
+TORCH_MODULE(LlamaMlp);
+
+struct LlamaDecoderLayerImpl : torch::nn::Module {
+  explicit LlamaDecoderLayerImpl(const LlamaConfig& c);
+  torch::Tensor forward(torch::Tensor x);
+  RmsNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+  LlamaAttention self_attn{nullptr};
+  LlamaMlp mlp{nullptr};
+};
+TORCH_MODULE(LlamaDecoderLayer);
+
+struct LlamaModelImpl : torch::nn::Module {
+  explicit LlamaModelImpl(const LlamaConfig& c);
+  torch::Tensor forward(const torch::Tensor& tokens);  // -> normed hidden states
+  torch::nn::Embedding embed_tokens{nullptr};
+  torch::nn::ModuleList layers;
+  std::vector<LlamaDecoderLayer> layer_list;
+  RmsNorm norm{nullptr};
+};
+TORCH_MODULE(LlamaModel);
+
+struct LlamaForCausalLMImpl : torch::nn::Module {
+  explicit LlamaForCausalLMImpl(const LlamaConfig& c);
+  torch::Tensor forward(const torch::Tensor& tokens);  // -> logits [b, s, vocab]
+  LlamaConfig config;
+  LlamaModel model{nullptr};
+  LmHead lm_head{nullptr};
+};
+TORCH_MODULE(LlamaForCausalLM);
+
+}  // namespace fsdpp::models

@@ -1,0 +1,1 @@
+fsdpp_suite(models_tests models/models_test.cpp)

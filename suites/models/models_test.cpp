@@ -1,0 +1,317 @@
+// Each model family against an independent, deliberately plain implementation of the
+// published formulas, written here from the weights by name (no fsdpp model code), and
+// the Hugging Face names and shapes the loaders rely on.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <map>
+#include <unordered_set>
+
+#include "core/models/gpt2.h"
+#include "core/models/llama.h"
+#include "core/models/opt.h"
+#include "harness/oracle/tolerance.h"
+
+namespace fsdpp::models {
+namespace {
+
+using Weights = std::map<std::string, torch::Tensor>;
+using torch::Tensor;
+
+Weights weights_of(torch::nn::Module& m) {
+  Weights w;
+  torch::NoGradGuard no_grad;
+  for (auto& item : m.named_parameters(true)) w[item.key()] = item.value().detach().clone();
+  return w;
+}
+
+// Random, non-trivial values everywhere (LayerNorm/RMSNorm weights and biases included).
+void randomize(torch::nn::Module& m, uint64_t seed) {
+  torch::manual_seed(seed);
+  torch::NoGradGuard no_grad;
+  for (auto& p : m.parameters()) p.copy_(torch::randn(p.sizes()) * 0.3 + (p.dim() == 1 ? 0.5 : 0.0));
+}
+
+Tensor tokens_for(int64_t vocab, int64_t seq) {
+  torch::manual_seed(99);
+  return torch::randint(0, vocab, {2, seq});
+}
+
+// ---- plain building blocks, one formula each ----
+Tensor layer_norm_ref(const Tensor& x, const Tensor& w, const Tensor& b, double eps) {
+  auto mean = x.mean(-1, true);
+  auto var = (x - mean).pow(2).mean(-1, true);
+  return (x - mean) / torch::sqrt(var + eps) * w + b;
+}
+Tensor rms_norm_ref(const Tensor& x, const Tensor& w, double eps) {
+  return x / torch::sqrt(x.pow(2).mean(-1, true) + eps) * w;
+}
+Tensor softmax_ref(const Tensor& x) {
+  auto e = torch::exp(x - std::get<0>(x.max(-1, true)));
+  return e / e.sum(-1, true);
+}
+Tensor causal_mask_ref(int64_t s) {  // 0 where allowed, -inf above the diagonal
+  auto m = torch::zeros({s, s});
+  for (int64_t i = 0; i < s; ++i)
+    for (int64_t j = i + 1; j < s; ++j) m[i][j] = -INFINITY;
+  return m;
+}
+// One head at a time: q_h k_h^T * scale + mask -> softmax -> v_h.
+Tensor attention_ref(const Tensor& q, const Tensor& k, const Tensor& v, int64_t heads, int64_t kv_heads,
+                     int64_t hd, double scale) {
+  std::vector<Tensor> outs;
+  auto mask = causal_mask_ref(q.size(1));
+  for (int64_t h = 0; h < heads; ++h) {
+    int64_t g = h / (heads / kv_heads);  // the KV head this query head reads
+    auto qh = q.narrow(-1, h * hd, hd), kh = k.narrow(-1, g * hd, hd), vh = v.narrow(-1, g * hd, hd);
+    outs.push_back(torch::matmul(softmax_ref(torch::matmul(qh, kh.transpose(1, 2)) * scale + mask), vh));
+  }
+  return torch::cat(outs, -1);
+}
+Tensor gelu_new_ref(const Tensor& x) {
+  return 0.5 * x * (1 + torch::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x.pow(3))));
+}
+Tensor linear_ref(const Weights& w, const std::string& name, const Tensor& x) {  // x W^T (+ b)
+  auto y = torch::matmul(x, w.at(name + ".weight").t());
+  return w.count(name + ".bias") ? y + w.at(name + ".bias") : y;
+}
+
+void expect_close(const Tensor& actual, const Tensor& expected) {
+  auto cmp = harness::compare(actual, expected);
+  EXPECT_TRUE(cmp.ok) << cmp.describe();
+}
+
+// ---------------------------------------------------------------- GPT-2
+Tensor gpt2_ref(const Weights& w, const Gpt2Config& c, const Tensor& tokens) {
+  const int64_t s = tokens.size(1), d = c.n_embd, hd = d / c.n_head;
+  auto x = w.at("transformer.wte.weight").index({tokens}) + w.at("transformer.wpe.weight").narrow(0, 0, s);
+  for (int64_t i = 0; i < c.n_layer; ++i) {
+    std::string p = "transformer.h." + std::to_string(i) + ".";
+    auto a = layer_norm_ref(x, w.at(p + "ln_1.weight"), w.at(p + "ln_1.bias"), c.layer_norm_epsilon);
+    auto qkv = torch::matmul(a, w.at(p + "attn.c_attn.weight")) + w.at(p + "attn.c_attn.bias");  // Conv1D [in, out]
+    auto q = qkv.narrow(-1, 0, d), k = qkv.narrow(-1, d, d), v = qkv.narrow(-1, 2 * d, d);
+    auto y = attention_ref(q, k, v, c.n_head, c.n_head, hd, 1.0 / std::sqrt(double(hd)));
+    x = x + torch::matmul(y, w.at(p + "attn.c_proj.weight")) + w.at(p + "attn.c_proj.bias");
+    auto m = layer_norm_ref(x, w.at(p + "ln_2.weight"), w.at(p + "ln_2.bias"), c.layer_norm_epsilon);
+    auto h = gelu_new_ref(torch::matmul(m, w.at(p + "mlp.c_fc.weight")) + w.at(p + "mlp.c_fc.bias"));
+    x = x + torch::matmul(h, w.at(p + "mlp.c_proj.weight")) + w.at(p + "mlp.c_proj.bias");
+  }
+  x = layer_norm_ref(x, w.at("transformer.ln_f.weight"), w.at("transformer.ln_f.bias"), c.layer_norm_epsilon);
+  return torch::matmul(x, w.at("transformer.wte.weight").t());
+}
+
+TEST(Gpt2, LogitsMatchThePublishedFormulas) {
+  Gpt2Config c;
+  c.vocab_size = 53;
+  c.n_positions = 16;
+  c.n_embd = 24;
+  c.n_layer = 2;
+  c.n_head = 3;
+  c.layer_norm_epsilon = 1e-5;
+  Gpt2LMHeadModel model(c);
+  randomize(*model, 1);
+  auto tokens = tokens_for(c.vocab_size, 11);
+  torch::NoGradGuard no_grad;
+  expect_close(model->forward(tokens), gpt2_ref(weights_of(*model), c, tokens));
+}
+
+TEST(Gpt2, TensorsCarryHuggingFaceNamesAndLayouts) {
+  Gpt2Config c;
+  c.vocab_size = 53, c.n_positions = 16, c.n_embd = 24, c.n_layer = 2, c.n_head = 3;
+  Gpt2LMHeadModel model(c);
+  auto w = weights_of(*model);
+  EXPECT_EQ(w.at("transformer.h.1.attn.c_attn.weight").sizes(), (std::vector<int64_t>{24, 72}));  // [in, out]
+  EXPECT_EQ(w.at("transformer.h.0.mlp.c_proj.weight").sizes(), (std::vector<int64_t>{96, 24}));
+  EXPECT_TRUE(w.count("transformer.wpe.weight") && w.count("transformer.ln_f.bias") && w.count("lm_head.weight"));
+  EXPECT_TRUE(model->lm_head->weight.is_same(model->transformer->wte->weight)) << "head tied to wte";
+  EXPECT_EQ(w.size(), 2u + 2 * 12 + 2 + 1);  // wte, wpe, 12 per block, ln_f, lm_head (tied)
+}
+
+// ---------------------------------------------------------------- OPT
+Tensor opt_ref(const Weights& w, const OptConfig& c, const Tensor& tokens) {
+  const int64_t s = tokens.size(1), d = c.hidden_size, hd = d / c.num_attention_heads;
+  std::string dec = "model.decoder.";
+  auto x = w.at(dec + "embed_tokens.weight").index({tokens});
+  if (c.word_embed_proj_dim != d) x = torch::matmul(x, w.at(dec + "project_in.weight").t());
+  x = x + w.at(dec + "embed_positions.weight").narrow(0, 2, s);  // offset 2
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    std::string p = dec + "layers." + std::to_string(i) + ".";
+    auto ln = [&](const Tensor& t, const std::string& n) {
+      return layer_norm_ref(t, w.at(p + n + ".weight"), w.at(p + n + ".bias"), 1e-5);
+    };
+    auto a = c.do_layer_norm_before ? ln(x, "self_attn_layer_norm") : x;
+    auto q = linear_ref(w, p + "self_attn.q_proj", a) / std::sqrt(double(hd));
+    auto y = attention_ref(q, linear_ref(w, p + "self_attn.k_proj", a), linear_ref(w, p + "self_attn.v_proj", a),
+                           c.num_attention_heads, c.num_attention_heads, hd, 1.0);
+    x = x + linear_ref(w, p + "self_attn.out_proj", y);
+    if (!c.do_layer_norm_before) x = ln(x, "self_attn_layer_norm");
+    auto m = c.do_layer_norm_before ? ln(x, "final_layer_norm") : x;
+    x = x + linear_ref(w, p + "fc2", torch::clamp_min(linear_ref(w, p + "fc1", m), 0));
+    if (!c.do_layer_norm_before) x = ln(x, "final_layer_norm");
+  }
+  if (c.do_layer_norm_before)
+    x = layer_norm_ref(x, w.at(dec + "final_layer_norm.weight"), w.at(dec + "final_layer_norm.bias"), 1e-5);
+  if (c.word_embed_proj_dim != d) x = torch::matmul(x, w.at(dec + "project_out.weight").t());
+  return torch::matmul(x, w.at(dec + "embed_tokens.weight").t());
+}
+
+OptConfig tiny_opt(bool pre_norm, int64_t proj_dim) {
+  OptConfig c;
+  c.vocab_size = 61;
+  c.hidden_size = 20;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.ffn_dim = 36;
+  c.max_position_embeddings = 32;
+  c.word_embed_proj_dim = proj_dim;
+  c.do_layer_norm_before = pre_norm;
+  return c;
+}
+
+TEST(Opt, PreLayerNormLogitsMatchThePublishedFormulas) {
+  auto c = tiny_opt(true, 20);
+  OptForCausalLM model(c);
+  randomize(*model, 2);
+  auto tokens = tokens_for(c.vocab_size, 9);
+  torch::NoGradGuard no_grad;
+  expect_close(model->forward(tokens), opt_ref(weights_of(*model), c, tokens));
+  EXPECT_TRUE(weights_of(*model).count("model.decoder.final_layer_norm.weight"));
+}
+
+TEST(Opt, PostLayerNormWithEmbeddingProjectionsLikeOpt350M) {
+  auto c = tiny_opt(false, 12);
+  OptForCausalLM model(c);
+  randomize(*model, 3);
+  auto tokens = tokens_for(c.vocab_size, 9);
+  torch::NoGradGuard no_grad;
+  expect_close(model->forward(tokens), opt_ref(weights_of(*model), c, tokens));
+  auto w = weights_of(*model);
+  EXPECT_EQ(w.at("model.decoder.project_in.weight").sizes(), (std::vector<int64_t>{20, 12}));
+  EXPECT_EQ(w.at("model.decoder.embed_positions.weight").size(0), 34);  // max positions + 2
+  EXPECT_FALSE(w.count("model.decoder.final_layer_norm.weight"));
+}
+
+// ---------------------------------------------------------------- Llama
+Tensor rope_ref(const Tensor& x, const Tensor& inv_freq, int64_t heads, int64_t hd) {
+  // Pairs (i, i + hd/2) rotate by angle pos * inv_freq[i] (HF's rotate_half layout).
+  auto out = x.clone();
+  const int64_t s = x.size(1), half = hd / 2;
+  for (int64_t pos = 0; pos < s; ++pos)
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t i = 0; i < half; ++i) {
+        double angle = pos * inv_freq[i].item<double>();
+        auto a = x.select(1, pos).select(-1, h * hd + i), b = x.select(1, pos).select(-1, h * hd + i + half);
+        out.select(1, pos).select(-1, h * hd + i).copy_(a * std::cos(angle) - b * std::sin(angle));
+        out.select(1, pos).select(-1, h * hd + i + half).copy_(b * std::cos(angle) + a * std::sin(angle));
+      }
+  return out;
+}
+
+Tensor inv_freq_ref(const LlamaConfig& c) {
+  const int64_t hd = c.dim_per_head();
+  auto inv = torch::empty({hd / 2}, torch::kDouble);
+  for (int64_t i = 0; i < hd / 2; ++i) {
+    double f = 1.0 / std::pow(c.rope_theta, 2.0 * i / hd);
+    if (c.rope_scaling) {  // Llama 3.1's published frequency rescaling
+      const auto& r = *c.rope_scaling;
+      double wavelen = 2 * M_PI / f;
+      if (wavelen > r.original_max_position_embeddings / r.low_freq_factor) {
+        f = f / r.factor;
+      } else if (wavelen >= r.original_max_position_embeddings / r.high_freq_factor) {
+        double smooth = (r.original_max_position_embeddings / wavelen - r.low_freq_factor) /
+                        (r.high_freq_factor - r.low_freq_factor);
+        f = (1 - smooth) * f / r.factor + smooth * f;
+      }
+    }
+    inv[i] = f;
+  }
+  return inv;
+}
+
+Tensor llama_ref(const Weights& w, const LlamaConfig& c, const Tensor& tokens) {
+  const int64_t hd = c.dim_per_head(), heads = c.num_attention_heads, kv = c.num_key_value_heads;
+  auto x = w.at("model.embed_tokens.weight").index({tokens});
+  auto inv = inv_freq_ref(c);
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    std::string p = "model.layers." + std::to_string(i) + ".";
+    auto a = rms_norm_ref(x, w.at(p + "input_layernorm.weight"), c.rms_norm_eps);
+    auto q = rope_ref(linear_ref(w, p + "self_attn.q_proj", a), inv, heads, hd);
+    auto k = rope_ref(linear_ref(w, p + "self_attn.k_proj", a), inv, kv, hd);
+    auto y = attention_ref(q, k, linear_ref(w, p + "self_attn.v_proj", a), heads, kv, hd, 1.0 / std::sqrt(double(hd)));
+    x = x + linear_ref(w, p + "self_attn.o_proj", y);
+    auto m = rms_norm_ref(x, w.at(p + "post_attention_layernorm.weight"), c.rms_norm_eps);
+    auto gate = linear_ref(w, p + "mlp.gate_proj", m);
+    x = x + linear_ref(w, p + "mlp.down_proj", gate * torch::sigmoid(gate) * linear_ref(w, p + "mlp.up_proj", m));
+  }
+  x = rms_norm_ref(x, w.at("model.norm.weight"), c.rms_norm_eps);
+  return torch::matmul(x, w.at("lm_head.weight").t());
+}
+
+TEST(Llama, GroupedQueryAttentionLogitsMatchThePublishedFormulas) {
+  auto c = llama_preset("tiny");  // 4 query heads over 2 KV heads, untied head
+  LlamaForCausalLM model(c);
+  randomize(*model, 4);
+  auto tokens = tokens_for(c.vocab_size, 10);
+  torch::NoGradGuard no_grad;
+  expect_close(model->forward(tokens), llama_ref(weights_of(*model), c, tokens));
+}
+
+TEST(Llama, Llama3RopeScalingAndTiedEmbeddingsMatchThePublishedFormulas) {
+  auto c = llama_preset("tiny");
+  c.tie_word_embeddings = true;
+  c.rope_theta = 500000;
+  c.max_position_embeddings = 64;
+  c.rope_scaling = Llama3RopeScaling{8.0, 1.0, 4.0, 16};  // small original context: blended and divided bands
+  LlamaForCausalLM model(c);
+  randomize(*model, 5);
+  auto tokens = tokens_for(c.vocab_size, 12);
+  torch::NoGradGuard no_grad;
+  expect_close(model->forward(tokens), llama_ref(weights_of(*model), c, tokens));
+  EXPECT_TRUE(model->lm_head->weight.is_same(model->model->embed_tokens->weight));
+  auto inv = rope_inverse_frequencies(c).to(torch::kDouble);
+  auto ref = inv_freq_ref(c);
+  EXPECT_TRUE(torch::allclose(inv, ref, 1e-6, 1e-12));
+}
+
+TEST(Llama, PresetParameterCountsAreThePublishedOnes) {
+  // Hugging Face model cards / safetensors totals of the reference checkpoints.
+  EXPECT_EQ(llama_preset("7B").parameter_count(), 6738415616);
+  EXPECT_EQ(llama_preset("13B").parameter_count(), 13015864320);
+  EXPECT_EQ(llama_preset("70B").parameter_count(), 68976648192);
+  EXPECT_EQ(llama_preset("1B").parameter_count(), 1235814400);
+  EXPECT_EQ(llama_preset("3B").parameter_count(), 3212749824);
+  for (const auto& name : {"tiny", "125M"}) {
+    auto c = llama_preset(name);
+    LlamaForCausalLM model(c);
+    std::unordered_set<const c10::TensorImpl*> seen;
+    int64_t counted = 0;
+    for (auto& p : model->parameters())
+      if (seen.insert(p.unsafeGetTensorImpl()).second) counted += p.numel();
+    EXPECT_EQ(c.parameter_count(), counted) << name;
+  }
+  EXPECT_THROW(llama_preset("5B"), std::invalid_argument);
+}
+
+TEST(Configs, ConfigJsonRoundTripsAndBadValuesNameTheKey) {
+  auto c = llama_preset("1B");
+  auto back = LlamaConfig::from_json(c.to_json(), "config.json");
+  EXPECT_EQ(back.parameter_count(), c.parameter_count());
+  EXPECT_TRUE(back.rope_scaling.has_value());
+  auto j = c.to_json();
+  j.erase("hidden_size");
+  try {
+    LlamaConfig::from_json(j, "/tmp/m/config.json");
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("/tmp/m/config.json: key 'hidden_size' is missing"), std::string::npos)
+        << e.what();
+  }
+  auto g = Gpt2Config{}.to_json();
+  g["n_layer"] = "twelve";
+  EXPECT_THROW(Gpt2Config::from_json(g, "config.json"), std::invalid_argument);
+  EXPECT_EQ(OptConfig::from_json(tiny_opt(false, 12).to_json(), "c").word_embed_proj_dim, 12);
+}
+
+}  // namespace
+}  // namespace fsdpp::models
