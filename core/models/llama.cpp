@@ -24,6 +24,7 @@ LlamaConfig LlamaConfig::from_json(const nlohmann::json& json, const std::string
   c.rope_theta = r.number("rope_theta", 10000.0);
   c.tie_word_embeddings = r.boolean("tie_word_embeddings", false);
   c.attention_bias = r.boolean("attention_bias", false);
+  c.sliding_window = r.integer("sliding_window", 0);
   auto activation = r.text("hidden_act", "silu");
   if (activation != "silu")
     throw std::invalid_argument(source + ": hidden_act '" + activation + "' is not supported (silu)");
@@ -156,7 +157,10 @@ torch::Tensor rotate_half(const torch::Tensor& x) {
 }  // namespace
 
 LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& c)
-    : heads(c.num_attention_heads), kv_heads(c.num_key_value_heads), head_dim(c.dim_per_head()) {
+    : heads(c.num_attention_heads),
+      kv_heads(c.num_key_value_heads),
+      head_dim(c.dim_per_head()),
+      sliding_window(c.sliding_window) {
   auto linear = [&](const char* name, int64_t in, int64_t out) {
     return register_module(name, torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(c.attention_bias)));
   };
@@ -169,6 +173,9 @@ LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& c)
 
 torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x) {
   const int64_t s = x.size(1);
+  if (sliding_window > 0 && s > sliding_window)
+    throw std::invalid_argument("sequence of " + std::to_string(s) + " tokens exceeds the sliding window of " +
+                                std::to_string(sliding_window) + ", which is not implemented");
   auto q = split_heads(nn::call(q_proj, x), heads);
   auto k = split_heads(nn::call(k_proj, x), kv_heads);
   auto v = split_heads(nn::call(v_proj, x), kv_heads);

@@ -37,6 +37,7 @@ struct LlamaConfig {
   std::optional<Llama3RopeScaling> rope_scaling;
   bool tie_word_embeddings = false;
   bool attention_bias = false;
+  int64_t sliding_window = 0;  // Mistral; 0: none. Longer sequences are refused, not mis-attended.
 
   static LlamaConfig from_json(const nlohmann::json& config, const std::string& source);
   nlohmann::json to_json() const;
@@ -56,7 +57,7 @@ torch::Tensor rope_inverse_frequencies(const LlamaConfig& c);
 struct LlamaAttentionImpl : torch::nn::Module {
   explicit LlamaAttentionImpl(const LlamaConfig& c);
   torch::Tensor forward(const torch::Tensor& x);
-  int64_t heads, kv_heads, head_dim;
+  int64_t heads, kv_heads, head_dim, sliding_window;
   torch::Tensor inv_freq;  // buffer, not a parameter
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
 };
