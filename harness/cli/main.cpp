@@ -9,7 +9,9 @@
 #include "core/io/atomic_file.h"
 #include "core/fsdp/sharding.h"
 #include "harness/cli/distributed.h"
+#include "harness/cli/model_commands.h"
 #include "harness/equiv/equivalence.h"
+#include "harness/launch/run_ranks.h"
 #include "harness/selfcheck/selfcheck.h"
 
 namespace {
@@ -123,6 +125,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1024));
   eq->add_option("--json", equiv.json_path, "Also write the report as JSON (format fsdpp.equiv v1)");
 
+  fsdpp::cli::ModelCommands model_commands;
+  model_commands.add_to(app);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -133,12 +138,14 @@ int main(int argc, char** argv) {
       return fsdpp::cli::run_distributed(args, selfcheck.dist, [&](fsdpp::comm::Communicator& comm, const auto&) {
         return selfcheck_rank(selfcheck, comm);
       });
+    int code = model_commands.run_parsed();
+    if (code >= 0) return code;
     if (eq->parsed())
       return fsdpp::cli::run_distributed(args, equiv.dist, [&](fsdpp::comm::Communicator& comm, const auto&) {
         return equiv_rank(equiv, comm);
       });
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "fsdpp: error: %s\n", e.what());
+    std::fprintf(stderr, "fsdpp: error: %s\n", fsdpp::harness::exception_message(e).c_str());
     return 1;
   }
   return 0;

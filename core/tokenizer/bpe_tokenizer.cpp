@@ -1,0 +1,519 @@
+#include "core/tokenizer/bpe_tokenizer.h"
+
+#include <algorithm>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <queue>
+#include <sstream>
+#include <stdexcept>
+#include <tuple>
+
+#include "core/tokenizer/gguf_vocab.h"
+#include "core/tokenizer/gpt2_pretokenizer.h"
+#include "core/tokenizer/unicode.h"
+
+namespace fsdpp::tokenizer {
+namespace {
+
+using nlohmann::json;
+
+const char* const kHfExpectation = "a Hugging Face tokenizer.json with model.type \"BPE\"";
+
+std::string quoted(const std::filesystem::path& p) { return "'" + p.string() + "'"; }
+
+std::string read_file(const std::filesystem::path& path, const std::string& expected) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("tokenizer: cannot open " + quoted(path) + " (expected " + expected + ")");
+  std::ostringstream content;
+  content << in.rdbuf();
+  if (in.bad()) throw std::runtime_error("tokenizer: cannot read " + quoted(path));
+  return content.str();
+}
+
+json parse_json(const std::filesystem::path& path, const std::string& expected) {
+  const std::string text = read_file(path, expected);
+  try {
+    return json::parse(text);
+  } catch (const json::parse_error& e) {
+    throw std::invalid_argument("tokenizer: " + quoted(path) + " is not valid JSON (expected " + expected +
+                                "): " + e.what());
+  }
+}
+
+[[noreturn]] void reject(const std::string& source, const std::string& what) {
+  throw std::invalid_argument("tokenizer: " + source + ": " + what);
+}
+
+// GPT-2's bytes_to_unicode (encoder.py): printable Latin-1 bytes stand for themselves, the
+// other 68 bytes take the code points 256, 257, ... in byte order, so that every token of a
+// byte-level vocabulary is printable text.
+std::array<uint32_t, 256> bytes_to_unicode() {
+  std::array<uint32_t, 256> cp{};
+  uint32_t next = 256;
+  for (uint32_t b = 0; b < 256; ++b) {
+    const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+    cp[b] = printable ? b : next++;
+  }
+  return cp;
+}
+
+// "<0xAB>" -> 0xAB; -1 for anything else (SentencePiece's byte-fallback token names).
+int byte_fallback_value(std::string_view token) {
+  if (token.size() != 6 || token.substr(0, 3) != "<0x" || token[5] != '>') return -1;
+  int value = 0;
+  for (char c : token.substr(3, 2)) {
+    value *= 16;
+    if (c >= '0' && c <= '9') value += c - '0';
+    else if (c >= 'A' && c <= 'F') value += c - 'A' + 10;
+    else return -1;
+  }
+  return value;
+}
+
+std::string replace_all(std::string_view s, std::string_view from, std::string_view to) {
+  std::string out;
+  size_t pos = 0;
+  for (size_t hit; (hit = s.find(from, pos)) != std::string_view::npos; pos = hit + from.size()) {
+    out.append(s.substr(pos, hit - pos)).append(to);
+  }
+  return out.append(s.substr(pos));
+}
+
+const json* field(const json& object, const char* key) {
+  const auto it = object.find(key);
+  return (it == object.end() || it->is_null()) ? nullptr : &*it;
+}
+
+std::string type_of(const json& node, const std::string& source, const std::string& where) {
+  const json* type = node.is_object() ? field(node, "type") : nullptr;
+  if (!type || !type->is_string()) reject(source, where + " has no string field \"type\"");
+  return type->get<std::string>();
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------
+// Loading
+
+void BpeTokenizer::add_vocab_entry(const std::string& token, int64_t id, const std::string& source) {
+  if (id < 0 || id > std::numeric_limits<int32_t>::max()) {
+    reject(source, "token '" + token + "' has id " + std::to_string(id) + "; expected 0 <= id < 2^31");
+  }
+  const auto id32 = static_cast<int32_t>(id);
+  if (static_cast<size_t>(id32) >= tokens_.size()) tokens_.resize(id32 + 1);
+  if (const auto it = ids_.find(token); it != ids_.end() && it->second != id32) {
+    reject(source, "token '" + token + "' has two ids, " + std::to_string(it->second) + " and " +
+                       std::to_string(id32));
+  }
+  tokens_[id32] = token;
+  ids_[token] = id32;
+}
+
+int32_t BpeTokenizer::find_id(std::string_view token) const {
+  const auto it = ids_.find(std::string(token));
+  return it == ids_.end() ? -1 : it->second;
+}
+
+void BpeTokenizer::add_merge(std::string_view left, std::string_view right, const std::string& source) {
+  const int32_t a = find_id(left), b = find_id(right);
+  const int32_t merged = find_id(std::string(left) + std::string(right));
+  if (a < 0 || b < 0 || merged < 0) {
+    reject(source, "merge '" + std::string(left) + " " + std::string(right) +
+                       "' uses a token that is not in the vocabulary (left, right and their "
+                       "concatenation must all be tokens)");
+  }
+  const uint64_t key = (static_cast<uint64_t>(a) << 32) | static_cast<uint32_t>(b);
+  // The first occurrence has the higher priority; a repeated merge keeps it (as GPT-2's
+  // dict(zip(merges, range(...))) would not, but no real vocabulary repeats a merge).
+  merges_.emplace(key, Merge{static_cast<int32_t>(merges_.size()), merged});
+}
+
+void BpeTokenizer::finish_byte_level(const std::string& source) {
+  kind_ = Kind::kByteLevel;
+  const std::array<uint32_t, 256> byte_cp = bytes_to_unicode();
+  std::unordered_map<uint32_t, uint8_t> cp_byte;
+  for (int b = 0; b < 256; ++b) {
+    std::string symbol;
+    unicode::append_utf8(byte_cp[b], symbol);
+    byte_symbol_ids_[b] = find_id(symbol);
+    if (byte_symbol_ids_[b] < 0) {
+      reject(source, "byte-level vocabulary lacks the token '" + symbol + "' for byte " + std::to_string(b));
+    }
+    cp_byte[byte_cp[b]] = static_cast<uint8_t>(b);
+  }
+  // Each token decodes to the bytes its characters stand for; a token with a character
+  // outside the byte alphabet (an added token such as "<|endoftext|>") decodes verbatim.
+  decoded_.assign(tokens_.size(), std::string());
+  for (size_t id = 0; id < tokens_.size(); ++id) {
+    const std::string& token = tokens_[id];
+    std::string bytes;
+    bool all_bytes = true;
+    for (size_t pos = 0; pos < token.size() && all_bytes;) {
+      const unicode::CodePoint cp = unicode::decode_utf8(token, pos);
+      const auto it = cp_byte.find(cp.value);
+      if (it == cp_byte.end()) all_bytes = false;
+      else bytes += static_cast<char>(it->second);
+      pos += cp.byte_len;
+    }
+    decoded_[id] = all_bytes ? bytes : token;
+  }
+}
+
+void BpeTokenizer::finish_sentencepiece(const std::string& source) {
+  kind_ = Kind::kSentencePiece;
+  byte_fallback_ids_.fill(-1);
+  decoded_.assign(tokens_.size(), std::string());
+  for (size_t id = 0; id < tokens_.size(); ++id) {
+    const int byte = byte_fallback_value(tokens_[id]);
+    if (byte >= 0) {
+      byte_fallback_ids_[byte] = static_cast<int32_t>(id);
+      decoded_[id] = std::string(1, static_cast<char>(byte));
+    } else {
+      // The inverse of the normalizer's replacements ("▁" -> " "), as the HF decoder does.
+      std::string text = tokens_[id];
+      for (const NormalizerStep& step : normalizer_) {
+        if (step.op == NormalizerStep::Op::kReplace) text = replace_all(text, step.to, step.from);
+      }
+      decoded_[id] = text;
+    }
+  }
+  if (byte_fallback_) {
+    for (int b = 0; b < 256; ++b) {
+      if (byte_fallback_ids_[b] < 0) reject(source, "byte_fallback is on but token <0x..> for byte " + std::to_string(b) + " is missing");
+    }
+  }
+}
+
+BpeTokenizer BpeTokenizer::from_gpt2_files(const std::filesystem::path& vocab_json,
+                                           const std::filesystem::path& merges_txt) {
+  BpeTokenizer tok;
+  const json vocab = parse_json(vocab_json, "GPT-2 vocab.json: an object mapping token to id");
+  if (!vocab.is_object()) reject(quoted(vocab_json), "expected a JSON object mapping token to id");
+  for (const auto& [token, id] : vocab.items()) {
+    if (!id.is_number_integer()) reject(quoted(vocab_json), "id of token '" + token + "' is not an integer");
+    tok.add_vocab_entry(token, id.get<int64_t>(), quoted(vocab_json));
+  }
+
+  const std::string merges = read_file(merges_txt, "GPT-2 merges.txt: one \"left right\" merge per line");
+  std::istringstream lines(merges);
+  size_t line_no = 0;
+  for (std::string line; std::getline(lines, line);) {
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty() || (line_no == 1 && line.rfind("#version", 0) == 0)) continue;
+    const size_t space = line.find(' ');
+    const std::string where = quoted(merges_txt) + " line " + std::to_string(line_no);
+    if (space == std::string::npos || line.find(' ', space + 1) != std::string::npos) {
+      reject(where, "expected \"left right\" (two tokens, one space), got '" + line + "'");
+    }
+    tok.add_merge(std::string_view(line).substr(0, space), std::string_view(line).substr(space + 1), where);
+  }
+  // GPT-2's <|endoftext|> is special: it decodes to nothing.
+  tok.finish_byte_level(quoted(vocab_json));
+  if (const int32_t eot = tok.find_id("<|endoftext|>"); eot >= 0) tok.decoded_[eot].clear();
+  return tok;
+}
+
+BpeTokenizer BpeTokenizer::from_hf_tokenizer_json(const std::filesystem::path& tokenizer_json) {
+  const std::string source = quoted(tokenizer_json);
+  const json root = parse_json(tokenizer_json, kHfExpectation);
+  try {
+    return from_hf_json_value(root, source);
+  } catch (const json::exception& e) {
+    // A field of the wrong JSON type (e.g. a string where an id belongs).
+    reject(source, std::string("unexpected structure: ") + e.what() + "; expected " + kHfExpectation);
+  }
+}
+
+BpeTokenizer BpeTokenizer::from_hf_json_value(const nlohmann::json& root, const std::string& source) {
+  const json* model = root.is_object() ? field(root, "model") : nullptr;
+  if (!model || !model->is_object()) reject(source, std::string("no object \"model\"; expected ") + kHfExpectation);
+  const std::string model_type = type_of(*model, source, "model");
+  if (model_type != "BPE") reject(source, "model.type is \"" + model_type + "\"; expected \"BPE\"");
+
+  BpeTokenizer tok;
+  if (const json* dropout = field(*model, "dropout"); dropout && dropout->get<double>() != 0.0) {
+    reject(source, "model.dropout is set; expected null (encoding must be deterministic)");
+  }
+  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+    if (const json* v = field(*model, key); v && !v->get<std::string>().empty()) {
+      reject(source, std::string("model.") + key + " is set; expected null (not supported)");
+    }
+  }
+  if (const json* v = field(*model, "ignore_merges")) tok.ignore_merges_ = v->get<bool>();
+  if (const json* v = field(*model, "byte_fallback")) tok.byte_fallback_ = v->get<bool>();
+  if (const json* v = field(*model, "fuse_unk")) tok.fuse_unk_ = v->get<bool>();
+
+  const json* vocab = field(*model, "vocab");
+  const json* merges = field(*model, "merges");
+  if (!vocab || !vocab->is_object()) reject(source, "model.vocab is not an object mapping token to id");
+  if (!merges || !merges->is_array()) reject(source, "model.merges is not an array");
+  for (const auto& [token, id] : vocab->items()) {
+    if (!id.is_number_integer()) reject(source, "model.vocab: id of token '" + token + "' is not an integer");
+    tok.add_vocab_entry(token, id.get<int64_t>(), source);
+  }
+  std::vector<int32_t> special_ids;
+  if (const json* added = field(root, "added_tokens")) {
+    for (const json& t : *added) {
+      tok.add_vocab_entry(t.at("content").get<std::string>(), t.at("id").get<int64_t>(), source);
+      if (t.value("special", false)) special_ids.push_back(t.at("id").get<int32_t>());
+    }
+  }
+  // A merge is "left right" (tokenizers < 0.20) or ["left", "right"].
+  for (size_t i = 0; i < merges->size(); ++i) {
+    const json& m = (*merges)[i];
+    const std::string where = source + " model.merges[" + std::to_string(i) + "]";
+    if (m.is_string()) {
+      const std::string s = m.get<std::string>();
+      const size_t space = s.find(' ');
+      if (space == std::string::npos) reject(where, "expected \"left right\", got '" + s + "'");
+      tok.add_merge(std::string_view(s).substr(0, space), std::string_view(s).substr(space + 1), where);
+    } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
+      tok.add_merge(m[0].get<std::string>(), m[1].get<std::string>(), where);
+    } else {
+      reject(where, "expected \"left right\" or [\"left\", \"right\"]");
+    }
+  }
+
+  const json* pre = field(root, "pre_tokenizer");
+  const json* normalizer = field(root, "normalizer");
+  if (pre) {
+    const std::string pre_type = type_of(*pre, source, "pre_tokenizer");
+    if (pre_type != "ByteLevel") {
+      reject(source, "pre_tokenizer.type is \"" + pre_type + "\"; expected \"ByteLevel\" or null");
+    }
+    if (normalizer) reject(source, "a ByteLevel tokenizer with a normalizer is not supported; expected normalizer null");
+    tok.add_prefix_space_ = pre->value("add_prefix_space", false);
+    tok.use_regex_ = pre->value("use_regex", true);
+    tok.finish_byte_level(source);
+  } else {
+    // SentencePiece-style: the normalizer is the only text transformation.
+    std::vector<const json*> steps;
+    if (normalizer && type_of(*normalizer, source, "normalizer") == "Sequence") {
+      for (const json& n : normalizer->at("normalizers")) steps.push_back(&n);
+    } else if (normalizer) {
+      steps.push_back(normalizer);
+    }
+    for (const json* n : steps) {
+      const std::string type = type_of(*n, source, "normalizer");
+      if (type == "Prepend") {
+        tok.normalizer_.push_back({NormalizerStep::Op::kPrepend, "", n->at("prepend").get<std::string>()});
+      } else if (type == "Replace" && n->at("pattern").contains("String")) {
+        tok.normalizer_.push_back({NormalizerStep::Op::kReplace, n->at("pattern").at("String").get<std::string>(),
+                                   n->at("content").get<std::string>()});
+      } else {
+        reject(source, "normalizer \"" + type + "\" is not supported; expected Prepend or Replace(String)");
+      }
+    }
+    if (const json* unk = field(*model, "unk_token")) tok.unk_id_ = tok.find_id(unk->get<std::string>());
+    tok.finish_sentencepiece(source);
+  }
+  for (int32_t id : special_ids) tok.decoded_[id].clear();
+  return tok;
+}
+
+BpeTokenizer BpeTokenizer::from_gguf_vocab(const std::filesystem::path& gguf) {
+  const std::string source = quoted(gguf);
+  const GgufVocab vocab = read_gguf_vocab(gguf);
+  BpeTokenizer tok;
+  for (size_t id = 0; id < vocab.tokens.size(); ++id) tok.add_vocab_entry(vocab.tokens[id], static_cast<int64_t>(id), source);
+  constexpr int32_t kControlType = 3;  // llama.cpp's LLAMA_TOKEN_TYPE_CONTROL
+  if (vocab.model == "gpt2") {
+    for (size_t i = 0; i < vocab.merges.size(); ++i) {
+      const std::string& m = vocab.merges[i];
+      const size_t space = m.find(' ');
+      const std::string where = source + " tokenizer.ggml.merges[" + std::to_string(i) + "]";
+      if (space == std::string::npos) reject(where, "expected \"left right\", got '" + m + "'");
+      tok.add_merge(std::string_view(m).substr(0, space), std::string_view(m).substr(space + 1), where);
+    }
+    tok.finish_byte_level(source);
+  } else if (vocab.model == "llama") {
+    if (vocab.scores.size() != vocab.tokens.size()) reject(source, "tokenizer.ggml.scores is missing");
+    // What llama.cpp does for a "llama" vocabulary: " " -> "▁", a "▁" prefix
+    // (add_space_prefix), byte fallback to <0xXX>, merges by score.
+    if (vocab.add_space_prefix) tok.normalizer_.push_back({NormalizerStep::Op::kPrepend, "", "\u2581"});
+    tok.normalizer_.push_back({NormalizerStep::Op::kReplace, " ", "\u2581"});
+    tok.byte_fallback_ = true;
+    // Dense ranks of the scores, highest score first.
+    std::vector<float> distinct = vocab.scores;
+    std::sort(distinct.begin(), distinct.end(), std::greater<>());
+    distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+    tok.score_rank_.resize(vocab.scores.size());
+    for (size_t id = 0; id < vocab.scores.size(); ++id) {
+      tok.score_rank_[id] = static_cast<int32_t>(
+          std::lower_bound(distinct.begin(), distinct.end(), vocab.scores[id], std::greater<>()) - distinct.begin());
+    }
+    tok.finish_sentencepiece(source);
+  } else {
+    reject(source, "tokenizer.ggml.model is \"" + vocab.model + "\"; expected \"llama\" or \"gpt2\"");
+  }
+  for (size_t id = 0; id < vocab.token_types.size(); ++id) {
+    if (vocab.token_types[id] == kControlType) tok.decoded_[id].clear();
+  }
+  return tok;
+}
+
+const std::string& BpeTokenizer::token(int32_t id) const {
+  if (id < 0 || static_cast<size_t>(id) >= tokens_.size()) {
+    throw std::out_of_range("tokenizer: token id " + std::to_string(id) + " outside [0, " +
+                            std::to_string(tokens_.size()) + ")");
+  }
+  return tokens_[id];
+}
+
+// ---------------------------------------------------------------------------------------
+// Encoding
+
+// Rank-ordered BPE on one word, the algorithm of Hugging Face tokenizers' Word::merge_all
+// and llama.cpp's llm_tokenizer_bpe: repeatedly merge the adjacent pair with the lowest
+// merge rank, the leftmost one among equal ranks, until no adjacent pair has a merge.
+// (SentencePiece's rule, used with scores: merge the adjacent pair whose concatenation is
+// the highest-scoring token, leftmost among equal scores; llm_tokenizer_spm.)
+// Symbols form a linked list; a heap holds candidate pairs, stale ones skipped when popped.
+bool BpeTokenizer::find_merge(int32_t left, int32_t right, Merge& merge) const {
+  if (score_rank_.empty()) {
+    const auto it = merges_.find((static_cast<uint64_t>(left) << 32) | static_cast<uint32_t>(right));
+    if (it == merges_.end()) return false;
+    merge = it->second;
+    return true;
+  }
+  const int32_t merged = find_id(tokens_[left] + tokens_[right]);
+  if (merged < 0) return false;
+  merge = Merge{score_rank_[merged], merged};
+  return true;
+}
+
+void BpeTokenizer::merge_word(std::vector<int32_t> symbols, std::vector<int32_t>& out) const {
+  const auto n = static_cast<int32_t>(symbols.size());
+  std::vector<int32_t> next(n), prev(n);
+  for (int32_t i = 0; i < n; ++i) {
+    next[i] = i + 1 < n ? i + 1 : -1;
+    prev[i] = i - 1;
+  }
+  // (rank, left position, left id, right id, right position): min-heap by rank then position.
+  using Candidate = std::tuple<int32_t, int32_t, int32_t, int32_t, int32_t>;
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap;
+  auto push = [&](int32_t left) {
+    if (left < 0 || next[left] < 0) return;
+    const int32_t right = next[left];
+    Merge merge{};
+    if (find_merge(symbols[left], symbols[right], merge)) heap.emplace(merge.rank, left, symbols[left], symbols[right], right);
+  };
+  for (int32_t i = 0; i + 1 < n; ++i) push(i);
+
+  while (!heap.empty()) {
+    const auto [rank, left, left_id, right_id, right] = heap.top();
+    heap.pop();
+    // Stale: one side merged since (its id changed) or no longer adjacent.
+    if (symbols[left] != left_id || next[left] != right || symbols[right] != right_id) continue;
+    Merge merge{};
+    find_merge(left_id, right_id, merge);
+    symbols[left] = merge.merged_id;
+    symbols[right] = -1;
+    next[left] = next[right];
+    if (next[left] >= 0) prev[next[left]] = left;
+    push(prev[left]);
+    push(left);
+  }
+  for (int32_t i = n > 0 ? 0 : -1; i >= 0; i = next[i]) out.push_back(symbols[i]);
+}
+
+void BpeTokenizer::encode_byte_level(std::string_view text, std::vector<int32_t>& out) const {
+  std::string prefixed;
+  if (add_prefix_space_ && !text.empty() && text.front() != ' ') {
+    prefixed = " " + std::string(text);
+    text = prefixed;
+  }
+  std::vector<std::string_view> pieces;
+  if (use_regex_) pieces = split_gpt2_pieces(text);
+  else if (!text.empty()) pieces.push_back(text);
+  const std::array<uint32_t, 256> byte_cp = bytes_to_unicode();
+  for (std::string_view piece : pieces) {
+    std::vector<int32_t> symbols;
+    symbols.reserve(piece.size());
+    for (unsigned char b : piece) symbols.push_back(byte_symbol_ids_[b]);
+    if (ignore_merges_) {
+      std::string as_token;
+      for (unsigned char b : piece) unicode::append_utf8(byte_cp[b], as_token);
+      if (const int32_t id = find_id(as_token); id >= 0) {
+        out.push_back(id);
+        continue;
+      }
+    }
+    merge_word(std::move(symbols), out);
+  }
+}
+
+void BpeTokenizer::encode_sentencepiece(std::string_view text, std::vector<int32_t>& out) const {
+  // Normalizer, in order (HF Prepend leaves an empty text empty).
+  std::string normalized(text);
+  for (const NormalizerStep& step : normalizer_) {
+    if (step.op == NormalizerStep::Op::kPrepend) {
+      if (!normalized.empty()) normalized = step.to + normalized;
+    } else {
+      normalized = replace_all(normalized, step.from, step.to);
+    }
+  }
+  if (ignore_merges_) {
+    if (const int32_t id = find_id(normalized); id >= 0) {
+      out.push_back(id);
+      return;
+    }
+  }
+  // One symbol per code point; a code point that is not a token becomes its UTF-8 bytes
+  // as <0xXX> tokens (byte_fallback), else <unk> (consecutive ones fused if fuse_unk).
+  std::vector<int32_t> symbols;
+  bool last_was_unk = false;
+  for (size_t pos = 0; pos < normalized.size();) {
+    const size_t len = unicode::decode_utf8(normalized, pos).byte_len;
+    const int32_t id = find_id(std::string_view(normalized).substr(pos, len));
+    if (id >= 0) {
+      symbols.push_back(id);
+      last_was_unk = false;
+    } else if (byte_fallback_) {
+      for (size_t i = 0; i < len; ++i) symbols.push_back(byte_fallback_ids_[static_cast<unsigned char>(normalized[pos + i])]);
+      last_was_unk = false;
+    } else {
+      if (unk_id_ < 0) {
+        throw std::invalid_argument("tokenizer: text has a character that is not in the vocabulary, and the "
+                                    "tokenizer has neither byte_fallback nor an unk_token");
+      }
+      if (!(fuse_unk_ && last_was_unk)) symbols.push_back(unk_id_);
+      last_was_unk = true;
+    }
+    pos += len;
+  }
+  merge_word(std::move(symbols), out);
+}
+
+std::vector<int32_t> BpeTokenizer::encode(std::string_view text) const {
+  std::vector<int32_t> ids;
+  if (kind_ == Kind::kByteLevel) encode_byte_level(text, ids);
+  else encode_sentencepiece(text, ids);
+  return ids;
+}
+
+// ---------------------------------------------------------------------------------------
+// Decoding
+
+std::string BpeTokenizer::decode(const std::vector<int32_t>& ids) const {
+  std::string text;
+  for (int32_t id : ids) {
+    token(id);  // range check
+    text += decoded_[id];
+  }
+  // SentencePiece-style: drop the one "▁" (now " ") the Prepend normalizer added, like the
+  // HF decoder's Strip(" ", start=1) and llama.cpp's add_space_prefix handling.
+  if (kind_ == Kind::kSentencePiece && !text.empty() && text.front() == ' ') {
+    for (const NormalizerStep& step : normalizer_) {
+      if (step.op == NormalizerStep::Op::kPrepend) {
+        text.erase(0, 1);
+        break;
+      }
+    }
+  }
+  return text;
+}
+
+}  // namespace fsdpp::tokenizer

@@ -1,0 +1,115 @@
+// Byte-pair-encoding tokenizers, bit-exact with the references they are tested against
+// (llama.cpp's ggml-vocab-gpt-2 and ggml-vocab-llama-spm vectors; see README.md here):
+//
+//  - byte-level BPE (GPT-2): text -> GPT-2 regex pieces -> bytes -> one symbol per byte
+//    (GPT-2's bytes_to_unicode alphabet) -> merges by rank. Lossless on any bytes.
+//  - SentencePiece-style BPE (Llama-2): text -> normalizer (prepend "▁", " " -> "▁") -> one
+//    symbol per code point, unknown ones as <0xXX> byte tokens (byte_fallback) -> merges,
+//    by merge rank (tokenizer.json) or by the merged token's score (SentencePiece's own
+//    rule, as llama.cpp applies it to a GGUF vocabulary). No regex pre-tokenization.
+//
+// encode() never adds BOS/EOS and never parses special-token text such as "<s>": it is
+// plain text (llama.cpp's tokenize with add_special = parse_special = false).
+// A loaded tokenizer is immutable; const calls are safe from many threads at once.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <filesystem>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace fsdpp::tokenizer {
+
+class BpeTokenizer {
+ public:
+  enum class Kind { kByteLevel, kSentencePiece };
+
+  // GPT-2's own files: vocab.json / encoder.json (token -> id) and merges.txt / vocab.bpe
+  // (one "left right" merge per line, highest priority first, "#version" line ignored).
+  // Throws std::runtime_error if a file cannot be read, std::invalid_argument naming the
+  // file and the expectation if its content is malformed.
+  static BpeTokenizer from_gpt2_files(const std::filesystem::path& vocab_json,
+                                      const std::filesystem::path& merges_txt);
+
+  // A Hugging Face tokenizer.json whose model.type is "BPE": byte-level when its
+  // pre_tokenizer is ByteLevel, SentencePiece-style when it has no pre_tokenizer (the
+  // normalizer may be Prepend / Replace / a Sequence of them). Throws as above; any
+  // configuration outside these (another model type, dropout, subword prefixes, other
+  // pre-tokenizers or normalizers) is std::invalid_argument naming the field.
+  static BpeTokenizer from_hf_tokenizer_json(const std::filesystem::path& tokenizer_json);
+
+  // The vocabulary of a GGUF file (llama.cpp's format; see gguf_vocab.h) whose
+  // tokenizer.ggml.model is "llama" (SentencePiece: tokens + scores + token types, merged
+  // by score like llama.cpp's llm_tokenizer_spm) or "gpt2" (tokens + merges, byte-level).
+  // Control tokens (<s>, </s>) decode to nothing. Throws as above.
+  static BpeTokenizer from_gguf_vocab(const std::filesystem::path& gguf);
+
+  // Token ids of `text` (UTF-8; invalid bytes are encoded too, byte-level losslessly).
+  std::vector<int32_t> encode(std::string_view text) const;
+
+  // The bytes the ids stand for; special tokens (<s>, </s>, <|endoftext|>...) decode to
+  // nothing. decode(encode(t)) == t for every t (SentencePiece: drops the prepended "▁").
+  // Throws std::out_of_range for an id outside [0, vocab_size()).
+  std::string decode(const std::vector<int32_t>& ids) const;
+
+  Kind kind() const { return kind_; }
+  size_t vocab_size() const { return tokens_.size(); }
+  // The vocabulary entry of `id` as written in the files (e.g. "Ġthe", "▁the", "<0x0A>").
+  const std::string& token(int32_t id) const;
+
+ private:
+  // One normalizer step of a SentencePiece-style tokenizer, applied in order.
+  struct NormalizerStep {
+    enum class Op { kPrepend, kReplace } op;
+    std::string from;  // kReplace only
+    std::string to;    // the prepended / replacing text
+  };
+  struct Merge {
+    int32_t rank;       // lower merges first
+    int32_t merged_id;  // id of left+right
+  };
+
+  BpeTokenizer() = default;
+  static BpeTokenizer from_hf_json_value(const nlohmann::json& root, const std::string& source);
+
+  void add_vocab_entry(const std::string& token, int64_t id, const std::string& source);
+  void add_merge(std::string_view left, std::string_view right, const std::string& source);
+  void finish_byte_level(const std::string& source);
+  void finish_sentencepiece(const std::string& source);
+  int32_t find_id(std::string_view token) const;  // -1 if absent
+
+  // The merge of adjacent symbols (left, right), if any: by rank, or by score.
+  bool find_merge(int32_t left, int32_t right, Merge& merge) const;
+  // Applies the merges to one word given as its initial symbol ids; appends the result.
+  void merge_word(std::vector<int32_t> symbols, std::vector<int32_t>& out) const;
+  void encode_byte_level(std::string_view text, std::vector<int32_t>& out) const;
+  void encode_sentencepiece(std::string_view text, std::vector<int32_t>& out) const;
+
+  Kind kind_ = Kind::kByteLevel;
+  std::vector<std::string> tokens_;                  // id -> vocabulary entry
+  std::unordered_map<std::string, int32_t> ids_;     // vocabulary entry -> id
+  std::unordered_map<uint64_t, Merge> merges_;       // (left id << 32 | right id) -> merge
+  std::vector<std::string> decoded_;                 // id -> the bytes it decodes to
+  // SentencePiece scores: id -> rank of its score among all scores (higher score = lower
+  // rank, equal scores = equal rank, so ties go to the leftmost pair). Empty: use merges_.
+  std::vector<int32_t> score_rank_;
+  bool ignore_merges_ = false;  // HF: a word that is itself a token skips merging
+
+  // Byte-level.
+  std::array<int32_t, 256> byte_symbol_ids_{};  // byte -> id of its bytes_to_unicode char
+  bool add_prefix_space_ = false;               // HF ByteLevel: prepend " " unless present
+  bool use_regex_ = true;                       // HF ByteLevel: split with GPT-2's regex
+
+  // SentencePiece-style.
+  std::vector<NormalizerStep> normalizer_;
+  bool byte_fallback_ = false;
+  std::array<int32_t, 256> byte_fallback_ids_{};  // byte -> id of "<0xXX>", -1 if absent
+  int32_t unk_id_ = -1;
+  bool fuse_unk_ = false;
+};
+
+}  // namespace fsdpp::tokenizer

@@ -1,0 +1,88 @@
+#include "harness/cli/model_commands.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+#include "core/data/token_file.h"
+#include "core/models/generate.h"
+#include "core/models/hf_checkpoint.h"
+#include "core/tokenizer/bpe_tokenizer.h"
+
+namespace fsdpp::cli {
+
+namespace {
+
+at::ScalarType parse_dtype(const std::string& name) {
+  if (name == "fp32") return at::kFloat;
+  if (name == "bf16") return at::kBFloat16;
+  if (name == "fp16") return at::kHalf;
+  throw std::invalid_argument("--dtype '" + name + "': expected fp32, bf16 or fp16");
+}
+
+// The folder's tokenizer: tokenizer.json, else GPT-2's vocab.json + merges.txt.
+tokenizer::BpeTokenizer folder_tokenizer(const std::filesystem::path& dir) {
+  if (std::filesystem::exists(dir / "tokenizer.json"))
+    return tokenizer::BpeTokenizer::from_hf_tokenizer_json(dir / "tokenizer.json");
+  if (std::filesystem::exists(dir / "vocab.json") && std::filesystem::exists(dir / "merges.txt"))
+    return tokenizer::BpeTokenizer::from_gpt2_files(dir / "vocab.json", dir / "merges.txt");
+  throw std::runtime_error(dir.string() + ": no tokenizer (expected tokenizer.json, or vocab.json and merges.txt)");
+}
+
+}  // namespace
+
+void ModelCommands::add_to(CLI::App& app) {
+  generate_ = app.add_subcommand("generate", "Continue a prompt with a Hugging Face model folder");
+  generate_->add_option("--model", model_dir_, "Model folder (config.json, safetensors, tokenizer)")->required();
+  generate_->add_option("--prompt", prompt_, "Text to continue")->required();
+  generate_->add_option("--max-new-tokens", max_new_tokens_, "Tokens to add")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  generate_->add_option("--temperature", temperature_, "0: greedy")->check(CLI::Range(0.0, 100.0));
+  generate_->add_option("--top-k", top_k_, "Keep the k most likely tokens (0: off)")->check(CLI::NonNegativeNumber);
+  generate_->add_option("--top-p", top_p_, "Nucleus sampling mass (1: off)")->check(CLI::Range(1e-6, 1.0));
+  generate_->add_option("--seed", seed_, "Sampling seed");
+  generate_->add_option("--dtype", dtype_, "fp32, bf16 or fp16")->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+
+  eval_ = app.add_subcommand("eval", "Mean next-token loss and perplexity of a model folder on a token file");
+  eval_->add_option("--model", model_dir_, "Model folder (config.json, safetensors)")->required();
+  eval_->add_option("--data", data_path_, "Token file (llm.c .bin)")->required();
+  eval_->add_option("--seq-len", seq_len_, "Window length T")->required()->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  eval_->add_option("--batch-size", batch_size_, "Windows per forward pass")->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
+  eval_->add_option("--dtype", dtype_, "fp32, bf16 or fp16")->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  eval_->add_flag("--json", json_, "Print {\"loss\", \"perplexity\", \"tokens\"} as JSON");
+}
+
+int ModelCommands::run_parsed() {
+  if (generate_ != nullptr && generate_->parsed()) {
+    auto tok = folder_tokenizer(model_dir_);
+    auto lm = models::load_pretrained(model_dir_, parse_dtype(dtype_));
+    models::SamplingOptions o;
+    o.max_new_tokens = max_new_tokens_;
+    o.temperature = temperature_;
+    o.top_k = top_k_;
+    o.top_p = top_p_;
+    o.seed = seed_;
+    auto ids = tok.encode(prompt_);
+    std::vector<int64_t> prompt(ids.begin(), ids.end());
+    auto out = models::generate(lm, prompt, o);
+    std::vector<int32_t> text_ids(out.begin(), out.end());
+    std::printf("%s\n", tok.decode(text_ids).c_str());
+    return 0;
+  }
+  if (eval_ != nullptr && eval_->parsed()) {
+    auto lm = models::load_pretrained(model_dir_, parse_dtype(dtype_));
+    auto tokens = data::read_token_file(data_path_);
+    if (tokens.numel() > 0 && tokens.max().item<int64_t>() >= lm.vocab_size)
+      throw std::runtime_error(data_path_ + ": token " + std::to_string(tokens.max().item<int64_t>()) +
+                               " is outside the model's vocabulary of " + std::to_string(lm.vocab_size));
+    auto r = models::evaluate(lm, tokens, seq_len_, batch_size_);
+    if (json_)
+      std::printf("%s\n", nlohmann::json{{"loss", r.loss}, {"perplexity", r.perplexity}, {"tokens", r.tokens}}.dump().c_str());
+    else
+      std::printf("loss %.6f  perplexity %.4f  tokens %lld\n", r.loss, r.perplexity, static_cast<long long>(r.tokens));
+    return 0;
+  }
+  return -1;
+}
+
+}  // namespace fsdpp::cli

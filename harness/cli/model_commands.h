@@ -1,0 +1,27 @@
+// `fsdpp generate` and `fsdpp eval`: a Hugging Face model folder (config.json,
+// safetensors, tokenizer files) used for text continuation and held-out loss.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+
+namespace fsdpp::cli {
+
+class ModelCommands {
+ public:
+  void add_to(CLI::App& app);
+  // The exit code of whichever of the two commands was parsed, or -1 if neither.
+  int run_parsed();
+
+ private:
+  CLI::App* generate_ = nullptr;
+  CLI::App* eval_ = nullptr;
+  std::string model_dir_, prompt_, data_path_, dtype_ = "fp32";
+  int64_t max_new_tokens_ = 32, top_k_ = 0, seq_len_ = 0, batch_size_ = 8;
+  double temperature_ = 1.0, top_p_ = 1.0;
+  uint64_t seed_ = 0;
+  bool json_ = false;
+};
+
+}  // namespace fsdpp::cli

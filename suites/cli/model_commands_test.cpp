@@ -1,0 +1,156 @@
+// `fsdpp eval` and `fsdpp generate` on Hugging Face folders written by the project itself,
+// and one clear error line with a non-zero exit for every kind of bad input.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "core/data/token_file.h"
+#include "core/io/safetensors.h"
+#include "core/models/generate.h"
+#include "core/models/gpt2.h"
+#include "core/models/hf_checkpoint.h"
+#include "core/models/llama.h"
+
+namespace fsdpp {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+const std::string kFsdpp = FSDPP_CLI_PATH;
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "fsdpp-cli-XXXXXX").string();
+    path = ::mkdtemp(pattern.data());
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+std::pair<int, std::string> shell(const std::string& command) {
+  std::string output;
+  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
+  char buf[4096];
+  while (size_t got = std::fread(buf, 1, sizeof(buf), pipe)) output.append(buf, got);
+  int status = ::pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
+
+// A random tiny Llama saved as an HF folder in `dir`, and 100 tokens as an llm.c file.
+void write_llama_folder(const fs::path& dir) {
+  torch::manual_seed(5);
+  auto lm = models::build_causal_lm(models::llama_preset("tiny").to_json(), "tiny");
+  models::save_pretrained(lm, dir);
+  data::write_llmc_tokens(dir / "tokens.bin", torch::randint(0, 97, {100}));
+}
+
+TEST(EvalCommand, PrintsTheLossOfTheLoadedModelAsJson) {
+  TempDir dir;
+  write_llama_folder(dir.path);
+  auto [code, output] = shell(kFsdpp + " eval --model " + dir.path.string() + " --data " +
+                              (dir.path / "tokens.bin").string() + " --seq-len 8 --json");
+  ASSERT_EQ(code, 0) << output;
+  auto json = nlohmann::json::parse(output);
+  auto expected = models::evaluate(models::load_pretrained(dir.path), data::read_token_file(dir.path / "tokens.bin"), 8);
+  EXPECT_NEAR(json["loss"].get<double>(), expected.loss, 1e-6);
+  EXPECT_NEAR(json["perplexity"].get<double>(), std::exp(expected.loss), 1e-4);
+  EXPECT_EQ(json["tokens"].get<int64_t>(), 12 * 8);  // 99 targets fill 12 windows of 8
+}
+
+fs::path asset(const std::string& relative) {
+  const char* env = std::getenv("FSDPP_ASSETS_DIR");
+  return fs::path(env ? env : FSDPP_SOURCE_DIR "/.cache/assets") / relative;
+}
+
+TEST(GenerateCommand, ContinuesAPromptWithTheFoldersGpt2Tokenizer) {
+  TempDir dir;
+  models::Gpt2Config c;
+  c.n_embd = 16, c.n_layer = 1, c.n_head = 2, c.n_positions = 32;  // GPT-2's vocabulary, tiny body
+  torch::manual_seed(1);
+  models::save_pretrained(models::build_causal_lm(c.to_json(), "gpt2"), dir.path);
+  ASSERT_TRUE(fs::exists(asset("gpt2/encoder.json"))) << "run bash ci/fetch_assets.sh";
+  fs::copy_file(asset("gpt2/encoder.json"), dir.path / "vocab.json");
+  fs::copy_file(asset("gpt2/vocab.bpe"), dir.path / "merges.txt");
+  auto [code, output] = shell(kFsdpp + " generate --model " + dir.path.string() +
+                              " --prompt 'Hello world' --max-new-tokens 4 --temperature 0");
+  EXPECT_EQ(code, 0) << output;
+  EXPECT_THAT(output, StartsWith("Hello world"));
+}
+
+// ---- each bad input: exit 1, one line "fsdpp: error: ..." naming the culprit ----
+struct BadCase {
+  std::string name;
+  std::function<void(const fs::path&)> spoil;  // applied to a valid folder
+  std::string command;                         // "eval" or "generate"
+  std::string expected;                        // in the error line
+};
+
+std::vector<BadCase> bad_cases() {
+  return {
+      {"MissingConfig", [](const fs::path& d) { fs::remove(d / "config.json"); }, "eval", "config.json"},
+      {"InvalidConfig", [](const fs::path& d) { std::ofstream(d / "config.json") << "{ not json"; }, "eval",
+       "config.json"},
+      {"UnknownArchitecture",
+       [](const fs::path& d) {
+         auto j = models::llama_preset("tiny").to_json();
+         j["model_type"] = "bloom";
+         std::ofstream(d / "config.json") << j.dump();
+       },
+       "eval", "unknown model_type 'bloom'"},
+      {"MissingTensor",
+       [](const fs::path& d) {
+         auto file = io::SafetensorsFile::open(d / "model.safetensors");
+         io::NamedTensors kept;
+         for (const auto& n : file.names())
+           if (n != "model.norm.weight") kept.emplace_back(n, file.copy_tensor(n));
+         io::write_safetensors(d / "model.safetensors", kept);
+       },
+       "eval", "no tensor 'model.norm.weight'"},
+      {"WrongShape",
+       [](const fs::path& d) {
+         auto j = models::llama_preset("tiny").to_json();
+         j["vocab_size"] = 98;
+         std::ofstream(d / "config.json") << j.dump();
+       },
+       "eval", "the config implies [98, 16]"},
+      {"HeaderLyingAboutOffsets",
+       [](const fs::path& d) {
+         std::fstream f(d / "model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+         uint64_t huge = uint64_t{1} << 40;  // header length far beyond the file
+         f.write(reinterpret_cast<const char*>(&huge), 8);
+       },
+       "eval", "model.safetensors"},
+      {"TokenizerMissing", [](const fs::path&) {}, "generate", "no tokenizer"},
+      {"BadTokenFile", [](const fs::path& d) { std::ofstream(d / "tokens.bin") << "not tokens"; }, "eval",
+       "tokens.bin: not a token file"},
+  };
+}
+
+class BadInput : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(BadInput, GivesOneClearErrorLineAndANonZeroExit) {
+  TempDir dir;
+  write_llama_folder(dir.path);
+  GetParam().spoil(dir.path);
+  std::string args = GetParam().command == "eval"
+                         ? " eval --model " + dir.path.string() + " --data " + (dir.path / "tokens.bin").string() +
+                               " --seq-len 8"
+                         : " generate --model " + dir.path.string() + " --prompt hi";
+  auto [code, output] = shell(kFsdpp + args);
+  EXPECT_EQ(code, 1) << output;
+  EXPECT_THAT(output, StartsWith("fsdpp: error: "));
+  EXPECT_EQ(std::count(output.begin(), output.end(), '\n'), 1) << output;
+  EXPECT_THAT(output, HasSubstr(GetParam().expected));
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, BadInput, ::testing::ValuesIn(bad_cases()),
+                         [](const auto& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace fsdpp

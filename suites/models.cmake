@@ -1,1 +1,0 @@
-fsdpp_suite(models_tests models/models_test.cpp models/generate_test.cpp)

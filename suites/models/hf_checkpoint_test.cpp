@@ -1,0 +1,184 @@
+// Hugging Face folders: every family round-trips through safetensors exactly (one file
+// and shards with an index), and each kind of bad folder fails with one clear error.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <fstream>
+
+#include "core/io/safetensors.h"
+#include "core/models/gpt2.h"
+#include "core/models/hf_checkpoint.h"
+#include "core/models/llama.h"
+#include "core/models/opt.h"
+
+namespace fsdpp::models {
+namespace {
+
+using ::testing::HasSubstr;
+namespace fs = std::filesystem;
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "fsdpp-hf-XXXXXX").string();
+    path = ::mkdtemp(pattern.data());
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+nlohmann::json tiny_config(const std::string& family) {
+  if (family == "gpt2") {
+    Gpt2Config c;
+    c.vocab_size = 67, c.n_positions = 16, c.n_embd = 12, c.n_layer = 2, c.n_head = 3;
+    return c.to_json();
+  }
+  if (family == "opt") {
+    OptConfig c;
+    c.vocab_size = 67, c.hidden_size = 16, c.num_hidden_layers = 2, c.num_attention_heads = 4, c.ffn_dim = 24;
+    c.max_position_embeddings = 16, c.word_embed_proj_dim = 8, c.do_layer_norm_before = false;
+    return c.to_json();
+  }
+  auto c = llama_preset("tiny");
+  c.tie_word_embeddings = family == "llama_tied";
+  return c.to_json();
+}
+
+CausalLm random_model(const std::string& family) {
+  torch::manual_seed(21);
+  auto lm = build_causal_lm(tiny_config(family), family);
+  torch::NoGradGuard no_grad;
+  for (auto& p : lm.module->parameters()) p.copy_(torch::randn(p.sizes()));
+  return lm;
+}
+
+void expect_same_model(const CausalLm& a, const CausalLm& b) {
+  auto pa = a.module->named_parameters(true), pb = b.module->named_parameters(true);
+  ASSERT_EQ(pa.size(), pb.size());
+  for (const auto& item : pa) {
+    ASSERT_TRUE(pb.contains(item.key())) << item.key();
+    EXPECT_TRUE(torch::equal(item.value(), pb[item.key()])) << item.key();
+  }
+  auto tokens = torch::randint(0, a.vocab_size, {2, 7});
+  torch::NoGradGuard no_grad;
+  EXPECT_TRUE(torch::equal(a.logits(tokens), b.logits(tokens)));
+}
+
+class RoundTrip : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(RoundTrip, OneFileAndShardsReloadBitForBit) {
+  auto lm = random_model(GetParam());
+  TempDir single, sharded;
+  save_pretrained(lm, single.path);
+  EXPECT_TRUE(fs::exists(single.path / "model.safetensors"));
+  expect_same_model(lm, load_pretrained(single.path));
+  save_pretrained(lm, sharded.path, /*max_shard_bytes=*/4096);
+  EXPECT_TRUE(fs::exists(sharded.path / "model.safetensors.index.json"));
+  EXPECT_GT(io::load_checkpoint_dir(sharded.path).shard_paths().size(), 2u);
+  expect_same_model(lm, load_pretrained(sharded.path));
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, RoundTrip, ::testing::Values("gpt2", "opt", "llama", "llama_tied"));
+
+TEST(RoundTrip, TiedWeightsAreStoredOnceUnderTheirFirstName) {
+  auto lm = random_model("gpt2");
+  TempDir dir;
+  save_pretrained(lm, dir.path);
+  auto file = io::SafetensorsFile::open(dir.path / "model.safetensors");
+  EXPECT_TRUE(file.contains("transformer.wte.weight"));
+  EXPECT_FALSE(file.contains("lm_head.weight"));
+}
+
+TEST(RoundTrip, Bf16LoadingConvertsEveryParameter) {
+  auto lm = random_model("llama");
+  TempDir dir;
+  save_pretrained(lm, dir.path);
+  auto half = load_pretrained(dir.path, at::kBFloat16);
+  for (auto& p : half.module->parameters()) EXPECT_EQ(p.scalar_type(), at::kBFloat16);
+  auto original = lm.module->named_parameters(true);
+  for (auto& item : half.module->named_parameters(true))
+    EXPECT_TRUE(torch::equal(item.value(), original[item.key()].to(at::kBFloat16))) << item.key();
+}
+
+// ---- bad folders: each names the file and the problem ----
+std::string load_error(const fs::path& dir) {
+  try {
+    load_pretrained(dir);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(BadFolders, MissingConfig) {
+  TempDir dir;
+  EXPECT_THAT(load_error(dir.path), HasSubstr((dir.path / "config.json").string()));
+}
+
+TEST(BadFolders, InvalidConfigJson) {
+  TempDir dir;
+  std::ofstream(dir.path / "config.json") << "{\"model_type\": \"llama\",";
+  EXPECT_THAT(load_error(dir.path), HasSubstr("config.json"));
+}
+
+TEST(BadFolders, UnknownArchitecture) {
+  TempDir dir;
+  auto config = tiny_config("llama");
+  config["model_type"] = "bloom";
+  std::ofstream(dir.path / "config.json") << config.dump();
+  EXPECT_THAT(load_error(dir.path), HasSubstr("unknown model_type 'bloom'"));
+}
+
+TEST(BadFolders, MissingTensor) {
+  auto lm = random_model("llama");
+  TempDir dir;
+  save_pretrained(lm, dir.path);
+  io::NamedTensors kept;
+  auto file = io::SafetensorsFile::open(dir.path / "model.safetensors");
+  for (const auto& name : file.names())
+    if (name != "model.layers.1.mlp.up_proj.weight") kept.emplace_back(name, file.copy_tensor(name));
+  io::write_safetensors(dir.path / "model.safetensors", kept);
+  auto error = load_error(dir.path);
+  EXPECT_THAT(error, HasSubstr("no tensor 'model.layers.1.mlp.up_proj.weight'"));
+  EXPECT_THAT(error, HasSubstr("model.safetensors"));
+}
+
+TEST(BadFolders, TensorWithTheWrongShape) {
+  auto lm = random_model("llama");
+  TempDir dir;
+  save_pretrained(lm, dir.path);
+  auto config = tiny_config("llama");
+  config["intermediate_size"] = 48;  // the stored MLP weights are 40 wide
+  std::ofstream(dir.path / "config.json") << config.dump();
+  EXPECT_THAT(load_error(dir.path), HasSubstr("has shape [40, 16], the config implies [48, 16]"));
+}
+
+TEST(BadFolders, HeaderThatLiesAboutOffsets) {
+  auto lm = random_model("llama");
+  TempDir dir;
+  save_pretrained(lm, dir.path);
+  // Rewrite the header so that the first tensor claims one byte where its shape needs more.
+  auto path = dir.path / "model.safetensors";
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  uint64_t header_len = 0;
+  f.read(reinterpret_cast<char*>(&header_len), 8);
+  std::string header(header_len, ' ');
+  f.read(header.data(), header_len);
+  auto j = nlohmann::json::parse(header);
+  for (auto& [name, entry] : j.items())
+    if (name != "__metadata__") {
+      entry["data_offsets"] = {0, 1};
+      break;
+    }
+  std::string lied = j.dump();
+  lied.resize(header_len, ' ');
+  ASSERT_LE(j.dump().size(), header_len);
+  f.seekp(8);
+  f.write(lied.data(), lied.size());
+  f.close();
+  EXPECT_THAT(load_error(dir.path), HasSubstr("model.safetensors"));
+}
+
+}  // namespace
+}  // namespace fsdpp::models
