@@ -56,8 +56,15 @@ CausalLm load_pretrained(const std::filesystem::path& dir, at::ScalarType dtype)
     if (c10::IntArrayRef(info.shape) != param.sizes())
       throw std::runtime_error(checkpoint.path().string() + ": tensor '" + found + "' has shape " +
                                shape_text(info.shape) + ", the config implies " + shape_text(param.sizes()));
-    param.set_data(at::empty(param.sizes(), param.options().dtype(dtype)));
-    param.copy_(checkpoint.tensor(found));
+    auto stored = checkpoint.tensor(found);
+    if (stored.scalar_type() == dtype && stored.is_contiguous()) {
+      // Zero copy: the parameter's storage is the file's mapped pages (copy-on-write), so
+      // loading needs no second copy in memory and pages are read when first used.
+      param.set_data(stored);
+    } else {
+      param.set_data(at::empty(param.sizes(), param.options().dtype(dtype)));
+      param.copy_(stored);
+    }
   }
   lm.module->to(dtype);  // buffers and anything not loaded above
   return lm;

@@ -8,6 +8,7 @@
 #include "core/data/token_file.h"
 #include "core/models/generate.h"
 #include "core/models/hf_checkpoint.h"
+#include "core/models/llama.h"
 #include "core/tokenizer/bpe_tokenizer.h"
 
 namespace fsdpp::cli {
@@ -50,6 +51,10 @@ void ModelCommands::add_to(CLI::App& app) {
   eval_->add_option("--batch-size", batch_size_, "Windows per forward pass")->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
   eval_->add_option("--dtype", dtype_, "fp32, bf16 or fp16")->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   eval_->add_flag("--json", json_, "Print {\"loss\", \"perplexity\", \"tokens\"} as JSON");
+
+  size_ = app.add_subcommand("model-size", "Exact parameter counts of the Llama-style from-scratch presets");
+  size_->add_option("presets", presets_, "Preset names (default: all)")
+      ->check(CLI::IsMember(models::llama_preset_names()));
 }
 
 int ModelCommands::run_parsed() {
@@ -67,6 +72,18 @@ int ModelCommands::run_parsed() {
     auto out = models::generate(lm, prompt, o);
     std::vector<int32_t> text_ids(out.begin(), out.end());
     std::printf("%s\n", tok.decode(text_ids).c_str());
+    return 0;
+  }
+  if (size_ != nullptr && size_->parsed()) {
+    auto names = presets_.empty() ? models::llama_preset_names() : presets_;
+    for (const auto& name : names) {
+      auto c = models::llama_preset(name);
+      std::printf("%-5s %14lld parameters  (layers %lld, hidden %lld, heads %lld, kv heads %lld, vocab %lld%s)\n",
+                  name.c_str(), static_cast<long long>(c.parameter_count()),
+                  static_cast<long long>(c.num_hidden_layers), static_cast<long long>(c.hidden_size),
+                  static_cast<long long>(c.num_attention_heads), static_cast<long long>(c.num_key_value_heads),
+                  static_cast<long long>(c.vocab_size), c.tie_word_embeddings ? ", tied" : "");
+    }
     return 0;
   }
   if (eval_ != nullptr && eval_->parsed()) {

@@ -1,10 +1,12 @@
 // `fsdpp generate` and `fsdpp eval`: a Hugging Face model folder (config.json,
-// safetensors, tokenizer files) used for text continuation and held-out loss.
+// safetensors, tokenizer files) used for text continuation and held-out loss; and
+// `fsdpp model-size`: the from-scratch presets and their exact parameter counts.
 #pragma once
 
 #include <CLI/CLI.hpp>
 
 #include <string>
+#include <vector>
 
 namespace fsdpp::cli {
 
@@ -17,6 +19,8 @@ class ModelCommands {
  private:
   CLI::App* generate_ = nullptr;
   CLI::App* eval_ = nullptr;
+  CLI::App* size_ = nullptr;
+  std::vector<std::string> presets_;
   std::string model_dir_, prompt_, data_path_, dtype_ = "fp32";
   int64_t max_new_tokens_ = 32, top_k_ = 0, seq_len_ = 0, batch_size_ = 8;
   double temperature_ = 1.0, top_p_ = 1.0;

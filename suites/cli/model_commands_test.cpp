@@ -83,6 +83,14 @@ TEST(GenerateCommand, ContinuesAPromptWithTheFoldersGpt2Tokenizer) {
   EXPECT_THAT(output, StartsWith("Hello world"));
 }
 
+TEST(ModelSizeCommand, PrintsThePresetsExactCounts) {
+  auto [code, output] = shell(kFsdpp + " model-size 7B 70B");
+  EXPECT_EQ(code, 0) << output;
+  EXPECT_THAT(output, HasSubstr(" 6738415616 parameters"));
+  EXPECT_THAT(output, HasSubstr(" 68976648192 parameters"));
+  EXPECT_NE(shell(kFsdpp + " model-size 5B").first, 0);
+}
+
 // ---- each bad input: exit 1, one line "fsdpp: error: ..." naming the culprit ----
 struct BadCase {
   std::string name;

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -178,6 +179,71 @@ TEST(BadFolders, HeaderThatLiesAboutOffsets) {
   f.write(lied.data(), lied.size());
   f.close();
   EXPECT_THAT(load_error(dir.path), HasSubstr("model.safetensors"));
+}
+
+}  // namespace
+}  // namespace fsdpp::models
+
+namespace fsdpp::models {
+namespace {
+
+int64_t status_kb(const char* field) {  // from /proc/self/status, e.g. "VmHWM:"
+  std::ifstream in("/proc/self/status");
+  std::string key;
+  int64_t value = 0;
+  while (in >> key) {
+    if (key == field) {
+      in >> value;
+      return value;
+    }
+    in.ignore(1 << 12, '\n');
+  }
+  return -1;
+}
+
+TEST(LargeModels, LoadingAGigabyteModelNeedsItsSizeOnceNotTwice) {
+  auto space = fs::space(fs::temp_directory_path());
+  ASSERT_GT(space.available, uint64_t{3} << 30) << "needs 3 GiB free in " << fs::temp_directory_path();
+  TempDir dir;
+  LlamaConfig c = llama_preset("tiny");
+  c.vocab_size = 32000, c.hidden_size = 1024, c.intermediate_size = 2816, c.num_hidden_layers = 20;
+  c.num_attention_heads = 16, c.num_key_value_heads = 16;
+  const double file_mb = c.parameter_count() * 4 / 1e6;
+  ASSERT_GT(file_mb, 1000);
+  // Write and load in separate processes so that each one's peak RSS is its own.
+  auto run = [](const std::function<void()>& body) {
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      try {
+        body();
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "%s\n", e.what());
+        ::_exit(1);
+      }
+      ::_exit(0);
+    }
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  ASSERT_EQ(run([&] { save_pretrained(build_causal_lm(c.to_json(), "big"), dir.path); }), 0);
+  auto report = dir.path / "peak.txt";
+  ASSERT_EQ(run([&] {
+              int64_t before = status_kb("VmRSS:");
+              auto lm = load_pretrained(dir.path);
+              torch::NoGradGuard no_grad;
+              auto logits = lm.logits(torch::randint(0, 32000, {1, 4}));  // touches every weight
+              std::ofstream(report) << (status_kb("VmHWM:") - before) / 1000.0 << " " << logits.sum().item<double>();
+            }),
+            0);
+  double peak_mb = 0;
+  std::ifstream(report) >> peak_mb;
+  RecordProperty("file_mb", std::to_string(file_mb));
+  RecordProperty("peak_rss_growth_mb", std::to_string(peak_mb));
+  std::printf("[memory] %.0f MB model: peak RSS growth while loading and running it %.0f MB (%.2fx)\n", file_mb,
+              peak_mb, peak_mb / file_mb);
+  EXPECT_LT(peak_mb, 1.5 * file_mb);
+  EXPECT_GT(peak_mb, 0.5 * file_mb) << "the forward pass must have touched the weights";
 }
 
 }  // namespace
