@@ -12,45 +12,44 @@ const std::vector<std::string>& supported_model_types() {
   return types;
 }
 
+namespace {
+
+template <class Holder, class Config>
+CausalLm make_lm(const std::string& type, const Config& c, const char* block_type, int64_t vocab, int64_t positions) {
+  Holder model(c);
+  CausalLm lm;
+  lm.model_type = type;
+  lm.module = model.ptr();
+  lm.logits = [model](const torch::Tensor& tokens) mutable { return nn::call(model, tokens); };
+  lm.block_type = block_type;
+  lm.vocab_size = vocab;
+  lm.max_positions = positions;
+  lm.config = c.to_json();
+  lm.config["model_type"] = type;
+  return lm;
+}
+
+}  // namespace
+
 CausalLm build_causal_lm(const nlohmann::json& config, const std::string& source) {
   if (!config.is_object()) throw std::invalid_argument(source + ": expected a JSON object");
   if (!config.contains("model_type") || !config["model_type"].is_string())
     throw std::invalid_argument(source + ": key 'model_type' is missing (expected gpt2, opt, llama or mistral)");
-  CausalLm lm;
-  lm.model_type = config["model_type"].get<std::string>();
-  if (lm.model_type == "gpt2") {
+  const auto type = config["model_type"].get<std::string>();
+  if (type == "gpt2") {
     auto c = Gpt2Config::from_json(config, source);
-    Gpt2LMHeadModel m(c);
-    lm.module = m.ptr();
-    lm.logits = [m](const torch::Tensor& t) mutable { return nn::call(m, t); };
-    lm.block_type = "fsdpp::models::Gpt2BlockImpl";
-    lm.vocab_size = c.vocab_size;
-    lm.max_positions = c.n_positions;
-    lm.config = c.to_json();
-  } else if (lm.model_type == "opt") {
-    auto c = OptConfig::from_json(config, source);
-    OptForCausalLM m(c);
-    lm.module = m.ptr();
-    lm.logits = [m](const torch::Tensor& t) mutable { return nn::call(m, t); };
-    lm.block_type = "fsdpp::models::OptLayerImpl";
-    lm.vocab_size = c.vocab_size;
-    lm.max_positions = c.max_position_embeddings;
-    lm.config = c.to_json();
-  } else if (lm.model_type == "llama" || lm.model_type == "mistral") {
-    auto c = LlamaConfig::from_json(config, source);
-    LlamaForCausalLM m(c);
-    lm.module = m.ptr();
-    lm.logits = [m](const torch::Tensor& t) mutable { return nn::call(m, t); };
-    lm.block_type = "fsdpp::models::LlamaDecoderLayerImpl";
-    lm.vocab_size = c.vocab_size;
-    lm.max_positions = c.max_position_embeddings;
-    lm.config = c.to_json();
-    lm.config["model_type"] = lm.model_type;
-  } else {
-    throw std::invalid_argument(source + ": unknown model_type '" + lm.model_type +
-                                "' (expected gpt2, opt, llama or mistral)");
+    return make_lm<Gpt2LMHeadModel>(type, c, "fsdpp::models::Gpt2BlockImpl", c.vocab_size, c.n_positions);
   }
-  return lm;
+  if (type == "opt") {
+    auto c = OptConfig::from_json(config, source);
+    return make_lm<OptForCausalLM>(type, c, "fsdpp::models::OptLayerImpl", c.vocab_size, c.max_position_embeddings);
+  }
+  if (type == "llama" || type == "mistral") {
+    auto c = LlamaConfig::from_json(config, source);
+    return make_lm<LlamaForCausalLM>(type, c, "fsdpp::models::LlamaDecoderLayerImpl", c.vocab_size,
+                                     c.max_position_embeddings);
+  }
+  throw std::invalid_argument(source + ": unknown model_type '" + type + "' (expected gpt2, opt, llama or mistral)");
 }
 
 }  // namespace fsdpp::models

@@ -9,18 +9,10 @@
 #include <c10/util/Exception.h>
 
 #include "core/runtime/threads.h"
+#include "harness/testing/temp_dir.h"
 
 namespace fsdpp::harness {
 namespace {
-
-std::filesystem::path make_shared_dir() {
-  auto base = std::filesystem::temp_directory_path() / "fsdpp-ranks-XXXXXX";
-  std::string pattern = base.string();
-  if (::mkdtemp(pattern.data()) == nullptr)
-    throw std::runtime_error("run_ranks: cannot create a temporary directory under " +
-                             std::filesystem::temp_directory_path().string());
-  return pattern;
-}
 
 }  // namespace
 
@@ -38,7 +30,8 @@ int fail_rank(const std::exception& e, comm::Communicator* comm, int status_fd, 
 }
 
 LaunchReport run_ranks(int world_size, const RankBody& body, const RunOptions& options) {
-  auto shared_dir = make_shared_dir();
+  TempDir shared("fsdpp-ranks");  // removed when the run is over
+  const auto& shared_dir = shared.path();
   int port = reserve_free_port();
   int threads = options.threads_per_rank > 0 ? options.threads_per_rank
                                              : runtime::default_threads_per_rank(world_size);
@@ -70,16 +63,7 @@ LaunchReport run_ranks(int world_size, const RankBody& body, const RunOptions& o
     };
     return spec;
   };
-  LaunchReport report;
-  try {
-    report = launch(world_size, spec_for_rank, options.launch);
-  } catch (...) {
-    std::filesystem::remove_all(shared_dir);
-    throw;
-  }
-  std::error_code ignored;
-  std::filesystem::remove_all(shared_dir, ignored);
-  return report;
+  return launch(world_size, spec_for_rank, options.launch);
 }
 
 }  // namespace fsdpp::harness

@@ -10,6 +10,7 @@
 #include <regex>
 
 #include "harness/launch/launcher.h"
+#include "harness/testing/temp_dir.h"
 
 namespace fsdpp {
 namespace {
@@ -82,44 +83,36 @@ TEST(LaunchEnvironment, TorchrunAndSlurmVariablesFormTheSameWorld) {
   EXPECT_TRUE(printed(slurm.ranks[0], "selfcheck: all 31 collectives correct on 3 ranks"));
 }
 
-// Runs a shell command, returns (exit code, combined output).
-std::pair<int, std::string> shell(const std::string& command) {
-  std::string output;
-  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
-  char buf[4096];
-  while (size_t got = std::fread(buf, 1, sizeof(buf), pipe)) output.append(buf, got);
-  int status = ::pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
-}
+using harness::run_shell;
 
 TEST(LaunchCommand, NprocSpawnsRanksThatPassTheSelfcheck) {
-  auto [code, output] = shell(kFsdpp + " selfcheck --nproc 2 --numel 2001 --iterations 1");
+  auto [code, output] = run_shell(kFsdpp + " selfcheck --nproc 2 --numel 2001 --iterations 1");
   EXPECT_EQ(code, 0) << output;
   EXPECT_THAT(output, HasSubstr("[rank 1] world: rank=1 world_size=2"));
   EXPECT_THAT(output, HasSubstr("selfcheck: all 31 collectives correct on 2 ranks"));
 }
 
 TEST(LaunchCommand, UnknownFlagsAndBadValuesAreErrorsNamingTheFlag) {
-  auto [code, output] = shell(kFsdpp + " selfcheck --no-such-flag");
+  auto [code, output] = run_shell(kFsdpp + " selfcheck --no-such-flag");
   EXPECT_NE(code, 0);
   EXPECT_THAT(output, HasSubstr("--no-such-flag"));
-  auto [code2, output2] = shell(kFsdpp + " selfcheck --nproc 0");
+  auto [code2, output2] = run_shell(kFsdpp + " selfcheck --nproc 0");
   EXPECT_NE(code2, 0);
   EXPECT_THAT(output2, HasSubstr("--nproc"));
-  auto [code3, output3] = shell(kFsdpp);
+  auto [code3, output3] = run_shell(kFsdpp);
   EXPECT_NE(code3, 0);
   EXPECT_THAT(output3, HasSubstr("subcommand"));
 }
 
 TEST(LaunchCommand, ABadEnvironmentIsOneClearLineAndAFailure) {
-  auto [code, output] = shell("RANK=abc WORLD_SIZE=2 " + kFsdpp + " selfcheck");
+  auto [code, output] = run_shell("RANK=abc WORLD_SIZE=2 " + kFsdpp + " selfcheck");
   EXPECT_EQ(code, 1);
   EXPECT_THAT(output, HasSubstr("fsdpp: error: environment variable RANK='abc'"));
 }
 
 TEST(LaunchCommand, SelfcheckWritesVersionedJson) {
   auto path = std::filesystem::temp_directory_path() / ("fsdpp-selfcheck-" + std::to_string(::getpid()) + ".json");
-  auto [code, output] = shell(kFsdpp + " selfcheck --nproc 2 --numel 100 --iterations 1 --json " + path.string());
+  auto [code, output] = run_shell(kFsdpp + " selfcheck --nproc 2 --numel 100 --iterations 1 --json " + path.string());
   ASSERT_EQ(code, 0) << output;
   std::ifstream in(path);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

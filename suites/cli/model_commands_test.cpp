@@ -14,6 +14,7 @@
 #include "core/models/gpt2.h"
 #include "core/models/hf_checkpoint.h"
 #include "core/models/llama.h"
+#include "harness/testing/temp_dir.h"
 
 namespace fsdpp {
 namespace {
@@ -24,23 +25,9 @@ using ::testing::StartsWith;
 
 const std::string kFsdpp = FSDPP_CLI_PATH;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "fsdpp-cli-XXXXXX").string();
-    path = ::mkdtemp(pattern.data());
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
+using harness::TempDir;
 
-std::pair<int, std::string> shell(const std::string& command) {
-  std::string output;
-  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
-  char buf[4096];
-  while (size_t got = std::fread(buf, 1, sizeof(buf), pipe)) output.append(buf, got);
-  int status = ::pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
-}
+using harness::run_shell;
 
 // A random tiny Llama saved as an HF folder in `dir`, and 100 tokens as an llm.c file.
 void write_llama_folder(const fs::path& dir) {
@@ -52,12 +39,12 @@ void write_llama_folder(const fs::path& dir) {
 
 TEST(EvalCommand, PrintsTheLossOfTheLoadedModelAsJson) {
   TempDir dir;
-  write_llama_folder(dir.path);
-  auto [code, output] = shell(kFsdpp + " eval --model " + dir.path.string() + " --data " +
-                              (dir.path / "tokens.bin").string() + " --seq-len 8 --json");
+  write_llama_folder(dir.path());
+  auto [code, output] = run_shell(kFsdpp + " eval --model " + dir.path().string() + " --data " +
+                              (dir.path() / "tokens.bin").string() + " --seq-len 8 --json");
   ASSERT_EQ(code, 0) << output;
   auto json = nlohmann::json::parse(output);
-  auto expected = models::evaluate(models::load_pretrained(dir.path), data::read_token_file(dir.path / "tokens.bin"), 8);
+  auto expected = models::evaluate(models::load_pretrained(dir.path()), data::read_token_file(dir.path() / "tokens.bin"), 8);
   EXPECT_NEAR(json["loss"].get<double>(), expected.loss, 1e-6);
   EXPECT_NEAR(json["perplexity"].get<double>(), std::exp(expected.loss), 1e-4);
   EXPECT_EQ(json["tokens"].get<int64_t>(), 12 * 8);  // 99 targets fill 12 windows of 8
@@ -73,22 +60,22 @@ TEST(GenerateCommand, ContinuesAPromptWithTheFoldersGpt2Tokenizer) {
   models::Gpt2Config c;
   c.n_embd = 16, c.n_layer = 1, c.n_head = 2, c.n_positions = 32;  // GPT-2's vocabulary, tiny body
   torch::manual_seed(1);
-  models::save_pretrained(models::build_causal_lm(c.to_json(), "gpt2"), dir.path);
+  models::save_pretrained(models::build_causal_lm(c.to_json(), "gpt2"), dir.path());
   ASSERT_TRUE(fs::exists(asset("gpt2/encoder.json"))) << "run bash ci/fetch_assets.sh";
-  fs::copy_file(asset("gpt2/encoder.json"), dir.path / "vocab.json");
-  fs::copy_file(asset("gpt2/vocab.bpe"), dir.path / "merges.txt");
-  auto [code, output] = shell(kFsdpp + " generate --model " + dir.path.string() +
+  fs::copy_file(asset("gpt2/encoder.json"), dir.path() / "vocab.json");
+  fs::copy_file(asset("gpt2/vocab.bpe"), dir.path() / "merges.txt");
+  auto [code, output] = run_shell(kFsdpp + " generate --model " + dir.path().string() +
                               " --prompt 'Hello world' --max-new-tokens 4 --temperature 0");
   EXPECT_EQ(code, 0) << output;
   EXPECT_THAT(output, StartsWith("Hello world"));
 }
 
 TEST(ModelSizeCommand, PrintsThePresetsExactCounts) {
-  auto [code, output] = shell(kFsdpp + " model-size 7B 70B");
+  auto [code, output] = run_shell(kFsdpp + " model-size 7B 70B");
   EXPECT_EQ(code, 0) << output;
   EXPECT_THAT(output, HasSubstr(" 6738415616 parameters"));
   EXPECT_THAT(output, HasSubstr(" 68976648192 parameters"));
-  EXPECT_NE(shell(kFsdpp + " model-size 5B").first, 0);
+  EXPECT_NE(run_shell(kFsdpp + " model-size 5B").first, 0);
 }
 
 // ---- each bad input: exit 1, one line "fsdpp: error: ..." naming the culprit ----
@@ -144,13 +131,13 @@ class BadInput : public ::testing::TestWithParam<BadCase> {};
 
 TEST_P(BadInput, GivesOneClearErrorLineAndANonZeroExit) {
   TempDir dir;
-  write_llama_folder(dir.path);
-  GetParam().spoil(dir.path);
+  write_llama_folder(dir.path());
+  GetParam().spoil(dir.path());
   std::string args = GetParam().command == "eval"
-                         ? " eval --model " + dir.path.string() + " --data " + (dir.path / "tokens.bin").string() +
+                         ? " eval --model " + dir.path().string() + " --data " + (dir.path() / "tokens.bin").string() +
                                " --seq-len 8"
-                         : " generate --model " + dir.path.string() + " --prompt hi";
-  auto [code, output] = shell(kFsdpp + args);
+                         : " generate --model " + dir.path().string() + " --prompt hi";
+  auto [code, output] = run_shell(kFsdpp + args);
   EXPECT_EQ(code, 1) << output;
   EXPECT_THAT(output, StartsWith("fsdpp: error: "));
   EXPECT_EQ(std::count(output.begin(), output.end(), '\n'), 1) << output;

@@ -13,6 +13,7 @@
 #include "core/models/hf_checkpoint.h"
 #include "core/models/llama.h"
 #include "core/models/opt.h"
+#include "harness/testing/temp_dir.h"
 
 namespace fsdpp::models {
 namespace {
@@ -20,14 +21,7 @@ namespace {
 using ::testing::HasSubstr;
 namespace fs = std::filesystem;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "fsdpp-hf-XXXXXX").string();
-    path = ::mkdtemp(pattern.data());
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
+using harness::TempDir;
 
 nlohmann::json tiny_config(const std::string& family) {
   if (family == "gpt2") {
@@ -71,13 +65,13 @@ class RoundTrip : public ::testing::TestWithParam<std::string> {};
 TEST_P(RoundTrip, OneFileAndShardsReloadBitForBit) {
   auto lm = random_model(GetParam());
   TempDir single, sharded;
-  save_pretrained(lm, single.path);
-  EXPECT_TRUE(fs::exists(single.path / "model.safetensors"));
-  expect_same_model(lm, load_pretrained(single.path));
-  save_pretrained(lm, sharded.path, /*max_shard_bytes=*/4096);
-  EXPECT_TRUE(fs::exists(sharded.path / "model.safetensors.index.json"));
-  EXPECT_GT(io::load_checkpoint_dir(sharded.path).shard_paths().size(), 2u);
-  expect_same_model(lm, load_pretrained(sharded.path));
+  save_pretrained(lm, single.path());
+  EXPECT_TRUE(fs::exists(single.path() / "model.safetensors"));
+  expect_same_model(lm, load_pretrained(single.path()));
+  save_pretrained(lm, sharded.path(), /*max_shard_bytes=*/4096);
+  EXPECT_TRUE(fs::exists(sharded.path() / "model.safetensors.index.json"));
+  EXPECT_GT(io::load_checkpoint_dir(sharded.path()).shard_paths().size(), 2u);
+  expect_same_model(lm, load_pretrained(sharded.path()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, RoundTrip, ::testing::Values("gpt2", "opt", "llama", "llama_tied"));
@@ -85,8 +79,8 @@ INSTANTIATE_TEST_SUITE_P(Families, RoundTrip, ::testing::Values("gpt2", "opt", "
 TEST(RoundTrip, TiedWeightsAreStoredOnceUnderTheirFirstName) {
   auto lm = random_model("gpt2");
   TempDir dir;
-  save_pretrained(lm, dir.path);
-  auto file = io::SafetensorsFile::open(dir.path / "model.safetensors");
+  save_pretrained(lm, dir.path());
+  auto file = io::SafetensorsFile::open(dir.path() / "model.safetensors");
   EXPECT_TRUE(file.contains("transformer.wte.weight"));
   EXPECT_FALSE(file.contains("lm_head.weight"));
 }
@@ -94,8 +88,8 @@ TEST(RoundTrip, TiedWeightsAreStoredOnceUnderTheirFirstName) {
 TEST(RoundTrip, Bf16LoadingConvertsEveryParameter) {
   auto lm = random_model("llama");
   TempDir dir;
-  save_pretrained(lm, dir.path);
-  auto half = load_pretrained(dir.path, at::kBFloat16);
+  save_pretrained(lm, dir.path());
+  auto half = load_pretrained(dir.path(), at::kBFloat16);
   for (auto& p : half.module->parameters()) EXPECT_EQ(p.scalar_type(), at::kBFloat16);
   auto original = lm.module->named_parameters(true);
   for (auto& item : half.module->named_parameters(true))
@@ -114,33 +108,33 @@ std::string load_error(const fs::path& dir) {
 
 TEST(BadFolders, MissingConfig) {
   TempDir dir;
-  EXPECT_THAT(load_error(dir.path), HasSubstr((dir.path / "config.json").string()));
+  EXPECT_THAT(load_error(dir.path()), HasSubstr((dir.path() / "config.json").string()));
 }
 
 TEST(BadFolders, InvalidConfigJson) {
   TempDir dir;
-  std::ofstream(dir.path / "config.json") << "{\"model_type\": \"llama\",";
-  EXPECT_THAT(load_error(dir.path), HasSubstr("config.json"));
+  std::ofstream(dir.path() / "config.json") << "{\"model_type\": \"llama\",";
+  EXPECT_THAT(load_error(dir.path()), HasSubstr("config.json"));
 }
 
 TEST(BadFolders, UnknownArchitecture) {
   TempDir dir;
   auto config = tiny_config("llama");
   config["model_type"] = "bloom";
-  std::ofstream(dir.path / "config.json") << config.dump();
-  EXPECT_THAT(load_error(dir.path), HasSubstr("unknown model_type 'bloom'"));
+  std::ofstream(dir.path() / "config.json") << config.dump();
+  EXPECT_THAT(load_error(dir.path()), HasSubstr("unknown model_type 'bloom'"));
 }
 
 TEST(BadFolders, MissingTensor) {
   auto lm = random_model("llama");
   TempDir dir;
-  save_pretrained(lm, dir.path);
+  save_pretrained(lm, dir.path());
   io::NamedTensors kept;
-  auto file = io::SafetensorsFile::open(dir.path / "model.safetensors");
+  auto file = io::SafetensorsFile::open(dir.path() / "model.safetensors");
   for (const auto& name : file.names())
     if (name != "model.layers.1.mlp.up_proj.weight") kept.emplace_back(name, file.copy_tensor(name));
-  io::write_safetensors(dir.path / "model.safetensors", kept);
-  auto error = load_error(dir.path);
+  io::write_safetensors(dir.path() / "model.safetensors", kept);
+  auto error = load_error(dir.path());
   EXPECT_THAT(error, HasSubstr("no tensor 'model.layers.1.mlp.up_proj.weight'"));
   EXPECT_THAT(error, HasSubstr("model.safetensors"));
 }
@@ -148,19 +142,19 @@ TEST(BadFolders, MissingTensor) {
 TEST(BadFolders, TensorWithTheWrongShape) {
   auto lm = random_model("llama");
   TempDir dir;
-  save_pretrained(lm, dir.path);
+  save_pretrained(lm, dir.path());
   auto config = tiny_config("llama");
   config["intermediate_size"] = 48;  // the stored MLP weights are 40 wide
-  std::ofstream(dir.path / "config.json") << config.dump();
-  EXPECT_THAT(load_error(dir.path), HasSubstr("has shape [40, 16], the config implies [48, 16]"));
+  std::ofstream(dir.path() / "config.json") << config.dump();
+  EXPECT_THAT(load_error(dir.path()), HasSubstr("has shape [40, 16], the config implies [48, 16]"));
 }
 
 TEST(BadFolders, HeaderThatLiesAboutOffsets) {
   auto lm = random_model("llama");
   TempDir dir;
-  save_pretrained(lm, dir.path);
+  save_pretrained(lm, dir.path());
   // Rewrite the header so that the first tensor claims one byte where its shape needs more.
-  auto path = dir.path / "model.safetensors";
+  auto path = dir.path() / "model.safetensors";
   std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
   uint64_t header_len = 0;
   f.read(reinterpret_cast<char*>(&header_len), 8);
@@ -178,7 +172,7 @@ TEST(BadFolders, HeaderThatLiesAboutOffsets) {
   f.seekp(8);
   f.write(lied.data(), lied.size());
   f.close();
-  EXPECT_THAT(load_error(dir.path), HasSubstr("model.safetensors"));
+  EXPECT_THAT(load_error(dir.path()), HasSubstr("model.safetensors"));
 }
 
 }  // namespace
@@ -226,11 +220,11 @@ TEST(LargeModels, LoadingAGigabyteModelNeedsItsSizeOnceNotTwice) {
     ::waitpid(pid, &status, 0);
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   };
-  ASSERT_EQ(run([&] { save_pretrained(build_causal_lm(c.to_json(), "big"), dir.path); }), 0);
-  auto report = dir.path / "peak.txt";
+  ASSERT_EQ(run([&] { save_pretrained(build_causal_lm(c.to_json(), "big"), dir.path()); }), 0);
+  auto report = dir.path() / "peak.txt";
   ASSERT_EQ(run([&] {
               int64_t before = status_kb("VmRSS:");
-              auto lm = load_pretrained(dir.path);
+              auto lm = load_pretrained(dir.path());
               torch::NoGradGuard no_grad;
               auto logits = lm.logits(torch::randint(0, 32000, {1, 4}));  // touches every weight
               std::ofstream(report) << (status_kb("VmHWM:") - before) / 1000.0 << " " << logits.sum().item<double>();
