@@ -152,10 +152,19 @@ TEST(UnusedAndTied, UnusedParametersStayUntouchedAndTiedOnesTrainOnce) {
       model.loss(*net, model.batch(step, ctx.rank)).backward();
       opt.step();
     }
-    for (auto& [name, g] : sharded->gather_full_gradients())
-      if (name.find("unused") != std::string::npos) EXPECT_FALSE(g.defined()) << name;
-    for (auto& [name, p] : sharded->gather_full_parameters())
-      if (name == "block1.unused.weight") EXPECT_TRUE(torch::equal(p, initial));
+    int unused_grads = 0, unused_weights = 0;
+    for (auto& [name, g] : sharded->gather_full_gradients()) {
+      if (name.find("unused") == std::string::npos) continue;
+      ++unused_grads;
+      EXPECT_FALSE(g.defined()) << name;
+    }
+    for (auto& [name, p] : sharded->gather_full_parameters()) {
+      if (name != "block1.unused.weight") continue;
+      ++unused_weights;
+      EXPECT_TRUE(torch::equal(p, initial));
+    }
+    EXPECT_EQ(unused_grads, 4);  // weight and bias of block1.unused and block2.unused
+    EXPECT_EQ(unused_weights, 1);
   });
   harness::expect_ranks_pass(2, [](harness::RankContext& ctx) {
     auto model = harness::tiny_transformer_case();

@@ -50,7 +50,9 @@ TEST(RankFailures, ARankThatThrowsMidCollectiveIsNamedAndTheOthersAreStopped) {
   // The survivors were either stopped by the launcher or saw the connection drop first.
   for (int r : {0, 2}) {
     EXPECT_NE(report.ranks[r].status, RankStatus::Succeeded);
-    if (report.ranks[r].status == RankStatus::Failed) EXPECT_TRUE(report.ranks[r].comm_failure);
+    if (report.ranks[r].status == RankStatus::Failed) {
+      EXPECT_TRUE(report.ranks[r].comm_failure);
+    }
   }
   EXPECT_LT(report.wall_s, 30.0) << "the launcher must not wait for the collective timeout";
   EXPECT_THAT(report.summary(), HasSubstr("rank 1 failed"));
