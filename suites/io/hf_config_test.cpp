@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/io/hf_config.h"
+#include "harness/testing/temp_dir.h"
 
 namespace fsdpp::io {
 namespace {
@@ -21,21 +22,12 @@ using ::testing::HasSubstr;
 // A fresh folder holding one config.json with `text`, removed afterwards.
 class ConfigDir {
  public:
-  explicit ConfigDir(const std::string& text) {
-    std::string pattern = (fs::temp_directory_path() / "fsdpp-hfconfig-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed for " + pattern);
-    dir_ = pattern;
-    std::ofstream(dir_ / "config.json", std::ios::binary) << text;
-  }
-  ~ConfigDir() {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  const fs::path& dir() const { return dir_; }
+  explicit ConfigDir(const std::string& text) { std::ofstream(file(), std::ios::binary) << text; }
+  const fs::path& dir() const { return dir_.path(); }
   fs::path file() const { return dir_ / "config.json"; }
 
  private:
-  fs::path dir_;
+  harness::TempDir dir_{"fsdpp-hfconfig"};
 };
 
 std::string error_of(const std::function<void()>& fn) {

@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "core/io/safetensors.h"
+#include "harness/testing/temp_dir.h"
 
 namespace fsdpp::io {
 namespace {
@@ -30,24 +31,7 @@ using ::testing::HasSubstr;
 
 // ---- helpers ---------------------------------------------------------------------------------
 
-// A fresh folder under the system temp dir, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "fsdpp-safetensors-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed for " + pattern);
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-  fs::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  fs::path path_;
-};
+using harness::TempDir;
 
 std::string read_bytes(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
