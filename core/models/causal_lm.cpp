@@ -31,25 +31,46 @@ CausalLm make_lm(const std::string& type, const Config& c, const char* block_typ
 
 }  // namespace
 
-CausalLm build_causal_lm(const nlohmann::json& config, const std::string& source) {
+namespace {
+
+// The family's config parsed once; `make` receives the typed config and its limits.
+template <class Make>
+auto dispatch(const nlohmann::json& config, const std::string& source, Make&& make) {
   if (!config.is_object()) throw std::invalid_argument(source + ": expected a JSON object");
   if (!config.contains("model_type") || !config["model_type"].is_string())
     throw std::invalid_argument(source + ": key 'model_type' is missing (expected gpt2, opt, llama or mistral)");
   const auto type = config["model_type"].get<std::string>();
   if (type == "gpt2") {
     auto c = Gpt2Config::from_json(config, source);
-    return make_lm<Gpt2LMHeadModel>(type, c, "fsdpp::models::Gpt2BlockImpl", c.vocab_size, c.n_positions);
+    return make(type, c, static_cast<Gpt2LMHeadModel*>(nullptr), "fsdpp::models::Gpt2BlockImpl",
+                CausalLmLimits{c.vocab_size, c.n_positions});
   }
   if (type == "opt") {
     auto c = OptConfig::from_json(config, source);
-    return make_lm<OptForCausalLM>(type, c, "fsdpp::models::OptLayerImpl", c.vocab_size, c.max_position_embeddings);
+    return make(type, c, static_cast<OptForCausalLM*>(nullptr), "fsdpp::models::OptLayerImpl",
+                CausalLmLimits{c.vocab_size, c.max_position_embeddings});
   }
   if (type == "llama" || type == "mistral") {
     auto c = LlamaConfig::from_json(config, source);
-    return make_lm<LlamaForCausalLM>(type, c, "fsdpp::models::LlamaDecoderLayerImpl", c.vocab_size,
-                                     c.max_position_embeddings);
+    return make(type, c, static_cast<LlamaForCausalLM*>(nullptr), "fsdpp::models::LlamaDecoderLayerImpl",
+                CausalLmLimits{c.vocab_size, c.max_position_embeddings});
   }
   throw std::invalid_argument(source + ": unknown model_type '" + type + "' (expected gpt2, opt, llama or mistral)");
+}
+
+}  // namespace
+
+CausalLm build_causal_lm(const nlohmann::json& config, const std::string& source) {
+  return dispatch(config, source, [](const std::string& type, const auto& c, auto* holder, const char* block,
+                                     CausalLmLimits limits) {
+    using Holder = std::remove_pointer_t<decltype(holder)>;
+    return make_lm<Holder>(type, c, block, limits.vocab_size, limits.max_positions);
+  });
+}
+
+CausalLmLimits causal_lm_limits(const nlohmann::json& config, const std::string& source) {
+  return dispatch(config, source,
+                  [](const std::string&, const auto&, auto*, const char*, CausalLmLimits limits) { return limits; });
 }
 
 }  // namespace fsdpp::models

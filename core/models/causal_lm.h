@@ -28,4 +28,12 @@ struct CausalLm {
 CausalLm build_causal_lm(const nlohmann::json& config, const std::string& source);
 const std::vector<std::string>& supported_model_types();
 
+// What a config allows without building the model: vocabulary size and positions.
+// Same validation and errors as build_causal_lm.
+struct CausalLmLimits {
+  int64_t vocab_size = 0;
+  int64_t max_positions = 0;
+};
+CausalLmLimits causal_lm_limits(const nlohmann::json& config, const std::string& source);
+
 }  // namespace fsdpp::models

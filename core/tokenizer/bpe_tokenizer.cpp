@@ -115,6 +115,11 @@ int32_t BpeTokenizer::find_id(std::string_view token) const {
   return it == ids_.end() ? -1 : it->second;
 }
 
+std::optional<int32_t> BpeTokenizer::token_id(std::string_view token) const {
+  const int32_t id = find_id(token);
+  return id < 0 ? std::nullopt : std::optional<int32_t>(id);
+}
+
 void BpeTokenizer::add_merge(std::string_view left, std::string_view right, const std::string& source) {
   const int32_t a = find_id(left), b = find_id(right);
   const int32_t merged = find_id(std::string(left) + std::string(right));

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <nlohmann/json_fwd.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -60,6 +61,8 @@ class BpeTokenizer {
   size_t vocab_size() const { return tokens_.size(); }
   // The vocabulary entry of `id` as written in the files (e.g. "Ġthe", "▁the", "<0x0A>").
   const std::string& token(int32_t id) const;
+  // The id of a vocabulary entry spelled exactly `token` (e.g. "<|endoftext|>"), if any.
+  std::optional<int32_t> token_id(std::string_view token) const;
 
  private:
   // One normalizer step of a SentencePiece-style tokenizer, applied in order.

@@ -8,8 +8,10 @@
 
 #include "core/io/atomic_file.h"
 #include "core/fsdp/sharding.h"
+#include "harness/cli/data_commands.h"
 #include "harness/cli/distributed.h"
 #include "harness/cli/model_commands.h"
+#include "harness/cli/train_command.h"
 #include "harness/equiv/equivalence.h"
 #include "harness/launch/run_ranks.h"
 #include "harness/selfcheck/selfcheck.h"
@@ -127,19 +129,32 @@ int main(int argc, char** argv) {
 
   fsdpp::cli::ModelCommands model_commands;
   model_commands.add_to(app);
+  fsdpp::cli::DataCommands data_commands;
+  data_commands.add_to(app);
+  fsdpp::cli::TrainCommand train_command;
+  train_command.add_to(app);
 
   try {
-    app.parse(argc, argv);
+    args = train_command.expand_config(args);
+    std::vector<char*> arg_ptrs;
+    for (auto& a : args) arg_ptrs.push_back(a.data());
+    app.parse(static_cast<int>(arg_ptrs.size()), arg_ptrs.data());
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    std::fprintf(stderr, "fsdpp: error: %s\n", e.what());
+    return e.get_exit_code();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fsdpp: error: %s\n", e.what());
+    return 2;
   }
   try {
     if (sc->parsed())
       return fsdpp::cli::run_distributed(args, selfcheck.dist, [&](fsdpp::comm::Communicator& comm, const auto&) {
         return selfcheck_rank(selfcheck, comm);
       });
-    int code = model_commands.run_parsed();
-    if (code >= 0) return code;
+    if (int code = model_commands.run_parsed(); code >= 0) return code;
+    if (int code = data_commands.run_parsed(); code >= 0) return code;
+    if (int code = train_command.run_parsed(args); code >= 0) return code;
     if (eq->parsed())
       return fsdpp::cli::run_distributed(args, equiv.dist, [&](fsdpp::comm::Communicator& comm, const auto&) {
         return equiv_rank(equiv, comm);

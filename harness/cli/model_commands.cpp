@@ -5,11 +5,11 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
-#include "core/data/token_file.h"
+#include "core/data/token_dataset.h"
 #include "core/models/generate.h"
 #include "core/models/hf_checkpoint.h"
 #include "core/models/llama.h"
-#include "core/tokenizer/bpe_tokenizer.h"
+#include "core/tokenizer/load.h"
 
 namespace fsdpp::cli {
 
@@ -20,15 +20,6 @@ at::ScalarType parse_dtype(const std::string& name) {
   if (name == "bf16") return at::kBFloat16;
   if (name == "fp16") return at::kHalf;
   throw std::invalid_argument("--dtype '" + name + "': expected fp32, bf16 or fp16");
-}
-
-// The folder's tokenizer: tokenizer.json, else GPT-2's vocab.json + merges.txt.
-tokenizer::BpeTokenizer folder_tokenizer(const std::filesystem::path& dir) {
-  if (std::filesystem::exists(dir / "tokenizer.json"))
-    return tokenizer::BpeTokenizer::from_hf_tokenizer_json(dir / "tokenizer.json");
-  if (std::filesystem::exists(dir / "vocab.json") && std::filesystem::exists(dir / "merges.txt"))
-    return tokenizer::BpeTokenizer::from_gpt2_files(dir / "vocab.json", dir / "merges.txt");
-  throw std::runtime_error(dir.string() + ": no tokenizer (expected tokenizer.json, or vocab.json and merges.txt)");
 }
 
 }  // namespace
@@ -44,9 +35,12 @@ void ModelCommands::add_to(CLI::App& app) {
   generate_->add_option("--seed", seed_, "Sampling seed");
   generate_->add_option("--dtype", dtype_, "fp32, bf16 or fp16")->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
 
-  eval_ = app.add_subcommand("eval", "Mean next-token loss and perplexity of a model folder on a token file");
+  eval_ = app.add_subcommand("eval", "Mean next-token loss and perplexity of a model folder on token data");
   eval_->add_option("--model", model_dir_, "Model folder (config.json, safetensors)")->required();
-  eval_->add_option("--data", data_path_, "Token file (llm.c .bin)")->required();
+  eval_->add_option("--data", data_path_,
+                    "Token data: a .tok or llm.c .bin file, a directory of them, a pattern (out/eval_*.tok), or a "
+                    "comma-separated list")
+      ->required();
   eval_->add_option("--seq-len", seq_len_, "Window length T")->required()->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   eval_->add_option("--batch-size", batch_size_, "Windows per forward pass")->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
   eval_->add_option("--dtype", dtype_, "fp32, bf16 or fp16")->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
@@ -59,7 +53,7 @@ void ModelCommands::add_to(CLI::App& app) {
 
 int ModelCommands::run_parsed() {
   if (generate_ != nullptr && generate_->parsed()) {
-    auto tok = folder_tokenizer(model_dir_);
+    auto tok = tokenizer::load_tokenizer(model_dir_);
     auto lm = models::load_pretrained(model_dir_, parse_dtype(dtype_));
     models::SamplingOptions o;
     o.max_new_tokens = max_new_tokens_;
@@ -88,11 +82,12 @@ int ModelCommands::run_parsed() {
   }
   if (eval_ != nullptr && eval_->parsed()) {
     auto lm = models::load_pretrained(model_dir_, parse_dtype(dtype_));
-    auto tokens = data::read_token_file(data_path_);
-    if (tokens.numel() > 0 && tokens.max().item<int64_t>() >= lm.vocab_size)
-      throw std::runtime_error(data_path_ + ": token " + std::to_string(tokens.max().item<int64_t>()) +
+    auto dataset = data::TokenDataset::open(data_path_);
+    dataset.require_window(seq_len_, "--data " + data_path_);
+    if (dataset.max_token() >= lm.vocab_size)
+      throw std::runtime_error(data_path_ + ": token " + std::to_string(dataset.max_token()) +
                                " is outside the model's vocabulary of " + std::to_string(lm.vocab_size));
-    auto r = models::evaluate(lm, tokens, seq_len_, batch_size_);
+    auto r = models::evaluate(lm, dataset.tokens(0, dataset.num_tokens()), seq_len_, batch_size_);
     if (json_)
       std::printf("%s\n", nlohmann::json{{"loss", r.loss}, {"perplexity", r.perplexity}, {"tokens", r.tokens}}.dump().c_str());
     else

@@ -1,0 +1,29 @@
+#include "core/optim/adamw.h"
+
+namespace fsdpp::optim {
+
+bool decays(const at::Tensor& parameter) { return parameter.dim() >= 2; }
+
+std::unique_ptr<torch::optim::AdamW> make_adamw(const std::vector<std::pair<std::string, at::Tensor>>& named,
+                                                const AdamWSettings& s) {
+  std::vector<at::Tensor> decay, no_decay;
+  for (const auto& [name, p] : named) (decays(p) ? decay : no_decay).push_back(p);
+  auto options = [&](double wd) {
+    return std::make_unique<torch::optim::AdamWOptions>(
+        torch::optim::AdamWOptions(s.lr).betas({s.beta1, s.beta2}).eps(s.eps).weight_decay(wd));
+  };
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  if (!decay.empty()) groups.emplace_back(decay, options(s.weight_decay));
+  if (!no_decay.empty()) groups.emplace_back(no_decay, options(0.0));
+  return std::make_unique<torch::optim::AdamW>(groups, torch::optim::AdamWOptions(s.lr)
+                                                           .betas({s.beta1, s.beta2})
+                                                           .eps(s.eps)
+                                                           .weight_decay(s.weight_decay));
+}
+
+void set_lr(torch::optim::Optimizer& optimizer, double lr) {
+  for (auto& group : optimizer.param_groups())
+    static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+}
+
+}  // namespace fsdpp::optim

@@ -1,0 +1,33 @@
+// AdamW over FSDP shards with two parameter groups, the convention of nanoGPT, llm.c and
+// torchtitan's default: weight decay applies to every parameter with 2 or more
+// dimensions (matmul weights and embeddings, including a tied LM head), never to
+// biases or normalisation weights (1-D). A shard keeps its parameter's dimensionality,
+// so the rule gives the same groups sharded and unsharded.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace fsdpp::optim {
+
+struct AdamWSettings {
+  double lr = 1e-3;
+  double beta1 = 0.9, beta2 = 0.999;  // PyTorch's defaults
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+};
+
+std::unique_ptr<torch::optim::AdamW> make_adamw(const std::vector<std::pair<std::string, at::Tensor>>& named,
+                                                const AdamWSettings& settings);
+
+// Sets every group's learning rate.
+void set_lr(torch::optim::Optimizer& optimizer, double lr);
+
+// Whether the rule above decays this parameter.
+bool decays(const at::Tensor& parameter);
+
+}  // namespace fsdpp::optim

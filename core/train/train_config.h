@@ -1,0 +1,65 @@
+// Everything `fsdpp train` can be told, with the defaults a user of torchrun + FSDP
+// scripts would expect. The CLI fills it from flags and --config files; validate()
+// rejects contradictions before any rank touches data.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+
+#include "core/fsdp/sharded_model.h"
+#include "core/optim/adamw.h"
+#include "core/optim/lr_schedule.h"
+
+namespace fsdpp::train {
+
+struct TrainConfig {
+  // Model: an HF folder, or a from-scratch preset.
+  std::string model_dir;
+  bool from_scratch = false;
+  std::string model_type = "gpt2";
+  std::string model_size;
+  int64_t vocab_size = 0;        // from scratch: overrides the preset's (0: keep)
+  std::string tokenizer;         // copied into the exported folder (default: the model folder's)
+
+  // Data.
+  std::string data, eval_data;   // TokenDataset specs
+  int64_t seq_len = 0;           // 0: the model's positions
+  int64_t batch_size = 8;        // windows per rank per micro-step
+  int grad_accum_steps = 1;
+  bool shuffle = true;
+  int64_t eval_max_windows = 0;  // 0: the whole eval set
+
+  // Optimisation.
+  optim::AdamWSettings adamw{3e-4, 0.9, 0.999, 1e-8, 0.0};
+  double min_lr = 0;
+  int64_t warmup_steps = 0;
+  optim::LrDecay lr_decay = optim::LrDecay::Cosine;
+  int64_t max_steps = 0;         // exactly one of max_steps / num_epochs
+  double num_epochs = 0;
+  double grad_clip = 0;          // 0: off (the norm is still measured and logged)
+
+  // Parallelism and precision.
+  fsdp::FsdpOptions fsdp;
+  std::string wrap_policy = "block";  // block | size:N | none
+  std::string mixed_precision = "fp32";
+  bool activation_checkpointing = false;
+  bool cpu_offload = false;
+  bool deterministic = false;
+
+  // Output.
+  std::string save_dir = "runs";
+  std::string experiment_name = "run";
+  int64_t ckpt_freq = 0;         // 0: only at the end
+  int64_t log_freq = 10;
+  int64_t eval_freq = 0;         // 0: before training and at the end only
+  uint64_t seed = 1234;
+
+  // Throws std::invalid_argument naming the flag (as on the command line) and what was
+  // expected. Data-dependent checks (dataset size, vocabulary, positions) happen in train().
+  void validate() const;
+  nlohmann::json to_json() const;
+};
+
+}  // namespace fsdpp::train

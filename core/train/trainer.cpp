@@ -1,0 +1,303 @@
+#include "core/train/trainer.h"
+
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <stdexcept>
+
+#include "core/data/sampler.h"
+#include "core/data/token_dataset.h"
+#include "core/fsdp/wrap_policy.h"
+#include "core/io/hf_config.h"
+#include "core/models/hf_checkpoint.h"
+#include "core/models/presets.h"
+#include "core/tokenizer/load.h"
+#include "core/train/metrics_log.h"
+
+namespace fsdpp::train {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+int64_t peak_rss_bytes() {
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+models::CausalLm build_model(const TrainConfig& c, const nlohmann::json& config) {
+  if (!c.from_scratch) return models::load_pretrained(c.model_dir);
+  auto lm = models::build_causal_lm(config, "--model-size " + c.model_size);
+  models::init_from_scratch(lm, c.seed);
+  return lm;
+}
+
+fsdp::WrapPolicy make_wrap_policy(const std::string& spec, const std::string& block_type) {
+  if (spec == "block") return fsdp::wrap_by_module_type({block_type});
+  if (spec == "none") return fsdp::wrap_nothing();
+  return fsdp::wrap_by_min_params(std::stoll(spec.substr(5)));  // "size:N", checked by validate()
+}
+
+data::TokenDataset open_dataset(const std::string& spec, const std::string& flag, int64_t seq_len, int64_t vocab) {
+  auto dataset = data::TokenDataset::open(spec);
+  dataset.require_window(seq_len, flag + " " + spec);
+  if (dataset.max_token() >= vocab)
+    throw std::runtime_error(flag + " " + spec + ": token id " + std::to_string(dataset.max_token()) +
+                             " is outside the model's vocabulary of " + std::to_string(vocab));
+  return dataset;
+}
+
+// Sum of next-token cross-entropy over [rows, seq_len] targets, in fp32.
+torch::Tensor summed_loss(const models::CausalLm& lm, const torch::Tensor& inputs, const torch::Tensor& targets) {
+  auto logits = lm.logits(inputs);
+  return torch::nn::functional::cross_entropy(
+      logits.reshape({-1, logits.size(-1)}).to(torch::kFloat), targets.reshape({-1}),
+      torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+}
+
+// Held-out loss over the first `max_windows` windows (0: all). Rank r scores windows
+// r, r + N, r + 2N, ...; every rank runs the same number of forward passes (a rank out
+// of windows scores window 0 and discards it) so FSDP's collectives stay in step.
+EvalScore evaluate(comm::Communicator& comm, const models::CausalLm& lm, const data::TokenDataset& dataset,
+                   int64_t seq_len, int64_t batch_size, int64_t max_windows) {
+  torch::NoGradGuard no_grad;
+  const int64_t n = comm.size(), rank = comm.rank();
+  int64_t windows = dataset.num_windows(seq_len);
+  if (max_windows > 0) windows = std::min(windows, max_windows);
+  const int64_t per_rank = (windows + n - 1) / n;
+  const int64_t batches = (per_rank + batch_size - 1) / batch_size;
+  double loss_sum = 0;
+  for (int64_t b = 0; b < batches; ++b) {
+    std::vector<int64_t> rows;
+    for (int64_t j = 0; j < batch_size; ++j) {
+      int64_t w = rank + n * (b * batch_size + j);
+      if (w < windows) rows.push_back(w);
+    }
+    const bool idle = rows.empty();
+    if (idle) rows.push_back(0);
+    auto [inputs, targets] = dataset.windows(rows, seq_len);
+    double s = summed_loss(lm, inputs, targets).item<double>();
+    if (!idle) loss_sum += s;
+  }
+  auto total = torch::tensor({loss_sum}, torch::kDouble);
+  comm.all_reduce(total, comm::ReduceOp::Sum);
+  EvalScore score;
+  score.tokens = windows * seq_len;
+  score.loss = total.item<double>() / static_cast<double>(score.tokens);
+  score.perplexity = std::exp(score.loss);
+  return score;
+}
+
+// Collective: rank 0 writes the model as a Hugging Face folder (config.json, safetensors,
+// tokenizer files when known).
+void export_hf(comm::Communicator& comm, fsdp::ShardedModel& sharded, const models::CausalLm& lm,
+               const std::string& tokenizer, const std::filesystem::path& dir) {
+  auto full = sharded.gather_full_parameters();
+  if (comm.rank() == 0) {
+    auto out = models::build_causal_lm(lm.config, dir.string());
+    std::map<std::string, at::Tensor> by_name(full.begin(), full.end());
+    torch::NoGradGuard no_grad;
+    for (const auto& item : out.module->named_parameters(true)) {
+      auto it = by_name.find(item.key());
+      if (it != by_name.end()) item.value().copy_(it->second);
+    }
+    models::save_pretrained(out, dir);
+    if (!tokenizer.empty()) tokenizer::copy_tokenizer_files(tokenizer, dir);
+  }
+  comm.barrier();
+}
+
+std::string tokenizer_source(const TrainConfig& c) {
+  if (!c.tokenizer.empty()) return c.tokenizer;
+  if (c.model_dir.empty()) return "";
+  try {  // the model folder's own tokenizer, if it has one
+    tokenizer::load_tokenizer(c.model_dir);
+    return c.model_dir;
+  } catch (const std::exception&) {
+    return "";
+  }
+}
+
+nlohmann::json comm_bytes(const fsdp::ShardedModel& sharded) {
+  nlohmann::json out;
+  for (auto kind : {comm::CollectiveKind::AllGather, comm::CollectiveKind::ReduceScatter, comm::CollectiveKind::AllReduce})
+    out[comm::to_string(kind)] = sharded.comm_stats(kind).bytes_sent;
+  return out;
+}
+
+}  // namespace
+
+Preflight preflight(const TrainConfig& c) {
+  c.validate();
+  Preflight p;
+  p.model_config = c.from_scratch ? models::from_scratch_config(c.model_type, c.model_size, c.vocab_size)
+                                  : io::load_hf_config(c.model_dir).raw;
+  const std::string source = c.from_scratch ? "--model-size " + c.model_size : c.model_dir + "/config.json";
+  auto limits = models::causal_lm_limits(p.model_config, source);
+  p.seq_len = c.seq_len > 0 ? c.seq_len : limits.max_positions;
+  if (p.seq_len > limits.max_positions)
+    throw std::invalid_argument("--seq-len " + std::to_string(p.seq_len) + " is above the model's " +
+                                std::to_string(limits.max_positions) + " positions");
+  open_dataset(c.data, "--data", p.seq_len, limits.vocab_size);
+  if (!c.eval_data.empty()) open_dataset(c.eval_data, "--eval-data", p.seq_len, limits.vocab_size);
+  return p;
+}
+
+TrainResult train(comm::Communicator& comm, const TrainConfig& c) {
+  const auto checked = preflight(c);
+  const bool lead = comm.rank() == 0;
+  const int world = comm.size();
+  if (c.deterministic) at::globalContext().setDeterministicAlgorithms(true, false);
+  torch::manual_seed(c.seed);
+
+  auto lm = build_model(c, checked.model_config);
+  const int64_t seq_len = checked.seq_len;
+  auto train_set = open_dataset(c.data, "--data", seq_len, lm.vocab_size);
+  std::optional<data::TokenDataset> eval_set;
+  if (!c.eval_data.empty()) eval_set = open_dataset(c.eval_data, "--eval-data", seq_len, lm.vocab_size);
+
+  TrainResult result;
+  result.run_dir = std::filesystem::path(c.save_dir) / c.experiment_name;
+  result.hf_dir = result.run_dir / "hf";
+  if (lead && std::filesystem::exists(result.run_dir / "metrics.jsonl"))
+    throw std::runtime_error((result.run_dir / "metrics.jsonl").string() +
+                             " exists: choose another --experiment-name or --save-dir, or remove that run");
+
+  auto sharded = fsdp::ShardedModel::create(lm.module, comm, c.fsdp, make_wrap_policy(c.wrap_policy, lm.block_type));
+  auto optimizer = optim::make_adamw(sharded->named_parameters(), c.adamw);
+
+  data::SamplerOptions so;
+  so.num_windows = train_set.num_windows(seq_len);
+  so.batch_per_rank = c.batch_size;
+  so.world_size = world;
+  so.rank = comm.rank();
+  so.grad_accum = c.grad_accum_steps;
+  so.shuffle = c.shuffle;
+  so.seed = c.seed;
+  data::DistributedSampler sampler(so);
+  const int64_t global_batch = sampler.global_batch();
+  const int64_t total_steps =
+      c.max_steps > 0 ? c.max_steps
+                      : static_cast<int64_t>(std::ceil(c.num_epochs * static_cast<double>(so.num_windows) /
+                                                       static_cast<double>(global_batch)));
+  optim::LrSchedule schedule{c.adamw.lr, c.min_lr, c.warmup_steps, total_steps, c.lr_decay};
+  const int64_t tokens_per_step = global_batch * seq_len;
+  const double backward_scale = 1.0 / static_cast<double>(c.batch_size * seq_len * c.grad_accum_steps);
+
+  const std::string tokenizer = tokenizer_source(c);
+  std::unique_ptr<MetricsLog> metrics;
+  std::unique_ptr<ProgressBar> progress;
+  if (lead) {
+    auto mem = sharded->memory();
+    metrics = std::make_unique<MetricsLog>(
+        result.run_dir / "metrics.jsonl",
+        nlohmann::json{{"kind", "run"}, {"format", "fsdpp.metrics"}, {"version", 1},
+                       {"world_size", world}, {"model_type", lm.model_type},
+                       {"parameters", mem.full_param_bytes / 4}, {"shard_bytes", mem.shard_bytes},
+                       {"seq_len", seq_len}, {"global_batch", global_batch}, {"total_steps", total_steps},
+                       {"train_windows", so.num_windows}, {"config", c.to_json()}});
+    std::printf("training %s (%lld parameters) on %d rank(s), %s: %lld steps of %lld windows x %lld tokens\n",
+                lm.model_type.c_str(), static_cast<long long>(mem.full_param_bytes / 4), world,
+                fsdp::to_string(c.fsdp.strategy).c_str(), static_cast<long long>(total_steps),
+                static_cast<long long>(global_batch), static_cast<long long>(seq_len));
+    std::fflush(stdout);
+    progress = std::make_unique<ProgressBar>(total_steps);
+  }
+
+  auto run_eval = [&](int64_t step) {
+    auto score = evaluate(comm, lm, *eval_set, seq_len, c.batch_size, c.eval_max_windows);
+    if (lead) {
+      metrics->write({{"kind", "eval"}, {"step", step}, {"eval_loss", score.loss},
+                      {"eval_perplexity", score.perplexity}, {"eval_tokens", score.tokens}});
+      progress->clear();
+      std::printf("eval  step %lld | loss %.4f | perplexity %.2f | %lld tokens\n", static_cast<long long>(step),
+                  score.loss, score.perplexity, static_cast<long long>(score.tokens));
+      std::fflush(stdout);
+    }
+    return score;
+  };
+  if (eval_set) result.eval_before = run_eval(0);
+
+  const auto run_start = Clock::now();
+  double tokens_per_s_sum = 0;
+  for (int64_t step = 0; step < total_steps; ++step) {
+    const auto step_start = Clock::now();
+    const double lr = schedule.at(step);
+    optim::set_lr(*optimizer, lr);
+    sharded->reset_comm_stats();
+    double data_ms = 0, forward_ms = 0, backward_ms = 0, local_loss = 0;
+    for (int micro = 0; micro < c.grad_accum_steps; ++micro) {
+      auto t = Clock::now();
+      auto [inputs, targets] = train_set.windows(sampler.micro_batch(micro), seq_len);
+      data_ms += ms_since(t);
+      t = Clock::now();
+      auto loss = summed_loss(lm, inputs, targets);
+      local_loss += loss.item<double>();
+      forward_ms += ms_since(t);
+      t = Clock::now();
+      (loss * backward_scale).backward();
+      backward_ms += ms_since(t);
+    }
+    auto t = Clock::now();
+    const double grad_norm = c.grad_clip > 0 ? sharded->clip_grad_norm(c.grad_clip) : sharded->grad_norm();
+    optimizer->step();
+    optimizer->zero_grad();
+    const double optimizer_ms = ms_since(t);
+    sampler.advance();
+    auto loss_total = torch::tensor({local_loss}, torch::kDouble);
+    comm.all_reduce(loss_total, comm::ReduceOp::Sum);
+    const double loss = loss_total.item<double>() / static_cast<double>(tokens_per_step);
+    const double step_ms = ms_since(step_start);
+    const double tokens_per_s = static_cast<double>(tokens_per_step) / (step_ms / 1000.0);
+    if (step == 0) result.first_loss = loss;
+    result.last_loss = loss;
+    if (step > 0) tokens_per_s_sum += tokens_per_s;
+
+    if (lead) {
+      auto mem = sharded->memory();
+      metrics->write({{"kind", "train"}, {"step", step + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm},
+                      {"tokens_per_s", tokens_per_s}, {"tokens", (step + 1) * tokens_per_step},
+                      {"epoch", static_cast<double>(sampler.position()) / static_cast<double>(so.num_windows)},
+                      {"time_ms", {{"data", data_ms}, {"forward", forward_ms}, {"backward", backward_ms},
+                                   {"optimizer", optimizer_ms}, {"step", step_ms}}},
+                      {"memory", {{"peak_rss_bytes", peak_rss_bytes()}, {"shard_bytes", mem.shard_bytes},
+                                  {"peak_unsharded_bytes", mem.peak_unsharded_bytes}}},
+                      {"comm_bytes_sent", comm_bytes(*sharded)}});
+      if ((step + 1) % c.log_freq == 0 || step + 1 == total_steps || step == 0) {
+        progress->clear();
+        std::printf("step %lld/%lld | loss %.4f | lr %.3e | grad_norm %.3f | %.0f tok/s | %.0f ms "
+                    "(data %.0f, fwd %.0f, bwd %.0f, opt %.0f) | rss %.0f MiB\n",
+                    static_cast<long long>(step + 1), static_cast<long long>(total_steps), loss, lr, grad_norm,
+                    tokens_per_s, step_ms, data_ms, forward_ms, backward_ms, optimizer_ms,
+                    static_cast<double>(peak_rss_bytes()) / (1 << 20));
+        std::fflush(stdout);
+      }
+      progress->update(step + 1, loss, std::chrono::duration<double>(Clock::now() - run_start).count());
+    }
+    if (eval_set && c.eval_freq > 0 && (step + 1) % c.eval_freq == 0 && step + 1 != total_steps) run_eval(step + 1);
+    if (c.ckpt_freq > 0 && (step + 1) % c.ckpt_freq == 0 && step + 1 != total_steps) {
+      char name[32];
+      std::snprintf(name, sizeof(name), "step_%07lld", static_cast<long long>(step + 1));
+      export_hf(comm, *sharded, lm, tokenizer, result.run_dir / "snapshots" / name);
+    }
+  }
+  result.steps = total_steps;
+  if (total_steps > 1) result.mean_tokens_per_s = tokens_per_s_sum / static_cast<double>(total_steps - 1);
+  if (eval_set) result.eval_after = run_eval(total_steps);
+  if (progress) progress->finish();
+  export_hf(comm, *sharded, lm, tokenizer, result.hf_dir);
+  if (lead) {
+    metrics->close();
+    std::printf("wrote %s\n", result.hf_dir.string().c_str());
+  }
+  return result;
+}
+
+}  // namespace fsdpp::train

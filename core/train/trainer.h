@@ -1,0 +1,55 @@
+// The training loop behind `fsdpp train`: one rank's part of FSDP training of a causal
+// LM on a token dataset, with the sampler's global-batch order, AdamW, LR schedule,
+// clipping, periodic evaluation, metrics, and a Hugging Face export at the end.
+//
+// Loss: each optimizer step consumes G = batch_size x world_size x grad_accum_steps
+// windows of seq_len targets (core/data/sampler.h). Each rank backpropagates
+// sum(cross-entropy of its tokens) / (batch_size x seq_len x grad_accum_steps); FSDP's
+// gradient reduction averages over ranks, so the gradient is that of the mean over all
+// G x seq_len target tokens, and that mean is the logged loss (one all-reduce).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+
+#include "core/comm/communicator.h"
+#include "core/train/train_config.h"
+
+namespace fsdpp::train {
+
+struct EvalScore {
+  double loss = 0;        // mean next-token cross-entropy
+  double perplexity = 0;  // exp(loss)
+  int64_t tokens = 0;
+};
+
+struct TrainResult {
+  int64_t steps = 0;
+  double first_loss = 0, last_loss = 0;
+  std::optional<EvalScore> eval_before, eval_after;
+  double mean_tokens_per_s = 0;  // steps after the first
+  std::filesystem::path run_dir;  // <save_dir>/<experiment_name>
+  std::filesystem::path hf_dir;   // <run_dir>/hf
+};
+
+// What can be checked before any rank starts: the flags (TrainConfig::validate), the
+// model's config (from-scratch preset or <model>/config.json), the sequence length
+// against its positions, and the datasets (readable, at least one window, every token
+// inside the vocabulary). The launcher runs it so bad input is one error line; train()
+// runs it again on every rank. Throws naming the flag or file at fault.
+struct Preflight {
+  nlohmann::json model_config;
+  int64_t seq_len = 0;
+};
+Preflight preflight(const TrainConfig& config);
+
+// Collective: every rank calls it with the same config. Rank 0 writes
+// <run_dir>/metrics.jsonl (format: core/train/METRICS.md), prints a log line every
+// log_freq steps (and a progress bar when attached to a terminal), and writes the HF
+// folder. Throws std::invalid_argument / std::runtime_error naming the flag or file at
+// fault (dataset shorter than one window, tokens outside the vocabulary, seq_len above
+// the model's positions, an existing run directory ...).
+TrainResult train(comm::Communicator& comm, const TrainConfig& config);
+
+}  // namespace fsdpp::train

@@ -1,0 +1,131 @@
+#include "harness/cli/train_command.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <stdexcept>
+
+#include "core/fsdp/sharding.h"
+#include "core/io/yaml_json.h"
+#include "core/train/trainer.h"
+
+namespace fsdpp::cli {
+
+void TrainCommand::add_to(CLI::App& app) {
+  auto* t = command_ = app.add_subcommand("train", "Train or fine-tune a causal LM with FSDP on N ranks");
+  // A --config file's options come first on the command line; later flags win.
+  t->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  auto& c = config_;
+  add_distributed_flags(*t, dist_);
+  t->add_option("--config", config_file_, "JSON or YAML file with any of these options (flags override it)");
+  t->add_option("--model", c.model_dir, "Hugging Face model folder to fine-tune");
+  t->add_flag("--from-scratch", c.from_scratch, "Initialise a new model (with --model-type, --model-size)");
+  t->add_option("--model-type", c.model_type, "From scratch: gpt2, opt, llama or mistral")
+      ->check(CLI::IsMember({"gpt2", "opt", "llama", "mistral"}));
+  t->add_option("--model-size", c.model_size, "From scratch: preset size (e.g. tiny, mini, 124M; see README)");
+  t->add_option("--vocab-size", c.vocab_size, "From scratch: vocabulary size instead of the preset's")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  t->add_option("--tokenizer", c.tokenizer, "Tokenizer to copy into the exported folder (file or folder)");
+  t->add_option("--data", c.data, "Training tokens: .tok/.bin file, directory, or comma-separated list");
+  t->add_option("--eval-data", c.eval_data, "Held-out tokens, scored before, every --eval-freq steps, and after");
+  t->add_option("--seq-len", c.seq_len, "Tokens per window (default: the model's positions)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  t->add_option("--batch-size", c.batch_size, "Windows per rank per micro-step");
+  t->add_option("--grad-accum-steps", c.grad_accum_steps, "Micro-steps per optimizer step");
+  t->add_option("--lr,--max-lr", c.adamw.lr, "Peak learning rate");
+  t->add_option("--min-lr", c.min_lr, "Learning rate at the end of the decay");
+  t->add_option("--warmup-steps", c.warmup_steps, "Linear warmup steps");
+  t->add_option("--lr-schedule", lr_schedule_, "cosine, linear or constant")
+      ->check(CLI::IsMember({"cosine", "linear", "constant"}));
+  t->add_option("--max-steps", c.max_steps, "Optimizer steps");
+  t->add_option("--num-epochs", c.num_epochs, "Epochs (instead of --max-steps)");
+  t->add_option("--weight-decay", c.adamw.weight_decay, "AdamW weight decay for 2-D+ parameters");
+  t->add_option("--adam-beta1", c.adamw.beta1, "AdamW beta1");
+  t->add_option("--adam-beta2", c.adamw.beta2, "AdamW beta2");
+  t->add_option("--adam-eps", c.adamw.eps, "AdamW epsilon");
+  t->add_option("--grad-clip", c.grad_clip, "Clip the global gradient 2-norm to this (0: off)");
+  t->add_option("--strategy", strategy_, "full_shard, shard_grad_op, no_shard, hybrid_shard, hybrid_shard_zero2");
+  t->add_option("--backward-prefetch", backward_prefetch_, "pre, post or none")
+      ->check(CLI::IsMember({"pre", "post", "none"}));
+  t->add_flag("--no-forward-prefetch", no_forward_prefetch_, "Do not prefetch the next unit's all-gather in forward");
+  t->add_option("--hybrid-shard-size", c.fsdp.hybrid_shard_size, "Ranks per shard group for hybrid strategies");
+  t->add_option("--wrap-policy", c.wrap_policy, "block (one unit per transformer block), size:N, or none");
+  t->add_option("--mixed-precision", c.mixed_precision, "fp32, bf16 or fp16");
+  t->add_flag("--activation-checkpointing", c.activation_checkpointing, "Recompute each block's activations in backward");
+  t->add_flag("--cpu-offload", c.cpu_offload, "Keep shards and optimizer state in host memory");
+  t->add_flag("--deterministic", c.deterministic, "Deterministic kernels: identical runs give identical bits");
+  t->add_flag("--no-shuffle", no_shuffle_, "Windows in file order (see README: data order)");
+  t->add_option("--eval-max-windows", c.eval_max_windows, "Score at most this many eval windows (0: all)");
+  t->add_option("--save-dir", c.save_dir, "Parent of the run directory");
+  t->add_option("--experiment-name", c.experiment_name, "Run directory name: <save-dir>/<experiment-name>");
+  t->add_option("--ckpt-freq", c.ckpt_freq, "Write an HF snapshot every N steps (0: only at the end)");
+  t->add_option("--log-freq", c.log_freq, "Print a log line every N steps");
+  t->add_option("--eval-freq", c.eval_freq, "Evaluate every N steps (0: before and after only)");
+  t->add_option("--seed", c.seed, "Seed of initialisation and data order");
+}
+
+std::vector<std::string> TrainCommand::expand_config(const std::vector<std::string>& argv) const {
+  if (argv.size() < 2 || argv[1] != "train") return argv;
+  std::string file;
+  for (size_t i = 2; i < argv.size(); ++i) {
+    if (argv[i] == "--config" && i + 1 < argv.size()) file = argv[i + 1];
+    if (argv[i].rfind("--config=", 0) == 0) file = argv[i].substr(9);
+  }
+  if (file.empty()) return argv;
+  auto json = io::load_json_or_yaml_file(file);
+  if (!json.is_object()) throw std::invalid_argument(file + ": expected a mapping of option names to values");
+  std::vector<std::string> inserted;
+  for (const auto& [key, value] : json.items()) {
+    std::string name = "--" + key;
+    std::replace(name.begin(), name.end(), '_', '-');
+    const CLI::Option* option = command_->get_option_no_throw(name);
+    if (option == nullptr || name == "--config")
+      throw std::invalid_argument(file + ": unknown option '" + key + "' (expected the name of a train flag)");
+    if (value.is_boolean()) {
+      if (option->get_expected_min() != 0)
+        throw std::invalid_argument(file + ": option '" + key + "' takes a value, not true/false");
+      inserted.push_back(name + "=" + (value.get<bool>() ? "true" : "false"));
+    } else if (value.is_string()) {
+      inserted.push_back(name);
+      inserted.push_back(value.get<std::string>());
+    } else if (value.is_number()) {
+      inserted.push_back(name);
+      inserted.push_back(value.is_number_float() ? nlohmann::json(value).dump() : std::to_string(value.get<int64_t>()));
+    } else {
+      throw std::invalid_argument(file + ": option '" + key + "' must be a string, number or boolean");
+    }
+  }
+  std::vector<std::string> out(argv.begin(), argv.begin() + 2);
+  out.insert(out.end(), inserted.begin(), inserted.end());
+  out.insert(out.end(), argv.begin() + 2, argv.end());
+  return out;
+}
+
+void TrainCommand::finish_config() {
+  config_.shuffle = !no_shuffle_;
+  config_.lr_decay = optim::parse_lr_decay(lr_schedule_);
+  config_.fsdp.strategy = fsdp::parse_strategy(strategy_);
+  config_.fsdp.forward_prefetch = !no_forward_prefetch_;
+  config_.fsdp.backward_prefetch = backward_prefetch_ == "none"   ? fsdp::BackwardPrefetch::None
+                                   : backward_prefetch_ == "post" ? fsdp::BackwardPrefetch::Post
+                                                                  : fsdp::BackwardPrefetch::Pre;
+}
+
+int TrainCommand::run_parsed(const std::vector<std::string>& argv) {
+  if (command_ == nullptr || !command_->parsed()) return -1;
+  finish_config();
+  train::preflight(config_);  // before launching ranks: bad input is one line from the launcher
+  return run_distributed(argv, dist_, [&](comm::Communicator& comm, const comm::WorldSpec&) {
+    auto result = train::train(comm, config_);
+    if (comm.rank() == 0) {
+      std::printf("summary: %lld steps, loss %.4f -> %.4f", static_cast<long long>(result.steps), result.first_loss,
+                  result.last_loss);
+      if (result.eval_before && result.eval_after)
+        std::printf(", eval perplexity %.2f -> %.2f", result.eval_before->perplexity, result.eval_after->perplexity);
+      std::printf(", %.0f tokens/s\n", result.mean_tokens_per_s);
+      std::fflush(stdout);
+    }
+    return 0;
+  });
+}
+
+}  // namespace fsdpp::cli

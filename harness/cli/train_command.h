@@ -1,0 +1,39 @@
+// `fsdpp train`: flags (and a JSON/YAML --config file with the same option names) into a
+// TrainConfig, then train::train on every rank, local (--nproc) or under torchrun/srun.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+#include <vector>
+
+#include "core/train/train_config.h"
+#include "harness/cli/distributed.h"
+
+namespace fsdpp::cli {
+
+class TrainCommand {
+ public:
+  void add_to(CLI::App& app);
+
+  // If argv is a `train` command with --config FILE: the same argv with the file's options
+  // inserted right after "train" (keys are option names without "--", '_' or '-'; values
+  // strings, numbers, or booleans for switches), so flags given on the command line,
+  // which come later, override them. Throws std::invalid_argument naming the file and
+  // the key for unknown options or unusable values.
+  std::vector<std::string> expand_config(const std::vector<std::string>& argv) const;
+
+  // The exit code of `train` if it was parsed, or -1.
+  int run_parsed(const std::vector<std::string>& argv);
+
+ private:
+  void finish_config();
+
+  CLI::App* command_ = nullptr;
+  train::TrainConfig config_;
+  DistributedFlags dist_;
+  std::string config_file_, strategy_ = "full_shard", lr_schedule_ = "cosine", backward_prefetch_ = "pre";
+  bool no_shuffle_ = false, no_forward_prefetch_ = false;
+};
+
+}  // namespace fsdpp::cli

@@ -1,0 +1,307 @@
+// `fsdpp train` end to end through the binary: fine-tuning lowers held-out perplexity
+// and exports a folder the other commands load; the loss curve does not depend on the
+// number of ranks; the data order and the logged loss are the documented ones; the
+// metrics file has its documented keys; bad input is one error line.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "core/data/sampler.h"
+#include "core/data/token_dataset.h"
+#include "core/data/token_file.h"
+#include "core/models/generate.h"
+#include "core/models/presets.h"
+#include "core/optim/lr_schedule.h"
+#include "harness/oracle/tolerance.h"
+#include "harness/testing/temp_dir.h"
+
+namespace fsdpp {
+namespace {
+
+namespace fs = std::filesystem;
+using harness::run_shell;
+using harness::TempDir;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+const std::string kFsdpp = FSDPP_CLI_PATH;
+
+fs::path asset(const std::string& relative) {
+  const char* env = std::getenv("FSDPP_ASSETS_DIR");
+  return fs::path(env ? env : FSDPP_SOURCE_DIR "/.cache/assets") / relative;
+}
+
+struct TrainRun {
+  int code = -1;
+  std::string output;
+  nlohmann::json run;                      // the "run" record
+  std::vector<nlohmann::json> train, eval;  // records by kind, in file order
+  std::vector<double> losses() const {
+    std::vector<double> out;
+    for (const auto& r : train) out.push_back(r["loss"].get<double>());
+    return out;
+  }
+};
+
+// Runs `fsdpp train` into <dir>/<name> and reads its metrics.jsonl.
+TrainRun train(const TempDir& dir, const std::string& name, const std::string& flags) {
+  TrainRun r;
+  std::tie(r.code, r.output) = run_shell(kFsdpp + " train --save-dir " + dir.path().string() +
+                                         " --experiment-name " + name + " " + flags);
+  std::ifstream in(dir.path() / name / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    auto record = nlohmann::json::parse(line);
+    auto kind = record["kind"].get<std::string>();
+    (kind == "run" ? r.run : kind == "train" ? r.train.emplace_back() : r.eval.emplace_back()) = record;
+  }
+  return r;
+}
+
+// A learnable token stream: each token mostly follows from the previous one, so the
+// loss visibly falls within a few steps (random tokens would leave it flat).
+fs::path write_markov_tokens(const TempDir& dir, int64_t count, int64_t vocab) {
+  torch::manual_seed(11);
+  auto noise = torch::randint(0, 3, {count}, torch::kLong);
+  auto tokens = torch::empty({count}, torch::kLong);
+  int64_t t = 1;
+  for (int64_t i = 0; i < count; ++i) {
+    t = (t * 5 + 3 + noise[i].item<int64_t>()) % vocab;
+    tokens[i] = t;
+  }
+  auto path = dir / "tokens.bin";
+  data::write_llmc_tokens(path, tokens);
+  return path;
+}
+
+// A path for /bin/sh, quoted so that a "train_*.tok" pattern reaches fsdpp unexpanded.
+std::string quoted(const fs::path& path) { return "'" + path.string() + "'"; }
+
+// stderr only, as lines.
+std::vector<std::string> error_lines(const std::string& command) {
+  auto [code, output] = run_shell("(" + command + " 2>&1 1>/dev/null)");
+  std::vector<std::string> lines;
+  std::istringstream in(output);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) lines.push_back(line);
+  EXPECT_NE(code, 0) << command;
+  return lines;
+}
+
+// --- must show 1 -------------------------------------------------------------------
+
+TEST(TrainCommand, FineTuningOnARealCorpusLowersHeldOutPerplexityAndExportsAnHfFolder) {
+  ASSERT_TRUE(fs::exists(asset("corpora/moby-dick/chapter_1.txt"))) << "run bash ci/fetch_assets.sh";
+  TempDir dir;
+  const auto tok = asset("gpt2").string();
+  auto prepare = [&](const std::string& corpus, const std::string& slice, const std::string& out) {
+    auto [code, output] = run_shell(kFsdpp + " data prepare --input " + asset("corpora/" + corpus).string() +
+                                    " --output " + (dir / out).string() + " --tokenizer " + tok + " " + slice);
+    ASSERT_EQ(code, 0) << output;
+  };
+  prepare("sotu", "--start-idx 200 --end-idx 215", "sotu");
+  prepare("moby-dick", "--start-idx 0 --end-idx 30 --eval-fraction 0.2", "moby");
+  const std::string common = " --seq-len 64 --batch-size 4 --lr 2e-3 --warmup-steps 2 --log-freq 5 --tokenizer " + tok;
+  auto base = train(dir, "pretrain",
+                    "--from-scratch --model-type gpt2 --model-size tiny --max-steps 30 --data " +
+                        quoted(dir / "sotu" / "train_*.tok") + common);
+  ASSERT_EQ(base.code, 0) << base.output;
+
+  auto tuned = train(dir, "finetune",
+                     "--nproc 2 --strategy full_shard --model " + (dir / "pretrain" / "hf").string() +
+                         " --max-steps 20 --data " + quoted(dir / "moby" / "train_*.tok") + " --eval-data " +
+                         quoted(dir / "moby" / "eval_*.tok") + common);
+  ASSERT_EQ(tuned.code, 0) << tuned.output;
+  EXPECT_EQ(tuned.run["world_size"], 2);
+  ASSERT_EQ(tuned.eval.size(), 2u);  // before and after
+  const double before = tuned.eval.front()["eval_perplexity"], after = tuned.eval.back()["eval_perplexity"];
+  EXPECT_LT(after, 0.8 * before) << "held-out perplexity " << before << " -> " << after;
+
+  // The exported folder is what `fsdpp eval` and `fsdpp generate` load.
+  const auto hf = (dir / "finetune" / "hf").string();
+  auto [code, json] = run_shell(kFsdpp + " eval --json --seq-len 64 --model " + hf + " --data " +
+                                quoted(dir / "moby" / "eval_*.tok"));
+  ASSERT_EQ(code, 0) << json;
+  EXPECT_NEAR(nlohmann::json::parse(json)["loss"].get<double>(), tuned.eval.back()["eval_loss"].get<double>(), 1e-4);
+  auto [gen_code, text] = run_shell(kFsdpp + " generate --max-new-tokens 8 --temperature 0 --prompt 'Call me' --model " + hf);
+  ASSERT_EQ(gen_code, 0) << text;
+  EXPECT_THAT(text, StartsWith("Call me"));
+  EXPECT_GT(text.size(), std::string("Call me\n").size());
+}
+
+// --- must show 2 -------------------------------------------------------------------
+
+class TrainEquivalence : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TrainEquivalence, LossCurveIsTheSameOnOneTwoAndFourRanks) {
+  TempDir dir;
+  const auto data = write_markov_tokens(dir, 4000, 32).string();
+  const std::string common = "--from-scratch --model-type " + GetParam() +
+                             " --model-size tiny --vocab-size 32 --seq-len 16 --max-steps 10 --lr 1e-2 --seed 5 "
+                             "--data " + data;
+  // Global batch 4 windows in every run: 1x4, 2x2, 4x1, and 2 ranks x 1 x 2 micro-steps.
+  auto one = train(dir, "n1", common + " --batch-size 4");
+  auto two = train(dir, "n2", common + " --nproc 2 --batch-size 2");
+  auto four = train(dir, "n4", common + " --nproc 4 --batch-size 1");
+  auto accum = train(dir, "n2a2", common + " --nproc 2 --batch-size 1 --grad-accum-steps 2");
+  for (const TrainRun* r : {&one, &two, &four, &accum}) ASSERT_EQ(r->code, 0) << r->output;
+  ASSERT_EQ(one.losses().size(), 10u);
+  EXPECT_LT(one.losses().back(), one.losses().front() - 0.1) << "the model must learn, or the comparison says little";
+  const auto tol = harness::default_tolerance(at::kFloat);  // assert_close's fp32 rtol/atol
+  double max_diff = 0;
+  for (const TrainRun* r : {&two, &four, &accum}) {
+    ASSERT_EQ(r->losses().size(), one.losses().size());
+    for (size_t s = 0; s < one.losses().size(); ++s) {
+      EXPECT_NEAR(r->losses()[s], one.losses()[s], tol.atol + tol.rtol * std::abs(one.losses()[s]))
+          << "world " << r->run["world_size"] << " step " << s + 1;
+      max_diff = std::max(max_diff, std::abs(r->losses()[s] - one.losses()[s]));
+    }
+  }
+  std::printf("%s: loss %.4f -> %.4f, largest difference from 1 rank %.3g\n", GetParam().c_str(),
+              one.losses().front(), one.losses().back(), max_diff);
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, TrainEquivalence, ::testing::Values("gpt2", "opt", "llama"));
+
+// --- the documented data order and loss --------------------------------------------
+
+TEST(TrainCommand, FirstStepLossIsTheInitialModelsMeanLossOnTheSamplersFirstGlobalBatch) {
+  TempDir dir;
+  const auto data = write_markov_tokens(dir, 3000, 256);
+  const int64_t seq = 16, global = 2 * 3;  // 2 ranks x batch 3
+  auto dataset = data::TokenDataset::open(data.string());
+  auto initial_loss_on = [&](const std::vector<int64_t>& windows) {
+    auto lm = models::build_causal_lm(models::from_scratch_config("gpt2", "tiny", 256), "tiny");
+    models::init_from_scratch(lm, 9);
+    torch::NoGradGuard no_grad;
+    auto [inputs, targets] = dataset.windows(windows, seq);
+    auto logits = lm.logits(inputs);
+    return torch::nn::functional::cross_entropy(logits.reshape({-1, 256}), targets.reshape({-1})).item<double>();
+  };
+  for (bool shuffle : {false, true}) {
+    const std::string name = shuffle ? "shuffled" : "ordered";
+    auto r = train(dir, name,
+                   "--nproc 2 --from-scratch --model-size tiny --vocab-size 256 --seq-len 16 --batch-size 3 "
+                   "--max-steps 1 --seed 9 --data " + data.string() + (shuffle ? "" : " --no-shuffle"));
+    ASSERT_EQ(r.code, 0) << r.output;
+    data::SamplerOptions o;
+    o.num_windows = dataset.num_windows(seq);
+    o.batch_per_rank = 3;
+    o.world_size = 2;
+    o.shuffle = shuffle;
+    o.seed = 9;
+    auto windows = data::DistributedSampler(o).global_batch_windows();
+    if (!shuffle) {
+      EXPECT_EQ(windows, (std::vector<int64_t>{0, 1, 2, 3, 4, 5}));
+    }
+    ASSERT_EQ(static_cast<int64_t>(windows.size()), global);
+    EXPECT_NEAR(r.losses().at(0), initial_loss_on(windows), 1e-5) << name;
+  }
+}
+
+// --- metrics.jsonl -----------------------------------------------------------------
+
+TEST(TrainCommand, MetricsRecordEveryStepAndEvalWithTheDocumentedKeys) {
+  TempDir dir;
+  const auto data = write_markov_tokens(dir, 3000, 256).string();
+  auto r = train(dir, "m", "--nproc 2 --from-scratch --model-type llama --model-size tiny --vocab-size 256 "
+                           "--seq-len 16 --batch-size 2 --max-steps 4 --warmup-steps 1 --lr 1e-3 --min-lr 1e-4 "
+                           "--lr-schedule linear --eval-freq 2 --eval-max-windows 8 --data " + data +
+                           " --eval-data " + data);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(r.run["format"], "fsdpp.metrics");
+  EXPECT_EQ(r.run["version"], 1);
+  EXPECT_EQ(r.run["config"]["strategy"], "full_shard");
+  ASSERT_EQ(r.train.size(), 4u);
+  optim::LrSchedule schedule{1e-3, 1e-4, 1, 4, optim::LrDecay::Linear};
+  for (size_t i = 0; i < r.train.size(); ++i) {
+    const auto& t = r.train[i];
+    EXPECT_EQ(t["step"], i + 1);
+    for (const char* key : {"loss", "lr", "grad_norm", "tokens_per_s", "tokens", "epoch"})
+      EXPECT_TRUE(t.contains(key) && t[key].is_number()) << key;
+    for (const char* key : {"data", "forward", "backward", "optimizer", "step"})
+      EXPECT_GE(t["time_ms"][key].get<double>(), 0.0) << key;
+    EXPECT_GT(t["memory"]["peak_rss_bytes"].get<int64_t>(), 0);
+    EXPECT_GT(t["comm_bytes_sent"]["all_gather"].get<int64_t>(), 0);      // FULL_SHARD on 2 ranks
+    EXPECT_GT(t["comm_bytes_sent"]["reduce_scatter"].get<int64_t>(), 0);
+    EXPECT_DOUBLE_EQ(t["lr"].get<double>(), schedule.at(static_cast<int64_t>(i)));
+    EXPECT_GT(t["grad_norm"].get<double>(), 0.0);
+  }
+  // Before training, after step 2 (--eval-freq), after the last step.
+  ASSERT_EQ(r.eval.size(), 3u);
+  EXPECT_EQ(r.eval[0]["step"], 0);
+  EXPECT_EQ(r.eval[1]["step"], 2);
+  EXPECT_EQ(r.eval[2]["step"], 4);
+  EXPECT_EQ(r.eval[0]["eval_tokens"], 8 * 16);
+  EXPECT_NEAR(r.eval[2]["eval_perplexity"].get<double>(), std::exp(r.eval[2]["eval_loss"].get<double>()), 1e-9);
+}
+
+TEST(TrainCommand, DeterministicRunsGiveIdenticalBits) {
+  TempDir dir;
+  const auto data = write_markov_tokens(dir, 3000, 256).string();
+  const std::string flags = "--nproc 2 --deterministic --from-scratch --model-size tiny --vocab-size 256 --seq-len 16 "
+                            "--batch-size 2 --max-steps 3 --data " + data;
+  auto a = train(dir, "a", flags), b = train(dir, "b", flags);
+  ASSERT_EQ(a.code, 0) << a.output;
+  ASSERT_EQ(b.code, 0) << b.output;
+  EXPECT_EQ(a.losses(), b.losses());
+  auto bytes = [](const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  EXPECT_EQ(bytes(dir / "a" / "hf" / "model.safetensors"), bytes(dir / "b" / "hf" / "model.safetensors"));
+}
+
+TEST(TrainCommand, ConfigFileGivesOptionsAndFlagsOverrideThem) {
+  TempDir dir;
+  const auto data = write_markov_tokens(dir, 2000, 256).string();
+  std::ofstream(dir / "train.yaml") << "from_scratch: true\nmodel-size: tiny\nvocab_size: 256\nseq_len: 16\n"
+                                       "batch_size: 2\nmax_steps: 5\nlr: 0.002\nno_shuffle: true\ndata: " << data << "\n";
+  auto r = train(dir, "cfg", "--config " + (dir / "train.yaml").string() + " --max-steps 2");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(r.train.size(), 2u);  // the flag beat the file's 5
+  EXPECT_EQ(r.run["config"]["lr"], 0.002);
+  EXPECT_EQ(r.run["config"]["shuffle"], false);
+
+  std::ofstream(dir / "bad.json") << R"({"seq_len": 16, "learning_rate": 0.1})";
+  auto lines = error_lines(kFsdpp + " train --config " + (dir / "bad.json").string());
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_THAT(lines[0], HasSubstr("bad.json"));
+  EXPECT_THAT(lines[0], HasSubstr("learning_rate"));
+}
+
+// --- must show 4: bad input --------------------------------------------------------
+
+TEST(TrainCommand, EachBadInputIsOneErrorLineAndANonZeroExit) {
+  TempDir dir;
+  const auto good = write_markov_tokens(dir, 500, 256).string();
+  data::write_llmc_tokens(dir / "empty.bin", torch::empty({0}, torch::kLong));
+  data::write_llmc_tokens(dir / "short.bin", torch::arange(10));
+  std::ofstream(dir / "garbage.bin") << "this is not a token file";
+  const std::string base = kFsdpp + " train --nproc 2 --save-dir " + dir.path().string() +
+                           " --from-scratch --model-size tiny --vocab-size 256 --max-steps 2 --seq-len 16 ";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {base + "--data " + (dir / "empty.bin").string(), "empty.bin"},
+      {base + "--data " + (dir / "short.bin").string(), "short.bin"},
+      {base + "--data " + (dir / "missing.bin").string(), "missing.bin"},
+      {base + "--data " + (dir / "garbage.bin").string(), "garbage.bin"},
+      {base + "--data " + good + " --batch-size 0", "--batch-size"},
+      {kFsdpp + " train --from-scratch --model-size tiny --max-steps 2 --seq-len 300 --data " + good, "--seq-len 300"},
+      {base + "--data " + good + " --bogus-flag 3", "--bogus-flag"},
+      {base + "--data " + good + " --model " + dir.path().string(), "--from-scratch"},
+      {base + "--data " + good + " --num-epochs 1", "--num-epochs"},
+      {kFsdpp + " train --from-scratch --model-size tiny --vocab-size 100 --max-steps 2 --seq-len 16 --data " + good,
+       "vocabulary"},
+  };
+  for (const auto& [command, mention] : cases) {
+    auto lines = error_lines(command);
+    ASSERT_EQ(lines.size(), 1u) << command << "\n" << ::testing::PrintToString(lines);
+    EXPECT_THAT(lines[0], StartsWith("fsdpp: error: ")) << command;
+    EXPECT_THAT(lines[0], HasSubstr(mention)) << command;
+  }
+}
+
+}  // namespace
+}  // namespace fsdpp
