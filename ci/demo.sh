@@ -8,7 +8,7 @@
 #   5. load that folder with `fsdpp eval` and `fsdpp generate`,
 #   6. run the equivalence check (`fsdpp equiv`: sharded vs unsharded) at its default size.
 # Everything is written under $FSDPP_DEMO_DIR (default .cache/demo, replaced each run).
-# FSDPP_DEMO_STEPS=<pretrain>,<finetune> changes the step counts (default 300,150).
+# FSDPP_DEMO_STEPS=<pretrain>,<finetune> changes the step counts (default 200,100).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
@@ -18,7 +18,7 @@ bash ci/build.sh >/dev/null
 
 assets=${FSDPP_ASSETS_DIR:-$repo/.cache/assets}
 work=${FSDPP_DEMO_DIR:-$repo/.cache/demo}
-IFS=, read -r pretrain_steps finetune_steps <<< "${FSDPP_DEMO_STEPS:-300,150}"
+IFS=, read -r pretrain_steps finetune_steps <<< "${FSDPP_DEMO_STEPS:-200,100}"
 fsdpp=$repo/build/fsdpp
 rm -rf "$work"
 mkdir -p "$work"

@@ -7,20 +7,21 @@
 
 namespace fsdpp::fsdp {
 
-FsdpParam::FsdpParam(std::string name, at::Tensor module_param, int group_size, int group_rank)
+FsdpParam::FsdpParam(std::string name, at::Tensor module_param, int group_size, int group_rank, bool in_place)
     : name_(std::move(name)),
       shape_(module_param.sizes().vec()),
       layout_(ShardLayout::of(module_param.sizes().vec(), group_size)),
       rank_(group_rank),
+      in_place_(in_place),
       unsharded_(std::move(module_param)) {
   if (!unsharded_.is_contiguous() || unsharded_.storage_offset() != 0 ||
       unsharded_.storage().nbytes() != static_cast<size_t>(unsharded_.numel() * unsharded_.element_size()))
     throw std::invalid_argument("fully_shard: parameter '" + name_ +
                                 "' must be contiguous and own its whole storage (is it a view?)");
-  if (replicated()) sharded_ = unsharded_;
+  if (in_place_) sharded_ = unsharded_;
 }
 
-void FsdpParam::bind_shard(const at::Tensor& padded_shard, int64_t offset) {
+void FsdpParam::bind_shard(const at::Tensor& padded_shard, int64_t offset, at::ScalarType compute_dtype) {
   offset_ = offset;
   int64_t rows = layout_.valid_rows(rank_);
   auto full = unsharded_.detach().reshape({layout_.dim0, layout_.row_numel});
@@ -32,6 +33,9 @@ void FsdpParam::bind_shard(const at::Tensor& padded_shard, int64_t offset) {
   shard_shape[0] = layout_.shard_rows;
   sharded_ = padded_shard.view(shard_shape).narrow(0, 0, rows).detach();
   sharded_.set_requires_grad(unsharded_.requires_grad());
+  // The module's tensor object stays (autograd and the forward refer to it); only its
+  // data changes dtype, like FSDP1's `param.data = ...` for mixed precision.
+  if (compute_dtype != unsharded_.scalar_type()) unsharded_.set_data(at::empty(shape_, unsharded_.options().dtype(compute_dtype)));
   free_unsharded();
 }
 

@@ -25,15 +25,15 @@ namespace fsdpp::fsdp {
 
 class FsdpParam {
  public:
-  // module_param must own its whole storage (contiguous, offset 0). In a group of one
-  // (replicated: NO_SHARD, or any strategy on one rank) nothing is sharded and the
-  // module's tensor is also the sharded parameter.
-  FsdpParam(std::string name, at::Tensor module_param, int group_size, int group_rank);
+  // module_param must own its whole storage (contiguous, offset 0). In place (a group of
+  // one without mixed precision or offload: NO_SHARD, or any strategy on one rank)
+  // nothing is sharded and the module's tensor is also the sharded parameter.
+  FsdpParam(std::string name, at::Tensor module_param, int group_size, int group_rank, bool in_place);
 
   const std::string& name() const { return name_; }
   const ShardLayout& layout() const { return layout_; }
   const std::vector<int64_t>& shape() const { return shape_; }
-  bool replicated() const { return layout_.group_size == 1; }
+  bool replicated() const { return in_place_; }
   int64_t full_numel() const { return layout_.dim0 * layout_.row_numel; }
 
   at::Tensor& unsharded() { return unsharded_; }
@@ -44,9 +44,11 @@ class FsdpParam {
   int64_t offset() const { return offset_; }
 
   // Sharded mode: takes `padded_shard` (a [shard_numel] view into the unit's flat shard
-  // buffer at `offset`), fills it with this rank's rows of the current full value, makes
-  // the sharded leaf, and releases the full storage.
-  void bind_shard(const at::Tensor& padded_shard, int64_t offset);
+  // buffer at `offset`, possibly in host memory), fills it with this rank's rows of the
+  // current full value, makes the sharded leaf, and releases the full storage. The
+  // module's tensor then holds `compute_dtype` values when unsharded (mixed precision:
+  // FSDP2's param_dtype), while the shard keeps the original dtype (the master copy).
+  void bind_shard(const at::Tensor& padded_shard, int64_t offset, at::ScalarType compute_dtype);
 
   // Storage of the unsharded tensor: allocate (content undefined) / release.
   void alloc_unsharded();
@@ -66,6 +68,7 @@ class FsdpParam {
   std::vector<int64_t> shape_;
   ShardLayout layout_;
   int rank_ = 0;
+  bool in_place_ = false;
   int64_t offset_ = 0;
   at::Tensor unsharded_;
   at::Tensor sharded_;

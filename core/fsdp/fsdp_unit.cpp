@@ -9,38 +9,59 @@ namespace fsdpp::fsdp {
 using comm::ReduceOp;
 
 FsdpUnit::FsdpUnit(std::string name, std::vector<std::pair<std::string, at::Tensor>> params, UnitComms comms,
-                   bool reshard_after_forward)
-    : name_(std::move(name)), comms_(std::move(comms)), reshard_after_forward_(reshard_after_forward) {
+                   bool reshard_after_forward, const UnitPrecision& precision)
+    : name_(std::move(name)),
+      comms_(std::move(comms)),
+      precision_(precision),
+      reshard_after_forward_(reshard_after_forward) {
   int group = comms_.shard ? comms_.shard->size() : 1;
   int rank = comms_.shard ? comms_.shard->rank() : 0;
-  replicated_ = group == 1;
-  for (auto& [pname, tensor] : params) params_.emplace_back(pname, tensor, group, rank);
-  for (const auto& p : params_) full_param_bytes_ += p.full_numel() * p.unsharded().element_size();
+  if (!params.empty()) {
+    master_dtype_ = params.front().second.scalar_type();
+    device_ = params.front().second.device();
+  }
+  // A separate master copy is needed when the compute dtype differs or the shards live
+  // elsewhere; then even a group of one goes through the flat-buffer path (its
+  // "all-gather" is a local copy and NO_SHARD's all-reduce is the replica step).
+  const bool needs_master = precision_.offload || param_dtype() != master_dtype_;
+  replicated_ = group == 1 && !needs_master;
+  for (auto& [pname, tensor] : params) params_.emplace_back(pname, tensor, group, rank, replicated_);
+  for (const auto& p : params_) full_param_bytes_ += p.full_numel() * static_cast<int64_t>(c10::elementSize(param_dtype()));
   if (replicated_) {
     state_ = State::Unsharded;  // the module's parameters are the only copy
     return;
   }
   for (const auto& p : params_) {
-    if (p.unsharded().scalar_type() != params_.front().unsharded().scalar_type())
+    if (p.unsharded().scalar_type() != master_dtype_)
       throw std::invalid_argument("fully_shard: unit '" + name_ + "' mixes parameter dtypes");
     shard_total_ += p.layout().shard_numel();
   }
   if (params_.empty()) return;
-  flat_shard_ = at::zeros({shard_total_}, params_.front().unsharded().options().requires_grad(false));
+  auto master = params_.front().unsharded().options().requires_grad(false);
+  if (precision_.offload) master = master.device(at::kCPU).pinned_memory(device_.is_cuda());
+  flat_shard_ = at::zeros({shard_total_}, master);
   int64_t offset = 0;
   for (auto& p : params_) {
-    p.bind_shard(flat_shard_.narrow(0, offset, p.layout().shard_numel()), offset);
+    p.bind_shard(flat_shard_.narrow(0, offset, p.layout().shard_numel()), offset, param_dtype());
     offset += p.layout().shard_numel();
   }
   state_ = State::Sharded;
 }
 
+at::ScalarType FsdpUnit::param_dtype() const { return precision_.param_dtype.value_or(master_dtype_); }
+at::ScalarType FsdpUnit::reduce_dtype() const { return precision_.reduce_dtype.value_or(param_dtype()); }
+
 void FsdpUnit::unshard_async() {
   if (replicated_ || params_.empty() || state_ == State::Unsharded || gather_work_) return;
   auto& shard = *comms_.shard;
-  at::Tensor output = at::empty({shard_total_ * shard.size()}, flat_shard_.options());
+  // Offload: copy the shard to the compute device (host to host on CPU builds);
+  // mixed precision: cast it to param_dtype, so the all-gather moves param_dtype bytes.
+  at::Tensor input = flat_shard_;
+  if (precision_.offload || param_dtype() != master_dtype_)
+    input = flat_shard_.to(device_, param_dtype(), /*non_blocking=*/true, /*copy=*/true);
+  at::Tensor output = at::empty({shard_total_ * shard.size()}, input.options());
   for (auto& p : params_) p.alloc_unsharded();
-  gather_work_ = PendingGather{shard.all_gather_into_async(output, flat_shard_), output};
+  gather_work_ = PendingGather{shard.all_gather_into_async(output, input), output};
 }
 
 void FsdpUnit::wait_unshard() {
@@ -70,11 +91,26 @@ void FsdpUnit::discard_unshard() {
 }
 
 void FsdpUnit::reduce_gradients_async(bool sync) {
+  if (!replicated_) {
+    // This backward's unsharded gradients join the accumulator (in reduce_dtype), so
+    // that no-sync micro-steps add up at that precision; the first one is taken as is.
+    grad_accumulators_.resize(params_.size());
+    for (size_t i = 0; i < params_.size(); ++i) {
+      auto& g = params_[i].unsharded().mutable_grad();
+      if (!g.defined()) continue;
+      auto& acc = grad_accumulators_[i];
+      if (!acc.defined())
+        acc = g.scalar_type() == reduce_dtype() ? g : g.to(reduce_dtype());
+      else
+        acc.add_(g);
+      g = at::Tensor();
+    }
+  }
   if (!sync) return;
   std::vector<bool> has_grad;
   bool any = false;
-  for (auto& p : params_) {
-    has_grad.push_back(p.unsharded().grad().defined());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    has_grad.push_back(replicated_ ? params_[i].unsharded().grad().defined() : grad_accumulators_[i].defined());
     any = any || has_grad.back();
   }
   // A unit no parameter of which got a gradient (on every rank alike, as with FSDP2)
@@ -101,14 +137,14 @@ void FsdpUnit::reduce_gradients_async(bool sync) {
     pending.work = rep.all_reduce_async(flat, ReduceOp::Avg);
   } else {
     auto& shard = *comms_.shard;
-    at::Tensor input = at::zeros({shard_total_ * shard.size()}, flat_shard_.options());
+    auto options = at::TensorOptions().device(device_).dtype(reduce_dtype());
+    at::Tensor input = at::zeros({shard_total_ * shard.size()}, options);
     for (size_t i = 0; i < params_.size(); ++i) {
-      auto& p = params_[i];
       if (!has_grad[i]) continue;
-      p.copy_in_grad(p.unsharded().grad(), input, shard_total_);
-      p.unsharded().mutable_grad() = at::Tensor();
+      params_[i].copy_in_grad(grad_accumulators_[i], input, shard_total_);
+      grad_accumulators_[i] = at::Tensor();
     }
-    pending.output = at::empty({shard_total_}, flat_shard_.options());
+    pending.output = at::empty({shard_total_}, options);
     pending.work = shard.reduce_scatter_async(pending.output, input, ReduceOp::Avg);
     pending.needs_replicate = comms_.replicate && comms_.replicate->size() > 1;
   }
@@ -133,11 +169,12 @@ void FsdpUnit::finish_gradients() {
           if (padded_shape.empty()) padded_shape.push_back(1);
           padded_shape[0] = p.layout().shard_rows;
           reduced = reduced.view(padded_shape).narrow(0, 0, p.sharded().size(0));
+          // Into the master dtype and place (host memory with offload).
           auto& grad = p.sharded().mutable_grad();
           if (grad.defined())
-            grad.add_(reduced);
+            grad.add_(reduced.to(grad.device()));
           else
-            grad = reduced.clone();
+            grad = reduced.to(flat_shard_.options(), /*non_blocking=*/false, /*copy=*/true);
         }
       }
       offset += span;
@@ -170,7 +207,8 @@ std::vector<at::Tensor> FsdpUnit::gather_full(bool gradients) {
         input.narrow(0, p.offset(), g.numel()).copy_(g.reshape({-1}));
     }
   }
-  at::Tensor gathered = at::empty({shard_total_ * shard.size()}, flat_shard_.options());
+  input = input.to(device_);
+  at::Tensor gathered = at::empty({shard_total_ * shard.size()}, input.options());
   shard.all_gather_into(gathered, input);
   for (size_t i = 0; i < params_.size(); ++i) {
     auto& p = params_[i];
@@ -189,8 +227,8 @@ std::vector<at::Tensor> FsdpUnit::gather_full(bool gradients) {
 UnitMemory FsdpUnit::memory() const {
   UnitMemory m;
   for (const auto& p : params_) {
-    int64_t es = p.unsharded().element_size();
-    m.full_param_bytes += p.full_numel() * es;
+    const auto es = static_cast<int64_t>(c10::elementSize(master_dtype_));
+    m.full_param_bytes += p.full_numel() * static_cast<int64_t>(c10::elementSize(param_dtype()));
     if (replicated_) {
       m.shard_bytes += p.full_numel() * es;
       if (p.unsharded().grad().defined()) m.sharded_grad_bytes += p.full_numel() * es;

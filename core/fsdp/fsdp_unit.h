@@ -21,6 +21,14 @@ struct UnitComms {
   std::shared_ptr<comm::Communicator> replicate;  // gradients are averaged across it too (may be size 1)
 };
 
+// Dtypes and placement of a unit's buffers (FSDP2's MixedPrecisionPolicy and
+// CPUOffloadPolicy, resolved). Unset dtypes mean the parameters' own dtype.
+struct UnitPrecision {
+  std::optional<at::ScalarType> param_dtype;   // unsharded parameters, all-gather
+  std::optional<at::ScalarType> reduce_dtype;  // gradient reduction, no-sync accumulation
+  bool offload = false;                        // shards and their gradients in host memory
+};
+
 // Byte tallies of one unit (this rank).
 struct UnitMemory {
   int64_t full_param_bytes = 0;     // the unsharded parameters, all of them
@@ -33,8 +41,10 @@ class FsdpUnit {
  public:
   enum class State { Sharded, Unsharded };
 
+  // Parameters keep living in the module; a group of one with no mixed precision and no
+  // offload is "replicated": the module's tensors are the shards (no second copy).
   FsdpUnit(std::string name, std::vector<std::pair<std::string, at::Tensor>> params, UnitComms comms,
-           bool reshard_after_forward);
+           bool reshard_after_forward, const UnitPrecision& precision = {});
 
   const std::string& name() const { return name_; }
   State state() const { return state_; }
@@ -54,9 +64,10 @@ class FsdpUnit {
   // would go stale once the optimizer updates the shards.
   void discard_unshard();
 
-  // After this unit's backward: with sync, reduce its gradients (reduce-scatter over the
-  // shard group, averaged like FSDP2's ReduceOp.AVG); then frees the unsharded grads.
-  // Without sync (no_sync / gradient accumulation) the unsharded grads stay.
+  // After this unit's backward: with sync, reduce its gradients in reduce_dtype
+  // (reduce-scatter over the shard group, averaged like FSDP2's ReduceOp.AVG); then frees
+  // the unsharded grads. Without sync (no_sync / gradient accumulation) they are added
+  // into an unsharded accumulator kept in reduce_dtype, reduced at the next sync.
   void reduce_gradients_async(bool sync);
   // Waits for the reductions issued above (and the all-reduce across replicas) and adds
   // the results into the sharded parameters' .grad.
@@ -84,13 +95,20 @@ class FsdpUnit {
     bool needs_replicate = false;   // all-reduce across replicas still to do
   };
 
+  at::ScalarType param_dtype() const;
+  at::ScalarType reduce_dtype() const;
+
   std::string name_;
   std::vector<FsdpParam> params_;
+  std::vector<at::Tensor> grad_accumulators_;  // per param: unsharded grads of no-sync micro-steps
   UnitComms comms_;
+  UnitPrecision precision_;
   bool reshard_after_forward_;
   bool replicated_;
   State state_ = State::Sharded;
   int64_t shard_total_ = 0;   // elements per rank in the flat shard buffer
+  at::Device device_ = at::kCPU;  // where the module computes (the all-gather runs there)
+  at::ScalarType master_dtype_ = at::kFloat;  // the shards' (optimizer's) dtype
   int64_t full_param_bytes_ = 0;
   at::Tensor flat_shard_;
   std::optional<PendingGather> gather_work_;

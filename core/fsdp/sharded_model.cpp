@@ -12,6 +12,12 @@
 //   final callback:         post-backward for units whose inputs needed no gradient
 //                            (the root, or a first block fed raw data); wait for every
 //                            reduction; place the gradient shards.
+//   activation checkpointing (nn::checkpoint): U's first forward runs without grad
+//                            (post reshards as above, hooks nothing); backward reruns
+//                            pre/forward/post with grad: pre unshards U again, neither
+//                            records order nor prefetches; post keeps U unsharded and
+//                            hooks the recomputed output; the nested backward through
+//                            it runs U's pre- and post-backward as usual.
 // Same semantics as FSDP2's FSDPState/FSDPParamGroup hooks, and like FSDP2 the root
 // unit stays unsharded from its forward until the end of backward.
 #include "core/fsdp/sharded_model.h"
@@ -28,6 +34,7 @@
 #include <unordered_set>
 
 #include "core/comm/device_mesh.h"
+#include "core/nn/checkpoint.h"
 #include "core/nn/module_hooks.h"
 
 #include <torch/nn/modules/container/moduledict.h>
@@ -84,6 +91,14 @@ struct ShardedModel::Hooks {
     return nullptr;
   }
 
+  // Once per backward, with the outermost one (a checkpoint's nested backward ends early).
+  static void queue_final_callback(ShardedModel& m) {
+    if (m.callback_queued_) return;
+    m.callback_queued_ = true;
+    ShardedModel* model = &m;
+    torch::autograd::Engine::get_default_engine().queue_callback([model] { final_callback(*model); });
+  }
+
   static at::Tensor pre_forward(ShardedModel& m, FsdpUnit* u, at::Tensor x);
   static at::Tensor post_forward(ShardedModel& m, FsdpUnit* u, at::Tensor y);
   static void pre_backward(ShardedModel& m, FsdpUnit* u);
@@ -113,35 +128,52 @@ struct PostBackward : public torch::autograd::Function<PostBackward> {
 }  // namespace
 
 at::Tensor ShardedModel::Hooks::pre_forward(ShardedModel& m, FsdpUnit* u, at::Tensor x) {
-  if (u == root(m)) {
-    m.forward_order_.clear();
-    for (auto& unit : m.units_) unit->pre_backward_done = unit->post_backward_done = false;
+  // Activation checkpointing reruns a unit's forward inside backward: the iteration's
+  // order and flags stand, nothing is prefetched for a forward, and the final callback is
+  // queued now, with the outer backward: the recomputed unit's pre-backward runs in a
+  // nested backward, whose callbacks would run as soon as that one ends.
+  const bool recomputing = nn::recomputing();
+  if (recomputing) {
+    queue_final_callback(m);
+  } else {
+    if (u == root(m)) {
+      m.forward_order_.clear();
+      for (auto& unit : m.units_) unit->pre_backward_done = unit->post_backward_done = false;
+    }
+    m.forward_order_.push_back(u);
   }
-  m.forward_order_.push_back(u);
+  const auto& mp = m.options_.mixed_precision;
+  if (mp.cast_forward_inputs && mp.param_dtype && x.is_floating_point() && x.scalar_type() != *mp.param_dtype)
+    x = x.to(*mp.param_dtype);
   unshard_now(m, u);
-  if (m.options_.forward_prefetch) prefetch(m, forward_successor(m, u));
+  if (m.options_.forward_prefetch && !recomputing) prefetch(m, forward_successor(m, u));
   if (u != root(m) && x.requires_grad() && at::GradMode::is_enabled())
     x = PostBackward::apply(x, reinterpret_cast<int64_t>(&m), reinterpret_cast<int64_t>(u));
   return x;
 }
 
 at::Tensor ShardedModel::Hooks::post_forward(ShardedModel& m, FsdpUnit* u, at::Tensor y) {
-  bool training = at::GradMode::is_enabled() && y.requires_grad();
-  if ((u != root(m) && u->reshard_after_forward()) || !training) reshard(m, u);
-  if (training) {
+  // A checkpointed forward (no grad) is training too: the unit reshards as usual, and its
+  // recomputation registers the pre-backward hook. A recomputation leaves the unit
+  // unsharded, since its backward follows at once (as FSDP1's _post_forward during a
+  // reentrant-checkpoint recomputation).
+  const bool recomputing = nn::recomputing();
+  bool training = (at::GradMode::is_enabled() && y.requires_grad()) || nn::in_checkpointed_forward();
+  if (!training || (!recomputing && u != root(m) && u->reshard_after_forward())) reshard(m, u);
+  if (training && y.requires_grad()) {
     ShardedModel* model = &m;
     y.register_hook([model, u](const at::Tensor&) { pre_backward(*model, u); });
   }
-  if (u == root(m)) m.last_forward_order_ = m.forward_order_;
+  if (u == root(m)) {
+    m.last_forward_order_ = m.forward_order_;
+    const auto& output_dtype = m.options_.mixed_precision.output_dtype;
+    if (output_dtype && y.is_floating_point() && y.scalar_type() != *output_dtype) y = y.to(*output_dtype);
+  }
   return y;
 }
 
 void ShardedModel::Hooks::pre_backward(ShardedModel& m, FsdpUnit* u) {
-  if (!m.callback_queued_) {
-    m.callback_queued_ = true;
-    ShardedModel* model = &m;
-    torch::autograd::Engine::get_default_engine().queue_callback([model] { final_callback(*model); });
-  }
+  queue_final_callback(m);
   if (u->pre_backward_done) return;
   u->pre_backward_done = true;
   unshard_now(m, u);
@@ -216,6 +248,8 @@ std::shared_ptr<ShardedModel> ShardedModel::create(std::shared_ptr<torch::nn::Mo
   }
   bool reshard_after_forward =
       options.strategy == ShardingStrategy::FullShard || options.strategy == ShardingStrategy::HybridShard;
+  const UnitPrecision precision{options.mixed_precision.param_dtype, options.mixed_precision.reduce_dtype,
+                                options.cpu_offload};
 
   // Names and reference counts of every parameter object (tied weights appear twice).
   std::unordered_map<const c10::TensorImpl*, std::string> name_of;
@@ -248,7 +282,7 @@ std::shared_ptr<ShardedModel> ShardedModel::create(std::shared_ptr<torch::nn::Mo
     auto params = unit_params(module, is_root);
     for (auto& p : params) assigned.insert(p.second.unsafeGetTensorImpl());
     m->units_.push_back(std::make_shared<FsdpUnit>(name.empty() ? "root" : name, std::move(params), m->comms_,
-                                                   !is_root && reshard_after_forward));
+                                                   !is_root && reshard_after_forward, precision));
     m->unit_modules_.push_back(&module);
   };
 

@@ -16,6 +16,7 @@
 #include <torch/nn/module.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -29,6 +30,15 @@ namespace fsdpp::fsdp {
 
 enum class BackwardPrefetch { None, Pre, Post };  // FSDP's BACKWARD_PRE / BACKWARD_POST
 
+// FSDP2's MixedPrecisionPolicy. The shards (and so the optimizer and its state) keep the
+// parameters' own dtype; unset dtypes mean "the same as the parameters".
+struct MixedPrecisionPolicy {
+  std::optional<at::ScalarType> param_dtype;   // unsharded parameters, compute, all-gather
+  std::optional<at::ScalarType> reduce_dtype;  // gradient reduction (default: param_dtype)
+  std::optional<at::ScalarType> output_dtype;  // the root's forward output is cast to it
+  bool cast_forward_inputs = true;             // floating inputs of each unit -> param_dtype
+};
+
 struct FsdpOptions {
   ShardingStrategy strategy = ShardingStrategy::FullShard;
   bool forward_prefetch = true;
@@ -37,6 +47,10 @@ struct FsdpOptions {
   // Hybrid strategies: ranks per shard group. 0: the largest divisor of the world size
   // below it (so both mesh dimensions are real on one machine); must divide the world.
   int hybrid_shard_size = 0;
+  MixedPrecisionPolicy mixed_precision;
+  // FSDP2's CPUOffloadPolicy: shards, their gradients and so the optimizer step live in
+  // host memory (pinned on CUDA); shards are copied to the device to be all-gathered.
+  bool cpu_offload = false;
 };
 
 struct MemoryStats {

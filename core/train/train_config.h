@@ -45,6 +45,7 @@ struct TrainConfig {
   std::string wrap_policy = "block";  // block | size:N | none
   std::string mixed_precision = "fp32";
   bool activation_checkpointing = false;
+  int ac_freq = 1;               // checkpoint every k-th block (torchtitan's ac_freq)
   bool cpu_offload = false;
   bool deterministic = false;
 

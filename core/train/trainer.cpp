@@ -9,10 +9,12 @@
 
 #include "core/data/sampler.h"
 #include "core/data/token_dataset.h"
+#include "core/fsdp/activation_checkpointing.h"
 #include "core/fsdp/wrap_policy.h"
 #include "core/io/hf_config.h"
 #include "core/models/hf_checkpoint.h"
 #include "core/models/presets.h"
+#include "core/optim/grad_scaler.h"
 #include "core/tokenizer/load.h"
 #include "core/train/metrics_log.h"
 
@@ -141,6 +143,15 @@ Preflight preflight(const TrainConfig& c) {
                                   : io::load_hf_config(c.model_dir).raw;
   const std::string source = c.from_scratch ? "--model-size " + c.model_size : c.model_dir + "/config.json";
   auto limits = models::causal_lm_limits(p.model_config, source);
+  if (c.mixed_precision == "fp16") {
+    try {  // LibTorch 1.13's CPU kernels lack fp16 matmul and LayerNorm
+      auto x = torch::ones({2, 2}, torch::kHalf);
+      torch::layer_norm(torch::mm(x, x), {2});
+    } catch (const c10::Error&) {
+      throw std::invalid_argument(
+          "--mixed-precision fp16: this LibTorch has no fp16 CPU kernels (matmul, LayerNorm); use bf16 on CPU");
+    }
+  }
   p.seq_len = c.seq_len > 0 ? c.seq_len : limits.max_positions;
   if (p.seq_len > limits.max_positions)
     throw std::invalid_argument("--seq-len " + std::to_string(p.seq_len) + " is above the model's " +
@@ -170,8 +181,23 @@ TrainResult train(comm::Communicator& comm, const TrainConfig& c) {
     throw std::runtime_error((result.run_dir / "metrics.jsonl").string() +
                              " exists: choose another --experiment-name or --save-dir, or remove that run");
 
-  auto sharded = fsdp::ShardedModel::create(lm.module, comm, c.fsdp, make_wrap_policy(c.wrap_policy, lm.block_type));
+  // --mixed-precision: torchtitan's default policy, compute and all-gather in bf16/fp16,
+  // gradients reduced in fp32, fp32 master weights and optimizer state.
+  auto fsdp_options = c.fsdp;
+  if (c.mixed_precision != "fp32") {
+    fsdp_options.mixed_precision.param_dtype = c.mixed_precision == "bf16" ? at::kBFloat16 : at::kHalf;
+    fsdp_options.mixed_precision.reduce_dtype = at::kFloat;
+  }
+  fsdp_options.cpu_offload = c.cpu_offload;
+  auto sharded =
+      fsdp::ShardedModel::create(lm.module, comm, fsdp_options, make_wrap_policy(c.wrap_policy, lm.block_type));
+  if (c.activation_checkpointing)
+    fsdp::apply_activation_checkpointing(*lm.module, fsdp::CheckpointPolicy{{lm.block_type}, c.ac_freq});
   auto optimizer = optim::make_adamw(sharded->named_parameters(), c.adamw);
+  // fp16's narrow range needs dynamic loss scaling (bf16 has fp32's exponent range).
+  std::optional<optim::ShardedGradScaler> scaler;
+  if (c.mixed_precision == "fp16") scaler.emplace(optim::GradScalerOptions{}, &comm);
+  const auto shards = sharded->parameters();
 
   data::SamplerOptions so;
   so.num_windows = train_set.num_windows(seq_len);
@@ -242,12 +268,20 @@ TrainResult train(comm::Communicator& comm, const TrainConfig& c) {
       local_loss += loss.item<double>();
       forward_ms += ms_since(t);
       t = Clock::now();
-      (loss * backward_scale).backward();
+      auto scaled = loss * backward_scale;
+      (scaler ? scaler->scale(scaled) : scaled).backward();
       backward_ms += ms_since(t);
     }
     auto t = Clock::now();
+    if (scaler) scaler->unscale(shards);  // clipping sees the true gradients
     const double grad_norm = c.grad_clip > 0 ? sharded->clip_grad_norm(c.grad_clip) : sharded->grad_norm();
-    optimizer->step();
+    bool stepped = true;
+    if (scaler) {
+      stepped = scaler->step(*optimizer, shards);  // every rank skips an overflowing step alike
+      scaler->update();
+    } else {
+      optimizer->step();
+    }
     optimizer->zero_grad();
     const double optimizer_ms = ms_since(t);
     sampler.advance();
@@ -269,7 +303,9 @@ TrainResult train(comm::Communicator& comm, const TrainConfig& c) {
                                    {"optimizer", optimizer_ms}, {"step", step_ms}}},
                       {"memory", {{"peak_rss_bytes", peak_rss_bytes()}, {"shard_bytes", mem.shard_bytes},
                                   {"peak_unsharded_bytes", mem.peak_unsharded_bytes}}},
-                      {"comm_bytes_sent", comm_bytes(*sharded)}});
+                      {"comm_bytes_sent", comm_bytes(*sharded)},
+                      {"optimizer_step", stepped},
+                      {"loss_scale", scaler ? scaler->current_scale() : 1.0}});
       if ((step + 1) % c.log_freq == 0 || step + 1 == total_steps || step == 0) {
         progress->clear();
         std::printf("step %lld/%lld | loss %.4f | lr %.3e | grad_norm %.3f | %.0f tok/s | %.0f ms "

@@ -1,5 +1,7 @@
 #include "harness/cli/distributed.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -44,7 +46,10 @@ int launch_local(const std::vector<std::string>& argv, const DistributedFlags& f
         spec.env = {{"RANK", std::to_string(rank)},        {"WORLD_SIZE", std::to_string(n)},
                     {"LOCAL_RANK", std::to_string(rank)},  {"LOCAL_WORLD_SIZE", std::to_string(n)},
                     {"MASTER_ADDR", addr},                 {"MASTER_PORT", std::to_string(port)},
-                    {"FSDPP_LAUNCH_CHILD", "1"}};
+                    {"FSDPP_LAUNCH_CHILD", "1"},
+                    // Ranks' output is piped through us; rank 0 may still draw a progress
+                    // bar on the user's terminal (train/metrics_log.h).
+                    {"FSDPP_ATTACHED_TTY", ::isatty(STDERR_FILENO) ? "1" : "0"}};
         return spec;
       },
       options);

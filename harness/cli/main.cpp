@@ -56,8 +56,14 @@ struct EquivFlags {
   double lr = 1e-3;
   uint64_t seed = 1;
   int hybrid_shard_size = 0;
+  std::string mixed_precision = "fp32", reduce_dtype;
+  bool cpu_offload = false;
   std::string json_path;
 };
+
+at::ScalarType dtype_named(const std::string& name) {
+  return name == "bf16" ? at::kBFloat16 : name == "fp16" ? at::kHalf : at::kFloat;
+}
 
 int equiv_rank(const EquivFlags& flags, fsdpp::comm::Communicator& comm) {
   fsdpp::harness::EquivConfig config;
@@ -69,6 +75,9 @@ int equiv_rank(const EquivFlags& flags, fsdpp::comm::Communicator& comm) {
                                                                       : fsdpp::fsdp::BackwardPrefetch::Pre;
   config.fsdp.max_inflight_all_gathers = flags.max_inflight;
   config.fsdp.hybrid_shard_size = flags.hybrid_shard_size;
+  if (flags.mixed_precision != "fp32") config.fsdp.mixed_precision.param_dtype = dtype_named(flags.mixed_precision);
+  if (!flags.reduce_dtype.empty()) config.fsdp.mixed_precision.reduce_dtype = dtype_named(flags.reduce_dtype);
+  config.fsdp.cpu_offload = flags.cpu_offload;
   config.steps = flags.steps;
   config.deterministic = flags.deterministic;
   config.grad_accum = flags.grad_accum;
@@ -125,6 +134,11 @@ int main(int argc, char** argv) {
   eq->add_option("--seed", equiv.seed, "Seed of the initial weights");
   eq->add_option("--hybrid-shard-size", equiv.hybrid_shard_size, "Ranks per shard group for hybrid strategies")
       ->check(CLI::Range(1, 1024));
+  eq->add_option("--mixed-precision", equiv.mixed_precision, "param_dtype: fp32, bf16 or fp16 (fp32 masters either way)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  eq->add_option("--reduce-dtype", equiv.reduce_dtype, "Gradient reduction dtype (default: the param dtype)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  eq->add_flag("--cpu-offload", equiv.cpu_offload, "Keep shards, gradients and optimizer state in host memory");
   eq->add_option("--json", equiv.json_path, "Also write the report as JSON (format fsdpp.equiv v1)");
 
   fsdpp::cli::ModelCommands model_commands;

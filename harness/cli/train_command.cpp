@@ -50,7 +50,8 @@ void TrainCommand::add_to(CLI::App& app) {
   t->add_option("--hybrid-shard-size", c.fsdp.hybrid_shard_size, "Ranks per shard group for hybrid strategies");
   t->add_option("--wrap-policy", c.wrap_policy, "block (one unit per transformer block), size:N, or none");
   t->add_option("--mixed-precision", c.mixed_precision, "fp32, bf16 or fp16");
-  t->add_flag("--activation-checkpointing", c.activation_checkpointing, "Recompute each block's activations in backward");
+  t->add_flag("--activation-checkpointing", c.activation_checkpointing, "Recompute blocks' activations in backward");
+  t->add_option("--ac-freq", c.ac_freq, "With --activation-checkpointing: every k-th block (1: all)");
   t->add_flag("--cpu-offload", c.cpu_offload, "Keep shards and optimizer state in host memory");
   t->add_flag("--deterministic", c.deterministic, "Deterministic kernels: identical runs give identical bits");
   t->add_flag("--no-shuffle", no_shuffle_, "Windows in file order (see README: data order)");

@@ -40,8 +40,8 @@ std::vector<std::pair<std::string, torch::Tensor>> unique_parameters(torch::nn::
   return out;
 }
 
-bool scalar_close(double actual, double expected) {
-  auto tol = default_tolerance(at::kFloat);
+bool scalar_close(double actual, double expected, at::ScalarType dtype = at::kFloat) {
+  auto tol = default_tolerance(dtype);
   return std::abs(actual - expected) <= tol.atol + tol.rtol * std::abs(expected);
 }
 
@@ -63,7 +63,50 @@ struct RunTrace {
   std::map<int, Named> grads, params;
 };
 
-// The unsharded reference: plain LibTorch on one process.
+// Rank-ordered average of `parts`, as the communicator reduces: each part cast to
+// `reduce`, summed in order (widened to fp32 for 16-bit dtypes), divided by the count,
+// rounded once to `reduce`.
+torch::Tensor communicator_average(const std::vector<torch::Tensor>& parts, at::ScalarType reduce) {
+  torch::Tensor sum;
+  for (const auto& g : parts) {
+    auto r = g.to(reduce);
+    if (!sum.defined())
+      sum = reduce == at::kFloat || reduce == at::kDouble ? r.clone() : r.to(at::kFloat);
+    else
+      sum.add_(r);
+  }
+  sum.div_(static_cast<double>(parts.size()));
+  return sum.to(reduce);
+}
+
+// What FSDP's reduction makes of the ranks' gradients (`per_rank[r]`, rank order): the
+// average over each shard group of `shard_size` consecutive ranks, then (hybrid and
+// NO_SHARD) the average of those over the replicas; widened to the fp32 masters.
+torch::Tensor emulated_reduction(const std::vector<torch::Tensor>& per_rank, at::ScalarType reduce, int shard_size) {
+  const int world = static_cast<int>(per_rank.size());
+  std::vector<torch::Tensor> group_means;
+  for (int first = 0; first < world; first += shard_size)
+    group_means.push_back(communicator_average({per_rank.begin() + first, per_rank.begin() + first + shard_size}, reduce));
+  auto mean = group_means.size() == 1 ? group_means.front() : communicator_average(group_means, reduce);
+  return mean.to(at::kFloat);
+}
+
+int shard_group_size(const fsdp::FsdpOptions& o, int world) {
+  switch (o.strategy) {
+    case fsdp::ShardingStrategy::NoShard: return 1;
+    case fsdp::ShardingStrategy::HybridShard:
+    case fsdp::ShardingStrategy::HybridShardZero2:
+      if (o.hybrid_shard_size > 0) return o.hybrid_shard_size;
+      for (int s = world / 2; s >= 1; --s)
+        if (world % s == 0) return s;
+      return 1;
+    default: return world;
+  }
+}
+
+// The unsharded reference: plain LibTorch on one process. With a mixed-precision policy
+// it emulates the same casts, as PyTorch's mixed-precision FSDP tests do: a copy of the
+// model in param_dtype computes, the fp32 masters carry the optimizer.
 RunTrace run_reference(const EquivModel& model, const EquivConfig& c, int world) {
   RunTrace trace;
   auto net = model.build(c.seed);
@@ -71,25 +114,55 @@ RunTrace run_reference(const EquivModel& model, const EquivConfig& c, int world)
   std::vector<torch::Tensor> params;
   for (auto& [n, p] : named) params.push_back(p);
   torch::optim::AdamW opt(params, adamw_options(c));
+  const auto& mp = c.fsdp.mixed_precision;
+  const bool cast = mp.param_dtype && *mp.param_dtype != at::kFloat;
+  auto compute = net;
+  if (cast) {
+    compute = model.build(c.seed);
+    compute->to(*mp.param_dtype);
+  }
+  auto compute_named = unique_parameters(*compute);
+  const auto reduce = mp.reduce_dtype.value_or(mp.param_dtype.value_or(at::kFloat));
   auto checked = compare_steps(c);
   for (int step = 0; step < c.steps; ++step) {
     opt.zero_grad();
+    if (cast) {
+      torch::NoGradGuard no_grad;
+      for (size_t i = 0; i < named.size(); ++i) {
+        compute_named[i].second.copy_(named[i].second);
+        compute_named[i].second.mutable_grad() = torch::Tensor();
+      }
+    }
     double loss_value = 0;
     if (c.deterministic) {
+      // Rank r's micro-batch on its own, then the reduction FSDP performs, step by step.
+      std::vector<std::vector<torch::Tensor>> per_rank(named.size());
       for (int r = 0; r < world; ++r) {
-        auto loss = model.loss(*net, model.batch(step, r));
+        auto loss = model.loss(*compute, model.batch(step, r));
         loss_value += loss.item<double>() / world;
         loss.backward();
+        for (size_t i = 0; i < named.size(); ++i) {
+          auto& g = compute_named[i].second.mutable_grad();
+          if (g.defined()) per_rank[i].push_back(g);
+          g = torch::Tensor();
+        }
       }
       torch::NoGradGuard no_grad;
-      for (auto& p : params)
-        if (p.grad().defined()) p.mutable_grad().div_(world);
+      for (size_t i = 0; i < named.size(); ++i)
+        if (static_cast<int>(per_rank[i].size()) == world)
+          params[i].mutable_grad() = emulated_reduction(per_rank[i], reduce, shard_group_size(c.fsdp, world));
     } else {
       std::vector<TrainBatch> parts;
       for (int i = 0; i < world * c.grad_accum; ++i) parts.push_back(model.batch(step, i));
-      auto loss = model.loss(*net, model.concat(parts));
+      auto loss = model.loss(*compute, model.concat(parts));
       loss_value = loss.item<double>();
       loss.backward();
+      if (cast) {
+        torch::NoGradGuard no_grad;
+        for (size_t i = 0; i < named.size(); ++i)
+          if (compute_named[i].second.grad().defined())
+            params[i].mutable_grad() = compute_named[i].second.grad().to(reduce).to(at::kFloat);
+      }
     }
     if (contains(checked, step))
       for (auto& [n, p] : named) trace.grads[step][n] = p.grad().defined() ? p.grad().clone() : torch::Tensor();
@@ -234,7 +307,10 @@ EquivReport run_equivalence(comm::Communicator& comm, const EquivModel& model, c
     if (comm.rank() == 0) {
       s.ref_loss = ref.loss[step];
       s.ref_grad_norm = ref.grad_norm[step];
-      s.ok = scalar_close(s.loss, s.ref_loss) && scalar_close(s.grad_norm, s.ref_grad_norm);
+      // Deterministic runs do the same arithmetic (bitwise); otherwise the compute dtype's
+      // tolerance applies (fp32, or bf16/fp16 under a mixed-precision policy).
+      const auto dtype = c.deterministic ? at::kFloat : c.fsdp.mixed_precision.param_dtype.value_or(at::kFloat);
+      s.ok = scalar_close(s.loss, s.ref_loss, dtype) && scalar_close(s.grad_norm, s.ref_grad_norm, dtype);
     }
     report.steps.push_back(s);
   }

@@ -246,6 +246,8 @@ LaunchReport launch(int num_ranks, const std::function<ProcessSpec(int rank)>& s
       ::close(c.out_fd);
       c.out_fd = -1;
     }
+    // Ranks' lines must reach a log file as they happen, not when the launch ends.
+    if (options.echo_output) std::fflush(stdout);
     if (c.status_fd >= 0 && !drain(c.status_fd, [&](const char* d, size_t n) { c.status_text.append(d, n); })) {
       ::close(c.status_fd);
       c.status_fd = -1;

@@ -238,6 +238,44 @@ TEST(TrainCommand, MetricsRecordEveryStepAndEvalWithTheDocumentedKeys) {
   EXPECT_NEAR(r.eval[2]["eval_perplexity"].get<double>(), std::exp(r.eval[2]["eval_loss"].get<double>()), 1e-9);
 }
 
+TEST(TrainCommand, NumEpochsSetsTheStepsAndCkptFreqWritesLoadableSnapshots) {
+  TempDir dir;
+  const auto data = write_markov_tokens(dir, 1000, 256).string();  // 999 targets: 62 windows of 16
+  auto r = train(dir, "e", "--nproc 2 --from-scratch --model-size tiny --vocab-size 256 --seq-len 16 --batch-size 4 "
+                           "--num-epochs 1 --ckpt-freq 3 --data " + data);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(r.run["train_windows"], 62);
+  EXPECT_EQ(r.train.size(), 8u);  // ceil(62 / (4 x 2))
+  EXPECT_NEAR(r.train.back()["epoch"].get<double>(), 64.0 / 62.0, 1e-12);
+  for (const char* step : {"step_0000003", "step_0000006"}) {
+    auto snapshot = dir / "e" / "snapshots" / step;
+    auto [code, output] = run_shell(kFsdpp + " eval --json --seq-len 16 --model " + snapshot.string() + " --data " + data);
+    EXPECT_EQ(code, 0) << step << ": " << output;
+  }
+  EXPECT_FALSE(fs::exists(dir / "e" / "snapshots" / "step_0000008"));  // the end goes to hf/
+}
+
+TEST(TrainCommand, Bf16OffloadAndActivationCheckpointingRuns) {
+  TempDir dir;
+  const auto data = write_markov_tokens(dir, 3000, 32).string();
+  const std::string flags = "--nproc 2 --from-scratch --model-size tiny --vocab-size 32 --seq-len 16 --batch-size 2 "
+                            "--max-steps 8 --lr 1e-2 --lr-schedule constant --data " + data;
+  auto fp32 = train(dir, "fp32", flags);
+  auto bf16 = train(dir, "bf16", flags + " --mixed-precision bf16 --cpu-offload");
+  auto ac = train(dir, "ac", flags + " --activation-checkpointing --ac-freq 2");
+  ASSERT_EQ(ac.code, 0) << ac.output;
+  EXPECT_EQ(ac.losses(), fp32.losses());  // recomputation changes no bit
+  ASSERT_EQ(fp32.code, 0) << fp32.output;
+  ASSERT_EQ(bf16.code, 0) << bf16.output;
+  EXPECT_EQ(bf16.run["config"]["mixed_precision"], "bf16");
+  ASSERT_EQ(bf16.losses().size(), fp32.losses().size());
+  for (size_t i = 0; i < fp32.losses().size(); ++i)  // the bound of suites/fsdp/mixed_precision_test.cpp
+    EXPECT_NEAR(bf16.losses()[i], fp32.losses()[i], 0.02 * fp32.losses()[i]) << "step " << i + 1;
+  // The all-gather moves bf16: half of fp32's bytes.
+  EXPECT_EQ(2 * bf16.train[0]["comm_bytes_sent"]["all_gather"].get<int64_t>(),
+            fp32.train[0]["comm_bytes_sent"]["all_gather"].get<int64_t>());
+}
+
 TEST(TrainCommand, DeterministicRunsGiveIdenticalBits) {
   TempDir dir;
   const auto data = write_markov_tokens(dir, 3000, 256).string();

@@ -80,6 +80,16 @@ INSTANTIATE_TEST_SUITE_P(Ranks, Deterministic,
                                   fsdp::to_string(std::get<1>(info.param));
                          });
 
+// Hybrid's two averages (shard group, then replicas) are emulated step by step too.
+INSTANTIATE_TEST_SUITE_P(Hybrid, Deterministic,
+                         ::testing::Combine(::testing::Values(4),
+                                            ::testing::Values(ShardingStrategy::HybridShard,
+                                                              ShardingStrategy::HybridShardZero2)),
+                         [](const auto& info) {
+                           return "N" + std::to_string(std::get<0>(info.param)) + "_" +
+                                  fsdp::to_string(std::get<1>(info.param));
+                         });
+
 class Accumulation : public ::testing::TestWithParam<std::tuple<int, ShardingStrategy, bool>> {};
 
 TEST_P(Accumulation, MicroStepsEqualOneStepOnTheConcatenatedBatch) {

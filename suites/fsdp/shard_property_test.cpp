@@ -50,15 +50,15 @@ RC_GTEST_PROP(ShardRoundTrip, UnshardOfAllShardsIsTheOriginal, ()) {
   auto gathered = torch::empty({layout.shard_numel() * group});
   std::vector<at::Tensor> shard_buffers;
   for (int r = 0; r < group; ++r) {
-    FsdpParam p("p", original.clone(), group, r);
+    FsdpParam p("p", original.clone(), group, r, /*in_place=*/false);
     auto buffer = torch::full({layout.shard_numel()}, 7.0f);  // garbage the rule must overwrite
-    p.bind_shard(buffer, 0);
+    p.bind_shard(buffer, 0, at::kFloat);
     RC_ASSERT(!p.unsharded_allocated() || p.full_numel() == 0);
     RC_ASSERT(p.sharded().size(0) == layout.valid_rows(r));
     gathered.narrow(0, r * layout.shard_numel(), layout.shard_numel()).copy_(buffer);
     shard_buffers.push_back(buffer);
   }
-  FsdpParam probe("p", original.clone(), group, 0);
+  FsdpParam probe("p", original.clone(), group, 0, /*in_place=*/false);
   auto rebuilt = torch::empty(shape);
   probe.copy_out(gathered, layout.shard_numel(), rebuilt);
   RC_ASSERT(torch::equal(rebuilt, original));
@@ -67,9 +67,9 @@ RC_GTEST_PROP(ShardRoundTrip, UnshardOfAllShardsIsTheOriginal, ()) {
   RC_ASSERT(torch::equal(cut, gathered));  // padding rows are zero in both
 }
 
-TEST(ShardRoundTrip, AGroupOfOneShardsNothing) {
+TEST(ShardRoundTrip, AnInPlaceGroupOfOneShardsNothing) {
   auto t = torch::randn({3, 2});
-  FsdpParam p("p", t, 1, 0);
+  FsdpParam p("p", t, 1, 0, /*in_place=*/true);
   EXPECT_TRUE(p.replicated());
   EXPECT_TRUE(p.sharded().is_same(t));
 }

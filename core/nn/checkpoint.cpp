@@ -1,0 +1,78 @@
+#include "core/nn/checkpoint.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/ivalue.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <utility>
+
+namespace fsdpp::nn {
+namespace {
+
+// Per thread: LibTorch's CPU autograd engine runs a backward (nested ones included) on
+// the thread that called it, and hooks run on the thread of the forward or backward.
+thread_local int checkpointed_forward_depth = 0;
+thread_local int recompute_depth = 0;
+
+struct DepthScope {
+  explicit DepthScope(int& depth) : depth_(depth) { ++depth_; }
+  ~DepthScope() { --depth_; }
+  DepthScope(const DepthScope&) = delete;
+  DepthScope& operator=(const DepthScope&) = delete;
+  int& depth_;
+};
+
+// The function to recompute, held by the autograd node (saved_data holds IValues, so it
+// travels as a capsule).
+struct Recompute : torch::CustomClassHolder {
+  explicit Recompute(std::function<at::Tensor(at::Tensor)> f) : fn(std::move(f)) {}
+  std::function<at::Tensor(at::Tensor)> fn;
+};
+
+// Inputs: x, the anchor, the function. Autograd creates no node for a call none of whose
+// tensor inputs requires grad; the anchor (an empty tensor that requires grad when x does
+// not) makes the node exist anyway, so that the parameters inside fn get gradients when
+// x is token ids or a constant. It receives no gradient.
+struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, at::Tensor x, at::Tensor anchor,
+                            c10::intrusive_ptr<Recompute> recompute) {
+    ctx->save_for_backward({x});
+    ctx->saved_data["x_requires_grad"] = x.requires_grad();
+    ctx->saved_data["recompute"] = c10::IValue::make_capsule(recompute);
+    // Function::apply has turned grad mode off: fn records no graph, saves nothing.
+    DepthScope scope(checkpointed_forward_depth);
+    return recompute->fn(x);
+  }
+
+  // Recomputes y = fn(x) on a detached copy of x, then backpropagates grad_y through it
+  // with a nested backward (which accumulates the parameters' .grad, and x's).
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    at::Tensor x = ctx->get_saved_variables()[0].detach();
+    const bool x_requires_grad = ctx->saved_data["x_requires_grad"].toBool();
+    if (x_requires_grad) x.requires_grad_(true);
+    auto recompute = c10::static_intrusive_pointer_cast<Recompute>(ctx->saved_data["recompute"].toCapsule());
+    at::Tensor y;
+    {
+      at::AutoGradMode grad_mode(true);  // the engine runs backward with grad mode off
+      DepthScope scope(recompute_depth);
+      y = recompute->fn(x);
+    }
+    if (y.requires_grad()) torch::autograd::backward({y}, {grad_outputs[0]});
+    return {x_requires_grad ? x.grad() : at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor checkpoint(std::function<at::Tensor(at::Tensor)> fn, at::Tensor x) {
+  if (!at::GradMode::is_enabled()) return fn(std::move(x));
+  at::Tensor anchor = at::empty({0}, at::TensorOptions().dtype(at::kFloat)).requires_grad_(!x.requires_grad());
+  return CheckpointFunction::apply(std::move(x), std::move(anchor), c10::make_intrusive<Recompute>(std::move(fn)));
+}
+
+bool in_checkpointed_forward() { return checkpointed_forward_depth > 0; }
+bool recomputing() { return recompute_depth > 0; }
+
+}  // namespace fsdpp::nn
