@@ -5,6 +5,8 @@
 
 #include <stdexcept>
 
+#include "core/nn/deferred_init.h"
+
 namespace fsdpp::fsdp {
 
 FsdpParam::FsdpParam(std::string name, at::Tensor module_param, int group_size, int group_rank, bool in_place)
@@ -14,29 +16,63 @@ FsdpParam::FsdpParam(std::string name, at::Tensor module_param, int group_size, 
       rank_(group_rank),
       in_place_(in_place),
       unsharded_(std::move(module_param)) {
-  if (!unsharded_.is_contiguous() || unsharded_.storage_offset() != 0 ||
-      unsharded_.storage().nbytes() != static_cast<size_t>(unsharded_.numel() * unsharded_.element_size()))
+  if (!unsharded_.is_meta() &&
+      (!unsharded_.is_contiguous() || unsharded_.storage_offset() != 0 ||
+       unsharded_.storage().nbytes() != static_cast<size_t>(unsharded_.numel() * unsharded_.element_size())))
     throw std::invalid_argument("fully_shard: parameter '" + name_ +
                                 "' must be contiguous and own its whole storage (is it a view?)");
   if (in_place_) sharded_ = unsharded_;
 }
 
-void FsdpParam::bind_shard(const at::Tensor& padded_shard, int64_t offset, at::ScalarType compute_dtype) {
+namespace {
+
+// Shape of `rows` rows of a parameter of shape `shape` (a 0-d parameter is one row).
+std::vector<int64_t> rows_shape(std::vector<int64_t> shape, int64_t rows) {
+  if (shape.empty()) shape.push_back(1);
+  shape[0] = rows;
+  return shape;
+}
+
+void require_source(const RowSource& source, const std::string& name) {
+  if (!source)
+    throw std::invalid_argument("fully_shard: parameter '" + name +
+                                "' is on the meta device; give FsdpOptions::materialize or sync_module_states");
+}
+
+}  // namespace
+
+void FsdpParam::bind_shard(const at::Tensor& padded_shard, int64_t offset, at::ScalarType compute_dtype,
+                           const RowSource& source) {
   offset_ = offset;
   int64_t rows = layout_.valid_rows(rank_);
-  auto full = unsharded_.detach().reshape({layout_.dim0, layout_.row_numel});
   auto rows_view = padded_shard.view({layout_.shard_rows, layout_.row_numel});
   rows_view.zero_();
-  if (rows > 0) rows_view.narrow(0, 0, rows).copy_(full.narrow(0, layout_.first_row(rank_), rows));
-  std::vector<int64_t> shard_shape = shape_;
-  if (shard_shape.empty()) shard_shape.push_back(1);
-  shard_shape[0] = layout_.shard_rows;
-  sharded_ = padded_shard.view(shard_shape).narrow(0, 0, rows).detach();
+  if (unsharded_.is_meta()) {
+    require_source(source, name_);
+    if (rows > 0) source(name_, shape_, layout_.first_row(rank_), rows_view.narrow(0, 0, rows).view(rows_shape(shape_, rows)));
+  } else if (rows > 0) {
+    auto full = unsharded_.detach().reshape({layout_.dim0, layout_.row_numel});
+    rows_view.narrow(0, 0, rows).copy_(full.narrow(0, layout_.first_row(rank_), rows));
+  }
+  sharded_ = padded_shard.view(rows_shape(shape_, layout_.shard_rows)).narrow(0, 0, rows).detach();
   sharded_.set_requires_grad(unsharded_.requires_grad());
   // The module's tensor object stays (autograd and the forward refer to it); only its
-  // data changes dtype, like FSDP1's `param.data = ...` for mixed precision.
-  if (compute_dtype != unsharded_.scalar_type()) unsharded_.set_data(at::empty(shape_, unsharded_.options().dtype(compute_dtype)));
+  // data changes: to compute_dtype (mixed precision, like FSDP1's `param.data = ...`) and
+  // off the meta device.
+  if (compute_dtype != unsharded_.scalar_type() || unsharded_.is_meta()) {
+    const auto device = unsharded_.is_meta() ? at::Device(at::kCPU) : unsharded_.device();
+    nn::set_data_across_devices(unsharded_, at::empty(shape_, at::TensorOptions().device(device).dtype(compute_dtype)));
+  }
   free_unsharded();
+}
+
+void FsdpParam::materialize_in_place(const RowSource& source) {
+  if (!unsharded_.is_meta()) return;
+  require_source(source, name_);
+  auto full = at::empty(shape_, unsharded_.options().device(at::kCPU));
+  source(name_, shape_, 0, full.view(rows_shape(shape_, layout_.dim0)));
+  nn::set_data_across_devices(unsharded_, full);
+  sharded_ = unsharded_;
 }
 
 void FsdpParam::alloc_unsharded() {

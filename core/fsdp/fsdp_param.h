@@ -16,12 +16,18 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "core/fsdp/sharding.h"
 
 namespace fsdpp::fsdp {
+
+// Writes rows [first_row, first_row + out.size(0)) of parameter `name` (full shape
+// `shape`) into `out` (deferred initialisation; see FsdpOptions::materialize).
+using RowSource = std::function<void(const std::string& name, const std::vector<int64_t>& shape, int64_t first_row,
+                                     at::Tensor out)>;
 
 class FsdpParam {
  public:
@@ -48,7 +54,11 @@ class FsdpParam {
   // current full value, makes the sharded leaf, and releases the full storage. The
   // module's tensor then holds `compute_dtype` values when unsharded (mixed precision:
   // FSDP2's param_dtype), while the shard keeps the original dtype (the master copy).
-  void bind_shard(const at::Tensor& padded_shard, int64_t offset, at::ScalarType compute_dtype);
+  // A parameter on the meta device takes its rows from `source` instead.
+  void bind_shard(const at::Tensor& padded_shard, int64_t offset, at::ScalarType compute_dtype,
+                  const RowSource& source = {});
+  // In-place mode with a meta parameter: gives the module's tensor its full value.
+  void materialize_in_place(const RowSource& source);
 
   // Storage of the unsharded tensor: allocate (content undefined) / release.
   void alloc_unsharded();

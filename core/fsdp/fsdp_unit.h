@@ -27,6 +27,7 @@ struct UnitPrecision {
   std::optional<at::ScalarType> param_dtype;   // unsharded parameters, all-gather
   std::optional<at::ScalarType> reduce_dtype;  // gradient reduction, no-sync accumulation
   bool offload = false;                        // shards and their gradients in host memory
+  RowSource materialize;                       // values of meta parameters (deferred init)
 };
 
 // Byte tallies of one unit (this rank).

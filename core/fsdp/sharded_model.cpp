@@ -35,6 +35,7 @@
 
 #include "core/comm/device_mesh.h"
 #include "core/nn/checkpoint.h"
+#include "core/nn/deferred_init.h"
 #include "core/nn/module_hooks.h"
 
 #include <torch/nn/modules/container/moduledict.h>
@@ -249,7 +250,7 @@ std::shared_ptr<ShardedModel> ShardedModel::create(std::shared_ptr<torch::nn::Mo
   bool reshard_after_forward =
       options.strategy == ShardingStrategy::FullShard || options.strategy == ShardingStrategy::HybridShard;
   const UnitPrecision precision{options.mixed_precision.param_dtype, options.mixed_precision.reduce_dtype,
-                                options.cpu_offload};
+                                options.cpu_offload, options.materialize};
 
   // Names and reference counts of every parameter object (tied weights appear twice).
   std::unordered_map<const c10::TensorImpl*, std::string> name_of;
@@ -281,6 +282,16 @@ std::shared_ptr<ShardedModel> ShardedModel::create(std::shared_ptr<torch::nn::Mo
   auto add_unit = [&](const std::string& name, const torch::nn::Module& module, bool is_root) {
     auto params = unit_params(module, is_root);
     for (auto& p : params) assigned.insert(p.second.unsafeGetTensorImpl());
+    // FSDP1's sync_module_states, one unit at a time: rank 0's values reach every rank
+    // right before they are sharded, so no rank holds more than one unit in full.
+    if (options.sync_module_states)
+      for (auto& [pname, t] : params) {
+        if (me == 0 && t.is_meta())
+          throw std::invalid_argument("sync_module_states: parameter '" + pname + "' is on the meta device on rank 0");
+        at::Tensor full = me == 0 ? t.detach().contiguous() : at::empty(t.sizes(), t.options().device(at::kCPU));
+        world.broadcast(full, 0);
+        if (me != 0) nn::set_data_across_devices(t, full);
+      }
     m->units_.push_back(std::make_shared<FsdpUnit>(name.empty() ? "root" : name, std::move(params), m->comms_,
                                                    !is_root && reshard_after_forward, precision));
     m->unit_modules_.push_back(&module);

@@ -15,6 +15,7 @@
 
 #include <torch/nn/module.h>
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -51,6 +52,16 @@ struct FsdpOptions {
   // FSDP2's CPUOffloadPolicy: shards, their gradients and so the optimizer step live in
   // host memory (pinned on CUDA); shards are copied to the device to be all-gathered.
   bool cpu_offload = false;
+  // Deferred initialisation. Parameters on the meta device get their values when they are
+  // sharded: `materialize` writes rows [first_row, first_row + out.size(0)) of parameter
+  // `name` (full shape `shape`) into `out`, and each rank asks only for its own rows
+  // (a seed-deterministic init, or rows read from a checkpoint). With
+  // `sync_module_states` (FSDP1's), rank 0's values are broadcast unit by unit instead;
+  // the other ranks may hold meta tensors. Either way a rank holds at most its shards
+  // plus one unit's full parameters during setup.
+  std::function<void(const std::string& name, const std::vector<int64_t>& shape, int64_t first_row, at::Tensor out)>
+      materialize;
+  bool sync_module_states = false;
 };
 
 struct MemoryStats {

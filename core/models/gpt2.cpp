@@ -2,6 +2,7 @@
 
 #include "core/models/attention.h"
 #include "core/models/hf_json.h"
+#include "core/nn/deferred_init.h"
 #include "core/nn/module_hooks.h"
 
 namespace fsdpp::models {
@@ -68,16 +69,21 @@ torch::Tensor Gpt2BlockImpl::forward(torch::Tensor x) {
   return x + nn::call(mlp, nn::call(ln_2, x));
 }
 
+// Each part goes to the meta device as soon as it is built under nn::DeferredInit.
 Gpt2ModelImpl::Gpt2ModelImpl(const Gpt2Config& c) {
   wte = register_module("wte", torch::nn::Embedding(c.vocab_size, c.n_embd));
+  nn::release_to_meta(*wte);
   wpe = register_module("wpe", torch::nn::Embedding(c.n_positions, c.n_embd));
+  nn::release_to_meta(*wpe);
   h = register_module("h", torch::nn::ModuleList());
   for (int64_t i = 0; i < c.n_layer; ++i) {
     blocks.push_back(Gpt2Block(c));
     h->push_back(blocks.back());
+    nn::release_to_meta(*blocks.back());
   }
   ln_f = register_module("ln_f",
                          torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.n_embd}).eps(c.layer_norm_epsilon)));
+  nn::release_to_meta(*ln_f);
 }
 
 torch::Tensor Gpt2ModelImpl::forward(const torch::Tensor& tokens) {
@@ -89,6 +95,7 @@ torch::Tensor Gpt2ModelImpl::forward(const torch::Tensor& tokens) {
 
 Gpt2LMHeadModelImpl::Gpt2LMHeadModelImpl(const Gpt2Config& c) : config(c) {
   transformer = register_module("transformer", Gpt2Model(c));
+  // Tied: the embedding's tensor, already meta when deferred.
   lm_head = register_module("lm_head", LmHead(transformer->wte->weight));
 }
 

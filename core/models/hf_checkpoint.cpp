@@ -10,6 +10,7 @@
 #include "core/io/atomic_file.h"
 #include "core/io/hf_config.h"
 #include "core/io/safetensors.h"
+#include "core/nn/deferred_init.h"
 
 namespace fsdpp::models {
 
@@ -29,44 +30,67 @@ std::vector<std::string> stored_names(const std::string& name) {
   return names;
 }
 
+// Each parameter object of a model once, in named_parameters order, with all of its names
+// (a tie has several; the first is the one save_pretrained stores).
+struct ModelParameter {
+  at::Tensor tensor;
+  std::vector<std::string> names;
+};
+std::vector<ModelParameter> unique_parameters(const torch::nn::Module& module) {
+  std::unordered_map<const c10::TensorImpl*, size_t> index_of;
+  std::vector<ModelParameter> unique;
+  for (const auto& item : module.named_parameters(true)) {
+    auto [it, fresh] = index_of.emplace(item.value().unsafeGetTensorImpl(), unique.size());
+    if (fresh) unique.push_back({item.value(), {}});
+    unique[it->second].names.push_back(item.key());
+  }
+  return unique;
+}
+
+// The name under which `checkpoint` stores the parameter `name`, known in the model also by
+// `aliases` (all of its names): the first alias stored as is or without the base-model
+// prefix, with shape `shape`. Throws naming the checkpoint file and the tensor.
+std::string stored_name(const io::SafetensorsIndex& checkpoint, const std::string& name,
+                        const std::vector<std::string>& aliases, c10::IntArrayRef shape,
+                        const std::string& model_type) {
+  std::string found;
+  for (const auto& alias : aliases)
+    for (const auto& stored : stored_names(alias))
+      if (found.empty() && checkpoint.contains(stored)) found = stored;
+  if (found.empty())
+    throw std::runtime_error(checkpoint.path().string() + ": no tensor '" + name + "' (expected shape " +
+                             shape_text(shape) + " for " + model_type + ")");
+  auto info = checkpoint.info(found);
+  if (c10::IntArrayRef(info.shape) != shape)
+    throw std::runtime_error(checkpoint.path().string() + ": tensor '" + found + "' has shape " +
+                             shape_text(info.shape) + ", the config implies " + shape_text(shape));
+  return found;
+}
+
 }  // namespace
 
 CausalLm load_pretrained(const std::filesystem::path& dir, at::ScalarType dtype) {
   auto config = io::load_hf_config(dir);
-  auto lm = build_causal_lm(config.raw, config.path.string());
+  CausalLm lm;
+  {
+    nn::DeferredInit deferred;  // every parameter is replaced below: never hold random weights
+    lm = build_causal_lm(config.raw, config.path.string());
+  }
   auto checkpoint = io::load_checkpoint_dir(dir);
   torch::NoGradGuard no_grad;
-  // Every parameter object once; a tie is satisfied by any of its names.
-  std::unordered_map<const c10::TensorImpl*, std::vector<std::string>> names_of;
-  std::vector<std::pair<std::string, at::Tensor>> unique;
-  for (const auto& item : lm.module->named_parameters(true)) {
-    auto* impl = item.value().unsafeGetTensorImpl();
-    if (names_of[impl].empty()) unique.emplace_back(item.key(), item.value());
-    names_of[impl].push_back(item.key());
-  }
-  for (auto& [name, param] : unique) {
-    std::string found;
-    for (const auto& alias : names_of[param.unsafeGetTensorImpl()])
-      for (const auto& stored : stored_names(alias))
-        if (found.empty() && checkpoint.contains(stored)) found = stored;
-    if (found.empty())
-      throw std::runtime_error(checkpoint.path().string() + ": no tensor '" + name + "' (expected shape " +
-                               shape_text(param.sizes()) + " for " + lm.model_type + ")");
-    auto info = checkpoint.info(found);
-    if (c10::IntArrayRef(info.shape) != param.sizes())
-      throw std::runtime_error(checkpoint.path().string() + ": tensor '" + found + "' has shape " +
-                               shape_text(info.shape) + ", the config implies " + shape_text(param.sizes()));
-    auto stored = checkpoint.tensor(found);
+  for (auto& [param, names] : unique_parameters(*lm.module)) {
+    auto stored = checkpoint.tensor(stored_name(checkpoint, names.front(), names, param.sizes(), lm.model_type));
     if (stored.scalar_type() == dtype && stored.is_contiguous()) {
       // Zero copy: the parameter's storage is the file's mapped pages (copy-on-write), so
       // loading needs no second copy in memory and pages are read when first used.
-      param.set_data(stored);
+      nn::set_data_across_devices(param, stored);
     } else {
-      param.set_data(at::empty(param.sizes(), param.options().dtype(dtype)));
-      param.copy_(stored);
+      auto converted = at::empty(param.sizes(), at::TensorOptions().dtype(dtype));
+      converted.copy_(stored);
+      nn::set_data_across_devices(param, converted);
     }
   }
-  lm.module->to(dtype);  // buffers and anything not loaded above
+  lm.module->to(dtype);  // buffers
   return lm;
 }
 
@@ -82,6 +106,51 @@ void save_pretrained(const CausalLm& lm, const std::filesystem::path& dir, uint6
                                                           : tensors.front().second.scalar_type() == at::kHalf ? "float16"
                                                                                                               : "float32");
   io::write_file_atomic(dir / "config.json", config.dump(2) + "\n");
+}
+
+struct PretrainedRows::State {
+  std::filesystem::path dir;
+  std::string model_type;
+  io::SafetensorsIndex checkpoint;
+  std::unordered_map<std::string, std::vector<std::string>> aliases;  // parameter name -> all names of its tensor
+};
+
+PretrainedRows::PretrainedRows(std::shared_ptr<const State> state) : state_(std::move(state)) {}
+
+PretrainedRows PretrainedRows::open(const std::filesystem::path& dir) {
+  auto config = io::load_hf_config(dir);
+  CausalLm lm;
+  {
+    nn::DeferredInit deferred;  // only the names and ties are wanted
+    lm = build_causal_lm(config.raw, config.path.string());
+  }
+  auto state = std::make_shared<State>(State{dir, lm.model_type, io::load_checkpoint_dir(dir), {}});
+  for (const auto& param : unique_parameters(*lm.module))
+    for (const auto& name : param.names) state->aliases[name] = param.names;
+  return PretrainedRows(std::move(state));
+}
+
+void PretrainedRows::read(const std::string& name, const std::vector<int64_t>& shape, int64_t first_row,
+                          at::Tensor out) const {
+  const auto& s = *state_;
+  auto known = s.aliases.find(name);
+  const auto aliases = known == s.aliases.end() ? std::vector<std::string>{name} : known->second;
+  const auto found = stored_name(s.checkpoint, name, aliases, shape, s.model_type);
+  const int64_t total_rows = shape.empty() ? 1 : shape[0];
+  std::vector<int64_t> row_shape = {out.defined() && out.dim() > 0 ? out.size(0) : -1};
+  if (shape.size() >= 2) row_shape.insert(row_shape.end(), shape.begin() + 1, shape.end());
+  const int64_t rows = row_shape[0];
+  if (!out.defined() || !out.device().is_cpu() || out.sizes() != c10::IntArrayRef(row_shape) || first_row < 0 ||
+      first_row + rows > total_rows)
+    throw std::invalid_argument(s.dir.string() + ": cannot read rows of '" + name + "' " + shape_text(shape) +
+                                " from row " + std::to_string(first_row) + " into " +
+                                (out.defined() ? shape_text(out.sizes()) : std::string("an undefined tensor")) +
+                                " (expected a CPU tensor of the parameter's row shape within its " +
+                                std::to_string(total_rows) + " rows)");
+  auto stored = s.checkpoint.tensor(found);  // a view of the mapped file: nothing is read yet
+  if (stored.dim() == 0) stored = stored.view({1});
+  torch::NoGradGuard no_grad;
+  out.copy_(stored.narrow(0, first_row, rows));  // reads only these rows' pages
 }
 
 }  // namespace fsdpp::models

@@ -4,15 +4,19 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cstdint>
 #include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "core/models/causal_lm.h"
 
 namespace fsdpp::models {
 
-// Builds the model its config.json describes and fills every parameter from the
-// checkpoint, converting fp32/bf16/fp16 to `dtype`. A tied weight may be stored under
-// either name (HF stores it once). Names may also lack the base-model prefix
+// Builds the model its config.json describes (under nn::DeferredInit: no random weights
+// are held) and fills every parameter from the checkpoint, converting fp32/bf16/fp16 to
+// `dtype`. A tied weight may be stored under either name (HF stores it once). Names may also lack the base-model prefix
 // ("transformer.", "model.") as some original checkpoints do. Tensors already in `dtype`
 // are not copied: parameters live in the file's copy-on-write mapping, so a model needs
 // its size in memory once, not twice. Throws std::runtime_error naming the folder and
@@ -23,5 +27,28 @@ CausalLm load_pretrained(const std::filesystem::path& dir, at::ScalarType dtype 
 // one model.safetensors or as shards of at most max_shard_bytes plus an index.
 void save_pretrained(const CausalLm& lm, const std::filesystem::path& dir,
                      uint64_t max_shard_bytes = uint64_t{5} << 30);
+
+// The parameters of an HF folder, read row range by row range without loading the model: the
+// same names, aliases (tied weights under either name; names without the "transformer."/"model."
+// prefix) and dtype conversion rules as load_pretrained. Only the requested rows' bytes of the
+// mapped files are touched. Copies share the mapping, which lives as long as the last copy.
+// Thread-compatible: const calls may run concurrently.
+class PretrainedRows {
+ public:
+  // config.json + model.safetensors, or an index + shards. Builds the model once under
+  // nn::DeferredInit to learn its parameter names and ties (one part in memory at a time).
+  static PretrainedRows open(const std::filesystem::path& dir);
+  // Rows [first_row, first_row + out.size(0)) of the model parameter `name` (as in named_parameters
+  // of the built model, e.g. "transformer.h.0.attn.c_attn.weight"), converted to out's dtype. out:
+  // a CPU tensor [rows, shape[1:]...]; a 0-d or 1-d parameter counts its elements as rows. Throws
+  // std::runtime_error naming the folder and the tensor when missing or shaped differently than
+  // `shape`, std::invalid_argument when out or the rows do not fit `shape`.
+  void read(const std::string& name, const std::vector<int64_t>& shape, int64_t first_row, at::Tensor out) const;
+
+ private:
+  struct State;
+  explicit PretrainedRows(std::shared_ptr<const State> state);
+  std::shared_ptr<const State> state_;
+};
 
 }  // namespace fsdpp::models

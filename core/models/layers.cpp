@@ -3,7 +3,8 @@
 namespace fsdpp::models {
 
 Conv1DImpl::Conv1DImpl(int64_t in, int64_t out) {
-  weight = register_parameter("weight", torch::randn({in, out}) * 0.02);
+  // In place: a part under construction holds its weights once (see nn::DeferredInit).
+  weight = register_parameter("weight", torch::randn({in, out}).mul_(0.02));
   bias = register_parameter("bias", torch::zeros({out}));
 }
 
@@ -15,7 +16,7 @@ torch::Tensor Conv1DImpl::forward(const torch::Tensor& x) {
 }
 
 LmHeadImpl::LmHeadImpl(int64_t dim, int64_t vocab) {
-  weight = register_parameter("weight", torch::randn({vocab, dim}) * 0.02);
+  weight = register_parameter("weight", torch::randn({vocab, dim}).mul_(0.02));  // in place, as Conv1D
 }
 
 LmHeadImpl::LmHeadImpl(const torch::Tensor& tied) { weight = register_parameter("weight", tied); }

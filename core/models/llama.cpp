@@ -5,6 +5,7 @@
 
 #include "core/models/attention.h"
 #include "core/models/hf_json.h"
+#include "core/nn/deferred_init.h"
 #include "core/nn/module_hooks.h"
 
 namespace fsdpp::models {
@@ -218,14 +219,18 @@ torch::Tensor LlamaDecoderLayerImpl::forward(torch::Tensor x) {
   return x + nn::call(mlp, nn::call(post_attention_layernorm, x));
 }
 
+// Each part goes to the meta device as soon as it is built under nn::DeferredInit.
 LlamaModelImpl::LlamaModelImpl(const LlamaConfig& c) {
   embed_tokens = register_module("embed_tokens", torch::nn::Embedding(c.vocab_size, c.hidden_size));
+  nn::release_to_meta(*embed_tokens);
   layers = register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     layer_list.push_back(LlamaDecoderLayer(c));
     layers->push_back(layer_list.back());
+    nn::release_to_meta(*layer_list.back());  // the rotary buffer stays real
   }
   norm = register_module("norm", RmsNorm(c.hidden_size, c.rms_norm_eps));
+  nn::release_to_meta(*norm);
 }
 
 torch::Tensor LlamaModelImpl::forward(const torch::Tensor& tokens) {
@@ -238,6 +243,7 @@ LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& c) : config(c) {
   model = register_module("model", LlamaModel(c));
   lm_head = register_module("lm_head", c.tie_word_embeddings ? LmHead(model->embed_tokens->weight)
                                                              : LmHead(c.hidden_size, c.vocab_size));
+  nn::release_to_meta(*lm_head);  // untied: a part of its own; tied: meta already when deferred
 }
 
 torch::Tensor LlamaForCausalLMImpl::forward(const torch::Tensor& tokens) {

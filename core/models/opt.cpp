@@ -4,6 +4,7 @@
 
 #include "core/models/attention.h"
 #include "core/models/hf_json.h"
+#include "core/nn/deferred_init.h"
 #include "core/nn/module_hooks.h"
 
 namespace fsdpp::models {
@@ -92,23 +93,31 @@ torch::Tensor OptLayerImpl::forward(torch::Tensor x) {
   return x;
 }
 
+// Each part goes to the meta device as soon as it is built under nn::DeferredInit.
 OptDecoderImpl::OptDecoderImpl(const OptConfig& c) {
   embed_tokens = register_module("embed_tokens", torch::nn::Embedding(c.vocab_size, c.word_embed_proj_dim));
+  nn::release_to_meta(*embed_tokens);
   embed_positions = register_module("embed_positions",
                                     torch::nn::Embedding(c.max_position_embeddings + kPositionOffset, c.hidden_size));
+  nn::release_to_meta(*embed_positions);
   if (c.word_embed_proj_dim != c.hidden_size) {
     project_out = register_module(
         "project_out", torch::nn::Linear(torch::nn::LinearOptions(c.hidden_size, c.word_embed_proj_dim).bias(false)));
+    nn::release_to_meta(*project_out);
     project_in = register_module(
         "project_in", torch::nn::Linear(torch::nn::LinearOptions(c.word_embed_proj_dim, c.hidden_size).bias(false)));
+    nn::release_to_meta(*project_in);
   }
-  if (c.do_layer_norm_before && !c.remove_final_layer_norm)
+  if (c.do_layer_norm_before && !c.remove_final_layer_norm) {
     final_layer_norm =
         register_module("final_layer_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.hidden_size})));
+    nn::release_to_meta(*final_layer_norm);
+  }
   layers = register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     layer_list.push_back(OptLayer(c));
     layers->push_back(layer_list.back());
+    nn::release_to_meta(*layer_list.back());
   }
 }
 
@@ -130,6 +139,7 @@ torch::Tensor OptModelImpl::forward(const torch::Tensor& tokens) { return nn::ca
 
 OptForCausalLMImpl::OptForCausalLMImpl(const OptConfig& c) : config(c) {
   model = register_module("model", OptModel(c));
+  // Tied: the embedding's tensor, already meta when deferred.
   lm_head = register_module("lm_head", LmHead(model->decoder->embed_tokens->weight));
 }
 

@@ -22,7 +22,20 @@ std::vector<std::string> from_scratch_sizes(const std::string& model_type);
 
 // Every parameter with 2+ dimensions (matmuls, embeddings) ~ N(0, 0.02^2); 1-D
 // parameters named "*bias" = 0, other 1-D parameters (LayerNorm/RMSNorm weights) = 1.
-// Deterministic from `seed` alone and independent of the world size.
+// Each value depends only on (seed, parameter name, row index): not on the world size,
+// on which rows a process makes, or in what order (see init_rows). A tied tensor is
+// initialised once, under its first name in named_parameters order (GPT-2's
+// "transformer.wte.weight", not "lm_head.weight"). Parameters of any dtype; throws
+// std::invalid_argument naming a parameter on the meta device (init_rows makes its rows).
 void init_from_scratch(CausalLm& lm, uint64_t seed);
+
+// Rows [first_row, first_row + out.size(0)) of parameter `name` (full shape `shape`) exactly as
+// init_from_scratch(seed) sets them (out: fp32, contiguous, shape [rows, shape[1:]...]; a 0-d or
+// 1-d parameter counts its elements as rows). A normal row is drawn with its own generator,
+// seeded from (seed, FNV-1a of the name, row) through splitmix64, so any split of the rows over
+// processes gives bitwise the same values. Throws std::invalid_argument naming the parameter
+// when `out` does not fit.
+void init_rows(const std::string& name, const std::vector<int64_t>& shape, uint64_t seed, int64_t first_row,
+               at::Tensor out);
 
 }  // namespace fsdpp::models

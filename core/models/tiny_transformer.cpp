@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "core/nn/deferred_init.h"
 #include "core/nn/module_hooks.h"
 
 namespace fsdpp::models {
@@ -31,15 +32,20 @@ torch::Tensor TinyBlockImpl::forward(torch::Tensor x) {
   return x + nn::call(fc_proj, torch::gelu(h, "tanh"));
 }
 
+// Each part goes to the meta device as soon as it is built under nn::DeferredInit.
 TinyTransformerImpl::TinyTransformerImpl(const TinyTransformerConfig& c) : config(c) {
   wte = register_module("wte", torch::nn::Embedding(c.vocab, c.dim));
+  nn::release_to_meta(*wte);
   wpe = register_module("wpe", torch::nn::Embedding(c.seq_len, c.dim));
+  nn::release_to_meta(*wpe);
   blocks = register_module("blocks", torch::nn::ModuleList());
   for (int64_t i = 0; i < c.layers; ++i) {
     block_list.push_back(TinyBlock(c));
     blocks->push_back(block_list.back());
+    nn::release_to_meta(*block_list.back());
   }
   ln_f = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.dim})));
+  nn::release_to_meta(*ln_f);
   // The tie is registered, not hidden in forward, so that anything walking the module
   // tree (a wrap policy, an optimizer) sees that the embedding weight is used twice.
   head_weight = register_parameter("head_weight", wte->weight);

@@ -80,6 +80,7 @@ nlohmann::json TrainConfig::to_json() const {
           {"activation_checkpointing", activation_checkpointing},
           {"ac_freq", ac_freq},
           {"cpu_offload", cpu_offload},
+          {"sync_module_states", sync_module_states},
           {"deterministic", deterministic},
           {"save_dir", save_dir},
           {"experiment_name", experiment_name},

@@ -47,6 +47,7 @@ struct TrainConfig {
   bool activation_checkpointing = false;
   int ac_freq = 1;               // checkpoint every k-th block (torchtitan's ac_freq)
   bool cpu_offload = false;
+  bool sync_module_states = false;  // rank 0 builds/loads, broadcasts (else: each rank its rows)
   bool deterministic = false;
 
   // Output.

@@ -14,6 +14,7 @@
 #include "core/io/hf_config.h"
 #include "core/models/hf_checkpoint.h"
 #include "core/models/presets.h"
+#include "core/nn/deferred_init.h"
 #include "core/optim/grad_scaler.h"
 #include "core/tokenizer/load.h"
 #include "core/train/metrics_log.h"
@@ -34,11 +35,39 @@ int64_t peak_rss_bytes() {
   return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
 }
 
-models::CausalLm build_model(const TrainConfig& c, const nlohmann::json& config) {
-  if (!c.from_scratch) return models::load_pretrained(c.model_dir);
-  auto lm = models::build_causal_lm(config, "--model-size " + c.model_size);
-  models::init_from_scratch(lm, c.seed);
-  return lm;
+// Deferred initialisation: the model is built on the meta device and each rank
+// materialises only its own rows while it is sharded (from the seed, or read from the
+// checkpoint's safetensors), so no rank ever holds the whole model. With
+// --sync-module-states, rank 0 loads the folder and broadcasts it unit by unit instead.
+models::CausalLm build_model(const TrainConfig& c, const nlohmann::json& config, int rank,
+                             fsdp::FsdpOptions& fsdp_options) {
+  const std::string source = c.from_scratch ? "--model-size " + c.model_size : c.model_dir;
+  if (c.sync_module_states) {
+    fsdp_options.sync_module_states = true;
+    if (rank == 0) {
+      if (!c.from_scratch) return models::load_pretrained(c.model_dir);
+      auto lm = models::build_causal_lm(config, source);
+      models::init_from_scratch(lm, c.seed);
+      return lm;
+    }
+  } else if (c.from_scratch) {
+    fsdp_options.materialize = [seed = c.seed](const std::string& name, const std::vector<int64_t>& shape,
+                                               int64_t first_row, at::Tensor out) {
+      models::init_rows(name, shape, seed, first_row, out);
+    };
+  } else {
+    auto rows = std::make_shared<models::PretrainedRows>(models::PretrainedRows::open(c.model_dir));
+    fsdp_options.materialize = [rows](const std::string& name, const std::vector<int64_t>& shape, int64_t first_row,
+                                      at::Tensor out) { rows->read(name, shape, first_row, out); };
+  }
+  nn::DeferredInit deferred;
+  return models::build_causal_lm(config, source);
+}
+
+int64_t parameter_count(const torch::nn::Module& module) {
+  int64_t count = 0;
+  for (const auto& p : module.parameters()) count += p.numel();  // unique tensors
+  return count;
 }
 
 fsdp::WrapPolicy make_wrap_policy(const std::string& spec, const std::string& block_type) {
@@ -168,7 +197,16 @@ TrainResult train(comm::Communicator& comm, const TrainConfig& c) {
   if (c.deterministic) at::globalContext().setDeterministicAlgorithms(true, false);
   torch::manual_seed(c.seed);
 
-  auto lm = build_model(c, checked.model_config);
+  // --mixed-precision: torchtitan's default policy, compute and all-gather in bf16/fp16,
+  // gradients reduced in fp32, fp32 master weights and optimizer state.
+  auto fsdp_options = c.fsdp;
+  if (c.mixed_precision != "fp32") {
+    fsdp_options.mixed_precision.param_dtype = c.mixed_precision == "bf16" ? at::kBFloat16 : at::kHalf;
+    fsdp_options.mixed_precision.reduce_dtype = at::kFloat;
+  }
+  fsdp_options.cpu_offload = c.cpu_offload;
+  auto lm = build_model(c, checked.model_config, comm.rank(), fsdp_options);
+  const int64_t parameters = parameter_count(*lm.module);
   const int64_t seq_len = checked.seq_len;
   auto train_set = open_dataset(c.data, "--data", seq_len, lm.vocab_size);
   std::optional<data::TokenDataset> eval_set;
@@ -181,14 +219,6 @@ TrainResult train(comm::Communicator& comm, const TrainConfig& c) {
     throw std::runtime_error((result.run_dir / "metrics.jsonl").string() +
                              " exists: choose another --experiment-name or --save-dir, or remove that run");
 
-  // --mixed-precision: torchtitan's default policy, compute and all-gather in bf16/fp16,
-  // gradients reduced in fp32, fp32 master weights and optimizer state.
-  auto fsdp_options = c.fsdp;
-  if (c.mixed_precision != "fp32") {
-    fsdp_options.mixed_precision.param_dtype = c.mixed_precision == "bf16" ? at::kBFloat16 : at::kHalf;
-    fsdp_options.mixed_precision.reduce_dtype = at::kFloat;
-  }
-  fsdp_options.cpu_offload = c.cpu_offload;
   auto sharded =
       fsdp::ShardedModel::create(lm.module, comm, fsdp_options, make_wrap_policy(c.wrap_policy, lm.block_type));
   if (c.activation_checkpointing)
@@ -226,11 +256,11 @@ TrainResult train(comm::Communicator& comm, const TrainConfig& c) {
         result.run_dir / "metrics.jsonl",
         nlohmann::json{{"kind", "run"}, {"format", "fsdpp.metrics"}, {"version", 1},
                        {"world_size", world}, {"model_type", lm.model_type},
-                       {"parameters", mem.full_param_bytes / 4}, {"shard_bytes", mem.shard_bytes},
+                       {"parameters", parameters}, {"shard_bytes", mem.shard_bytes},
                        {"seq_len", seq_len}, {"global_batch", global_batch}, {"total_steps", total_steps},
                        {"train_windows", so.num_windows}, {"config", c.to_json()}});
     std::printf("training %s (%lld parameters) on %d rank(s), %s: %lld steps of %lld windows x %lld tokens\n",
-                lm.model_type.c_str(), static_cast<long long>(mem.full_param_bytes / 4), world,
+                lm.model_type.c_str(), static_cast<long long>(parameters), world,
                 fsdp::to_string(c.fsdp.strategy).c_str(), static_cast<long long>(total_steps),
                 static_cast<long long>(global_batch), static_cast<long long>(seq_len));
     std::fflush(stdout);

@@ -53,6 +53,8 @@ void TrainCommand::add_to(CLI::App& app) {
   t->add_flag("--activation-checkpointing", c.activation_checkpointing, "Recompute blocks' activations in backward");
   t->add_option("--ac-freq", c.ac_freq, "With --activation-checkpointing: every k-th block (1: all)");
   t->add_flag("--cpu-offload", c.cpu_offload, "Keep shards and optimizer state in host memory");
+  t->add_flag("--sync-module-states", c.sync_module_states,
+              "Rank 0 loads the full model and broadcasts it (default: each rank reads only its rows)");
   t->add_flag("--deterministic", c.deterministic, "Deterministic kernels: identical runs give identical bits");
   t->add_flag("--no-shuffle", no_shuffle_, "Windows in file order (see README: data order)");
   t->add_option("--eval-max-windows", c.eval_max_windows, "Score at most this many eval windows (0: all)");
