@@ -16,6 +16,7 @@
 #include "core/models/presets.h"
 #include "core/nn/deferred_init.h"
 #include "core/optim/grad_scaler.h"
+#include "core/runtime/capabilities.h"
 #include "core/tokenizer/load.h"
 #include "core/train/metrics_log.h"
 
@@ -172,15 +173,9 @@ Preflight preflight(const TrainConfig& c) {
                                   : io::load_hf_config(c.model_dir).raw;
   const std::string source = c.from_scratch ? "--model-size " + c.model_size : c.model_dir + "/config.json";
   auto limits = models::causal_lm_limits(p.model_config, source);
-  if (c.mixed_precision == "fp16") {
-    try {  // LibTorch 1.13's CPU kernels lack fp16 matmul and LayerNorm
-      auto x = torch::ones({2, 2}, torch::kHalf);
-      torch::layer_norm(torch::mm(x, x), {2});
-    } catch (const c10::Error&) {
-      throw std::invalid_argument(
-          "--mixed-precision fp16: this LibTorch has no fp16 CPU kernels (matmul, LayerNorm); use bf16 on CPU");
-    }
-  }
+  if (c.mixed_precision == "fp16" && !runtime::cpu_has_fp16_kernels())
+    throw std::invalid_argument(
+        "--mixed-precision fp16: this LibTorch has no fp16 CPU kernels (matmul, LayerNorm); use bf16 on CPU");
   p.seq_len = c.seq_len > 0 ? c.seq_len : limits.max_positions;
   if (p.seq_len > limits.max_positions)
     throw std::invalid_argument("--seq-len " + std::to_string(p.seq_len) + " is above the model's " +

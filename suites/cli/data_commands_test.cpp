@@ -11,6 +11,7 @@
 #include "core/models/generate.h"
 #include "core/models/gpt2.h"
 #include "core/models/hf_checkpoint.h"
+#include "harness/testing/assets.h"
 #include "harness/testing/temp_dir.h"
 
 namespace fsdpp {
@@ -24,10 +25,7 @@ using ::testing::StartsWith;
 
 const std::string kFsdpp = FSDPP_CLI_PATH;
 
-fs::path gpt2_assets() {
-  const char* env = std::getenv("FSDPP_ASSETS_DIR");
-  return (env && *env ? fs::path(env) : fs::path(FSDPP_SOURCE_DIR) / ".cache" / "assets") / "gpt2";
-}
+fs::path gpt2_assets() { return harness::test_asset("gpt2"); }
 
 void write(const fs::path& p, const std::string& text) {
   fs::create_directories(p.parent_path());

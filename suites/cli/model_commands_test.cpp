@@ -14,6 +14,7 @@
 #include "core/models/gpt2.h"
 #include "core/models/hf_checkpoint.h"
 #include "core/models/llama.h"
+#include "harness/testing/assets.h"
 #include "harness/testing/temp_dir.h"
 
 namespace fsdpp {
@@ -50,10 +51,6 @@ TEST(EvalCommand, PrintsTheLossOfTheLoadedModelAsJson) {
   EXPECT_EQ(json["tokens"].get<int64_t>(), 12 * 8);  // 99 targets fill 12 windows of 8
 }
 
-fs::path asset(const std::string& relative) {
-  const char* env = std::getenv("FSDPP_ASSETS_DIR");
-  return fs::path(env ? env : FSDPP_SOURCE_DIR "/.cache/assets") / relative;
-}
 
 TEST(GenerateCommand, ContinuesAPromptWithTheFoldersGpt2Tokenizer) {
   TempDir dir;
@@ -61,9 +58,8 @@ TEST(GenerateCommand, ContinuesAPromptWithTheFoldersGpt2Tokenizer) {
   c.n_embd = 16, c.n_layer = 1, c.n_head = 2, c.n_positions = 32;  // GPT-2's vocabulary, tiny body
   torch::manual_seed(1);
   models::save_pretrained(models::build_causal_lm(c.to_json(), "gpt2"), dir.path());
-  ASSERT_TRUE(fs::exists(asset("gpt2/encoder.json"))) << "run bash ci/fetch_assets.sh";
-  fs::copy_file(asset("gpt2/encoder.json"), dir.path() / "vocab.json");
-  fs::copy_file(asset("gpt2/vocab.bpe"), dir.path() / "merges.txt");
+  fs::copy_file(harness::test_asset("gpt2/encoder.json"), dir.path() / "vocab.json");
+  fs::copy_file(harness::test_asset("gpt2/vocab.bpe"), dir.path() / "merges.txt");
   auto [code, output] = run_shell(kFsdpp + " generate --model " + dir.path().string() +
                               " --prompt 'Hello world' --max-new-tokens 4 --temperature 0");
   EXPECT_EQ(code, 0) << output;

@@ -16,6 +16,7 @@
 #include "core/models/presets.h"
 #include "core/optim/lr_schedule.h"
 #include "harness/oracle/tolerance.h"
+#include "harness/testing/assets.h"
 #include "harness/testing/temp_dir.h"
 
 namespace fsdpp {
@@ -29,10 +30,6 @@ using ::testing::StartsWith;
 
 const std::string kFsdpp = FSDPP_CLI_PATH;
 
-fs::path asset(const std::string& relative) {
-  const char* env = std::getenv("FSDPP_ASSETS_DIR");
-  return fs::path(env ? env : FSDPP_SOURCE_DIR "/.cache/assets") / relative;
-}
 
 struct TrainRun {
   int code = -1;
@@ -93,11 +90,10 @@ std::vector<std::string> error_lines(const std::string& command) {
 // --- must show 1 -------------------------------------------------------------------
 
 TEST(TrainCommand, FineTuningOnARealCorpusLowersHeldOutPerplexityAndExportsAnHfFolder) {
-  ASSERT_TRUE(fs::exists(asset("corpora/moby-dick/chapter_1.txt"))) << "run bash ci/fetch_assets.sh";
   TempDir dir;
-  const auto tok = asset("gpt2").string();
+  const auto tok = harness::test_asset("gpt2").string();
   auto prepare = [&](const std::string& corpus, const std::string& slice, const std::string& out) {
-    auto [code, output] = run_shell(kFsdpp + " data prepare --input " + asset("corpora/" + corpus).string() +
+    auto [code, output] = run_shell(kFsdpp + " data prepare --input " + harness::test_asset("corpora/" + corpus).string() +
                                     " --output " + (dir / out).string() + " --tokenizer " + tok + " " + slice);
     ASSERT_EQ(code, 0) << output;
   };

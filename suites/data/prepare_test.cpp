@@ -17,6 +17,7 @@
 #include "core/data/token_dataset.h"
 #include "core/data/token_shard.h"
 #include "core/tokenizer/load.h"
+#include "harness/testing/assets.h"
 #include "harness/testing/temp_dir.h"
 
 namespace fsdpp::data {
@@ -31,13 +32,7 @@ using ::testing::HasSubstr;
 
 constexpr int32_t kEot = 50256;  // GPT-2's <|endoftext|>
 
-fs::path gpt2_dir() {
-  const char* env = std::getenv("FSDPP_ASSETS_DIR");
-  const fs::path dir = (env && *env ? fs::path(env) : fs::path(FSDPP_SOURCE_DIR) / ".cache" / "assets") / "gpt2";
-  if (!fs::is_regular_file(dir / "encoder.json"))
-    throw std::runtime_error("missing tokenizer asset " + dir.string() + ": run `bash ci/fetch_assets.sh`");
-  return dir;
-}
+fs::path gpt2_dir() { return harness::test_asset("gpt2"); }
 
 const tokenizer::BpeTokenizer& gpt2() {
   static const auto tok = tokenizer::load_tokenizer(gpt2_dir());

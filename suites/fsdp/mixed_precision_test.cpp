@@ -12,6 +12,7 @@
 
 #include "core/fsdp/sharding.h"
 #include "core/nn/module_hooks.h"
+#include "core/runtime/capabilities.h"
 #include "harness/testing/equivalence_check.h"
 
 namespace fsdpp {
@@ -22,17 +23,7 @@ using harness::EquivConfig;
 
 auto tiny_transformer = [] { return harness::equiv_case("tiny_transformer"); };
 
-// LibTorch 1.13's CPU kernels have no fp16 matmul or LayerNorm ("not implemented for
-// 'Half'"); fp16 compute runs where the build has them (LibTorch 2.x, CUDA).
-bool cpu_has_fp16_kernels() {
-  try {
-    auto x = torch::ones({2, 2}, at::kHalf);
-    torch::layer_norm(torch::mm(x, x), {2});
-    return true;
-  } catch (const c10::Error&) {
-    return false;
-  }
-}
+using runtime::cpu_has_fp16_kernels;  // fp16 compute runs where the build has the kernels
 
 EquivConfig bitwise_config(ShardingStrategy strategy, std::optional<at::ScalarType> param,
                            std::optional<at::ScalarType> reduce, bool offload) {

