@@ -35,6 +35,9 @@
 #include <thread>
 
 #include "core/compat/torch_compat.h"
+#if FSDPP_WITH_CUDA
+#include "core/comm/nccl_group.h"
+#endif
 
 namespace fsdpp::comm {
 
@@ -93,6 +96,11 @@ struct CommWork::State {
   CollectiveKind kind = CollectiveKind::Barrier;
   CommStats* stats = nullptr;
   bool waited = false;
+  // Runs once in the first wait() after success, in the waiting thread: the caller's CUDA
+  // stream joins an NCCL collective, or host results are copied back to the device.
+  std::function<void()> on_wait;
+  // Device-side completion (NCCL): done on the host at issue, finished when this says so.
+  std::function<bool()> device_done;
 };
 
 void CommWork::wait() {
@@ -105,11 +113,16 @@ void CommWork::wait() {
     state_->stats->add_blocked(state_->kind, ms_between(t0, Clock::now()));
   }
   if (!state_->error.empty()) throw CommError(state_->error);
+  std::function<void()> on_wait = std::move(state_->on_wait);
+  state_->on_wait = nullptr;
+  lock.unlock();
+  if (on_wait) on_wait();
 }
 
 bool CommWork::completed() const {
   if (!state_) return true;
   std::lock_guard<std::mutex> lock(state_->mu);
+  if (state_->done && state_->device_done) return state_->device_done();
   return state_->done;
 }
 
@@ -124,6 +137,10 @@ struct Communicator::Impl {
   c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo;
   CommStats stats;
   int subgroups_created = 0;
+  int local_world_size = 1;  // decides whether CUDA tensors can use NCCL (one GPU per rank)
+#if FSDPP_WITH_CUDA
+  std::unique_ptr<NcclGroup> nccl;  // connected at the group's first NCCL collective
+#endif
 
   // The communication thread and its FIFO.
   std::mutex mu;
@@ -136,8 +153,19 @@ struct Communicator::Impl {
   std::thread worker;
 
   void start_worker() {
-    worker = std::thread([this] {
-      at::init_num_threads();  // apply the process's intra-op thread budget here too
+    bool ready = false;  // under mu
+    worker = std::thread([this, &ready] {
+      // Apply the process's intra-op thread budget here too. In LibTorch 1.13 this
+      // rebuilds the process-wide pthreadpool (at::set_num_threads), so it must not
+      // overlap anything else: the constructor waits for it. A worker still in here
+      // when an abandoned (aborted) communicator's process exits races LibTorch's static
+      // destructors: heap corruption (SIGABRT) or a hang in pthreadpool_destroy.
+      at::init_num_threads();
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        ready = true;
+      }
+      cv.notify_all();
       for (;;) {
         std::function<void()> task;
         {
@@ -150,6 +178,8 @@ struct Communicator::Impl {
         task();
       }
     });
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return ready; });
   }
 
   void stop_worker() {
@@ -245,6 +275,75 @@ struct Communicator::Impl {
     alltoall_bytes(kind, bytes_of(flat), bytes_of(staged), chunk_bytes,
                    std::vector<int64_t>(size, chunk_bytes[rank]));
   }
+
+  // CUDA tensors that cannot use NCCL (ranks sharing a GPU): the collective ran on host
+  // copies; the caller's wait() copies the host result back into the device tensor.
+  static CommWork copy_back_on_wait(CommWork work, at::Tensor device_out, at::Tensor host_out) {
+    if (work.state_) {
+      std::lock_guard<std::mutex> lock(work.state_->mu);
+      work.state_->on_wait = [device_out, host_out]() mutable { device_out.copy_(host_out); };
+    }
+    return work;
+  }
+
+#if FSDPP_WITH_CUDA
+  bool via_nccl(const at::Tensor& t) const { return t.is_cuda() && nccl_usable(local_world_size); }
+
+  NcclGroup& nccl_group(at::Device device) {
+    if (!nccl) {
+      std::string key = "fsdpp/" + name + "/nccl_id";
+      try {
+        nccl = NcclGroup::connect(store.get(), key, rank, size, device, timeout, where());
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (broken_reason.empty()) broken_reason = first_line(e.what());
+        throw;
+      }
+    }
+    if (nccl->device() != device)
+      throw CommError("fsdpp comm: tensor on " + device.str() + " but the group's NCCL communicator is on " +
+                      nccl->device().str() + " " + where());
+    return *nccl;
+  }
+
+  // Issues an NCCL collective on `output`'s device: `issue` gets contiguous stand-ins of
+  // `outputs` (copied back after the caller's stream joined). Byte tallies are the same
+  // transfer plan the Gloo path records.
+  CommWork nccl_call(CollectiveKind kind, const std::string& what, int64_t sent, int64_t received,
+                     std::vector<at::Tensor> outputs,
+                     const std::function<std::shared_ptr<NcclDone>(NcclGroup&, std::vector<at::Tensor>&)>& issue) {
+    auto state = std::make_shared<CommWork::State>();
+    state->kind = kind;
+    state->stats = &stats;
+    state->done = true;
+    std::string previous = broken();
+    if (!previous.empty()) {
+      state->error = "fsdpp comm: " + what + " " + where() + " refused: the group is broken by an earlier failure: " +
+                     previous;
+      return CommWork(state);
+    }
+    std::vector<at::Tensor> contiguous;
+    for (auto& t : outputs) contiguous.push_back(t.is_contiguous() ? t : at::empty_like(t, at::MemoryFormat::Contiguous));
+    std::shared_ptr<NcclDone> done;
+    try {
+      done = issue(nccl_group(outputs.front().device()), contiguous);
+    } catch (const std::exception& e) {
+      state->error = first_line(e.what());
+      std::lock_guard<std::mutex> lock(mu);
+      if (broken_reason.empty()) broken_reason = state->error;
+      return CommWork(state);
+    }
+    stats.add_transfer(kind, sent, received);
+    stats.add_call(kind, 0.0);  // device time is not measured per call
+    state->device_done = [done] { return done->query(); };
+    state->on_wait = [done, outputs, contiguous]() mutable {
+      done->join();
+      for (size_t i = 0; i < outputs.size(); ++i)
+        if (!outputs[i].is_same(contiguous[i])) outputs[i].copy_(contiguous[i]);
+    };
+    return CommWork(state);
+  }
+#endif
 };
 
 // ---------------------------------------------------------------- reductions
@@ -283,12 +382,29 @@ std::string describe(const char* op, const at::Tensor& t) {
   return os.str();
 }
 
-void check_cpu(const at::Tensor& t, const std::string& what) {
+void check_device(const at::Tensor& t, const std::string& what) {
   if (!t.defined()) throw CommError("fsdpp comm: " + what + ": undefined tensor");
+#if FSDPP_WITH_CUDA
+  if (!t.device().is_cpu() && !t.device().is_cuda())
+    throw CommError("fsdpp comm: " + what + ": tensor is on " + t.device().str() +
+                    "; the communicator moves CPU and CUDA tensors");
+#else
   if (!t.device().is_cpu())
     throw CommError("fsdpp comm: " + what + ": tensor is on " + t.device().str() +
                     " but this build's communicator moves CPU tensors only");
+#endif
 }
+
+void check_same_device(const at::Tensor& a, const at::Tensor& b, const std::string& what) {
+  if (a.device() != b.device())
+    throw CommError("fsdpp comm: " + what + ": output on " + a.device().str() + " but input on " + b.device().str());
+}
+
+#if FSDPP_WITH_CUDA
+// Ring-plan byte counts of a collective over n ranks moving `bytes` per rank's piece
+// (all-gather: the input; reduce-scatter: the output): n-1 pieces out, n-1 in.
+int64_t ring_bytes(int n, int64_t piece_bytes) { return (n - 1) * piece_bytes; }
+#endif
 
 }  // namespace
 
@@ -318,6 +434,7 @@ std::shared_ptr<Communicator> Communicator::connect(const WorldSpec& world, cons
   impl->rank = world.rank;
   impl->size = world.world_size;
   impl->timeout = options.timeout;
+  impl->local_world_size = world.local_world_size;
   if (world.world_size > 1) {
     c10d::TCPStoreOptions store_options;
     store_options.port = static_cast<std::uint16_t>(world.master_port);
@@ -360,12 +477,26 @@ bool Communicator::broken() const { return !impl_->broken().empty(); }
 
 CommWork Communicator::all_gather_into_async(at::Tensor output, at::Tensor input) {
   std::string what = describe("all_gather_into", input);
-  check_cpu(output, what);
-  check_cpu(input, what);
+  check_device(output, what);
+  check_device(input, what);
   if (output.scalar_type() != input.scalar_type() || output.numel() != input.numel() * size())
     throw CommError("fsdpp comm: " + what + ": output must hold size()*input.numel() = " +
                     std::to_string(input.numel() * size()) + " elements of the input's dtype, got " +
                     std::to_string(output.numel()) + " x " + c10::toString(output.scalar_type()));
+  check_same_device(output, input, what);
+  if (input.is_cuda()) {
+#if FSDPP_WITH_CUDA
+    if (impl_->via_nccl(input)) {
+      int64_t piece = input.numel() * input.element_size();
+      return impl_->nccl_call(CollectiveKind::AllGather, what, ring_bytes(size(), piece), ring_bytes(size(), piece),
+                              {output}, [input](NcclGroup& g, std::vector<at::Tensor>& out) {
+                                return g.all_gather(out[0], input.contiguous());
+                              });
+    }
+#endif
+    at::Tensor host_out = at::empty(output.sizes(), output.options().device(at::kCPU));
+    return Impl::copy_back_on_wait(all_gather_into_async(host_out, input.cpu()), output, host_out);
+  }
   Impl* impl = impl_.get();
   return impl->submit(CollectiveKind::AllGather, what, [impl, output, input] {
     int n = impl->size;
@@ -384,13 +515,28 @@ CommWork Communicator::all_gather_into_async(at::Tensor output, at::Tensor input
 
 CommWork Communicator::reduce_scatter_async(at::Tensor output, at::Tensor input, ReduceOp op) {
   std::string what = describe(("reduce_scatter[" + std::string(to_string(op)) + "]").c_str(), input);
-  check_cpu(output, what);
-  check_cpu(input, what);
+  check_device(output, what);
+  check_device(input, what);
   check_op_dtype(op, input.scalar_type(), what);
   if (output.scalar_type() != input.scalar_type() || input.numel() != output.numel() * size())
     throw CommError("fsdpp comm: " + what + ": input must hold size()*output.numel() = " +
                     std::to_string(output.numel() * size()) + " elements of the output's dtype, got " +
                     std::to_string(input.numel()) + " x " + c10::toString(input.scalar_type()));
+  check_same_device(output, input, what);
+  if (input.is_cuda()) {
+#if FSDPP_WITH_CUDA
+    if (impl_->via_nccl(input)) {
+      int64_t piece = output.numel() * output.element_size();
+      return impl_->nccl_call(CollectiveKind::ReduceScatter, what, ring_bytes(size(), piece),
+                              ring_bytes(size(), piece), {output},
+                              [input, op](NcclGroup& g, std::vector<at::Tensor>& out) {
+                                return g.reduce_scatter(out[0], input.contiguous(), op);
+                              });
+    }
+#endif
+    at::Tensor host_out = at::empty(output.sizes(), output.options().device(at::kCPU));
+    return Impl::copy_back_on_wait(reduce_scatter_async(host_out, input.cpu(), op), output, host_out);
+  }
   Impl* impl = impl_.get();
   return impl->submit(CollectiveKind::ReduceScatter, what, [impl, output, input, op] {
     int n = impl->size;
@@ -408,8 +554,23 @@ CommWork Communicator::reduce_scatter_async(at::Tensor output, at::Tensor input,
 
 CommWork Communicator::all_reduce_async(at::Tensor tensor, ReduceOp op) {
   std::string what = describe(("all_reduce[" + std::string(to_string(op)) + "]").c_str(), tensor);
-  check_cpu(tensor, what);
+  check_device(tensor, what);
   check_op_dtype(op, tensor.scalar_type(), what);
+  if (tensor.is_cuda()) {
+#if FSDPP_WITH_CUDA
+    if (impl_->via_nccl(tensor)) {
+      // The Gloo path's plan: reduce-scatter then all-gather of ceil(numel/n) chunks.
+      int n = size(), me = rank();
+      auto chunks = chunk_byte_counts(tensor.numel(), n, tensor.element_size());
+      int64_t others = std::accumulate(chunks.begin(), chunks.end(), int64_t{0}) - chunks[me];
+      int64_t moved = others + (n - 1) * chunks[me];
+      return impl_->nccl_call(CollectiveKind::AllReduce, what, moved, moved, {tensor},
+                              [op](NcclGroup& g, std::vector<at::Tensor>& t) { return g.all_reduce(t[0], op); });
+    }
+#endif
+    at::Tensor host = tensor.cpu();
+    return Impl::copy_back_on_wait(all_reduce_async(host, op), tensor, host);
+  }
   Impl* impl = impl_.get();
   return impl->submit(CollectiveKind::AllReduce, what, [impl, tensor, op] {
     int n = impl->size, me = impl->rank;
@@ -432,9 +593,25 @@ CommWork Communicator::all_reduce_async(at::Tensor tensor, ReduceOp op) {
 
 CommWork Communicator::broadcast_async(at::Tensor tensor, int root) {
   std::string what = describe(("broadcast[root " + std::to_string(root) + "]").c_str(), tensor);
-  check_cpu(tensor, what);
+  check_device(tensor, what);
   if (root < 0 || root >= size())
     throw CommError("fsdpp comm: " + what + ": root must be in [0, " + std::to_string(size()) + ")");
+  if (tensor.is_cuda()) {
+#if FSDPP_WITH_CUDA
+    if (impl_->via_nccl(tensor)) {
+      // The Gloo path's plan: root scatters chunks, then all-gather of the chunks.
+      int n = size(), me = rank();
+      auto chunks = chunk_byte_counts(tensor.numel(), n, tensor.element_size());
+      int64_t total = std::accumulate(chunks.begin(), chunks.end(), int64_t{0});
+      int64_t sent = (me == root ? total - chunks[me] : 0) + (n - 1) * chunks[me];
+      int64_t received = (me == root ? 0 : chunks[me]) + total - chunks[me];
+      return impl_->nccl_call(CollectiveKind::Broadcast, what, sent, received, {tensor},
+                              [root](NcclGroup& g, std::vector<at::Tensor>& t) { return g.broadcast(t[0], root); });
+    }
+#endif
+    at::Tensor host = tensor.cpu();
+    return Impl::copy_back_on_wait(broadcast_async(host, root), tensor, host);
+  }
   Impl* impl = impl_.get();
   return impl->submit(CollectiveKind::Broadcast, what, [impl, tensor, root] {
     int n = impl->size, me = impl->rank;
@@ -459,8 +636,8 @@ CommWork Communicator::all_to_all_single_async(at::Tensor output, at::Tensor inp
                                                std::vector<int64_t> output_splits,
                                                std::vector<int64_t> input_splits) {
   std::string what = describe("all_to_all_single", input);
-  check_cpu(output, what);
-  check_cpu(input, what);
+  check_device(output, what);
+  check_device(input, what);
   int n = size();
   if (output.scalar_type() != input.scalar_type())
     throw CommError("fsdpp comm: " + what + ": output dtype " + c10::toString(output.scalar_type()) +
@@ -486,6 +663,27 @@ CommWork Communicator::all_to_all_single_async(at::Tensor output, at::Tensor inp
   int64_t in_row = input.dim() == 0 ? 1 : (input.size(0) == 0 ? 0 : input.numel() / input.size(0));
   if (out_row != in_row && output.numel() > 0 && input.numel() > 0)
     throw CommError("fsdpp comm: " + what + ": output and input rows differ in size");
+  check_same_device(output, input, what);
+  if (input.is_cuda()) {
+#if FSDPP_WITH_CUDA
+    if (impl_->via_nccl(input)) {
+      int64_t es = input.element_size(), sent = 0, received = 0;
+      for (int j = 0; j < n; ++j) {
+        if (j == rank()) continue;
+        sent += input_splits[j] * in_row * es;
+        received += output_splits[j] * out_row * es;
+      }
+      int64_t row_numel = std::max(in_row, out_row);
+      return impl_->nccl_call(CollectiveKind::AllToAll, what, sent, received, {output},
+                              [input, output_splits, input_splits, row_numel](NcclGroup& g, std::vector<at::Tensor>& out) {
+                                return g.all_to_all(out[0], input.contiguous(), output_splits, input_splits, row_numel);
+                              });
+    }
+#endif
+    at::Tensor host_out = at::empty(output.sizes(), output.options().device(at::kCPU));
+    return Impl::copy_back_on_wait(all_to_all_single_async(host_out, input.cpu(), output_splits, input_splits),
+                                   output, host_out);
+  }
   Impl* impl = impl_.get();
   return impl->submit(CollectiveKind::AllToAll, what,
                       [impl, output, input, output_splits, input_splits, out_row, in_row] {
@@ -530,6 +728,7 @@ std::shared_ptr<Communicator> Communicator::subgroup(const std::vector<int>& ran
   impl->rank = static_cast<int>(it - ranks.begin());
   impl->size = static_cast<int>(ranks.size());
   impl->timeout = impl_->timeout;
+  impl->local_world_size = impl_->local_world_size;
   impl->store = impl_->store;
   if (impl->size > 1) {
     auto options = c10d::ProcessGroupGloo::Options::create(impl_->timeout);
@@ -566,15 +765,18 @@ void Communicator::shutdown() {
     std::string key = "fsdpp/" + s.name + "/shutdown/";
     try {
       s.store->setTimeout(s.timeout);
-      if (s.store->add(key + "arrived", 1) == s.size) s.store->set(key + "release", {1});
+      if (s.store->add(key + "arrived", 1) == s.size) s.store->set(key + "release", std::vector<uint8_t>{1});
       s.store->wait({key + "release"});
       int64_t left = s.store->add(key + "left", 1);
       if (s.rank == 0 && left < s.size) s.store->wait({key + "all_left"});
-      if (left == s.size) s.store->set(key + "all_left", {1});
+      if (left == s.size) s.store->set(key + "all_left", std::vector<uint8_t>{1});
     } catch (const std::exception&) {
       // A peer vanished during teardown: nothing left to protect.
     }
   }
+#if FSDPP_WITH_CUDA
+  s.nccl.reset();
+#endif
   s.gloo.reset();
 }
 

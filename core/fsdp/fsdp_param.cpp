@@ -42,14 +42,20 @@ void require_source(const RowSource& source, const std::string& name) {
 }  // namespace
 
 void FsdpParam::bind_shard(const at::Tensor& padded_shard, int64_t offset, at::ScalarType compute_dtype,
-                           const RowSource& source) {
+                           at::Device meta_device, const RowSource& source) {
   offset_ = offset;
   int64_t rows = layout_.valid_rows(rank_);
   auto rows_view = padded_shard.view({layout_.shard_rows, layout_.row_numel});
   rows_view.zero_();
   if (unsharded_.is_meta()) {
     require_source(source, name_);
-    if (rows > 0) source(name_, shape_, layout_.first_row(rank_), rows_view.narrow(0, 0, rows).view(rows_shape(shape_, rows)));
+    if (rows > 0) {
+      // Sources write host memory (CPU generators, file mappings); device shards get a copy.
+      auto dst = rows_view.narrow(0, 0, rows).view(rows_shape(shape_, rows));
+      auto host = dst.is_cpu() ? dst : at::empty(dst.sizes(), dst.options().device(at::kCPU));
+      source(name_, shape_, layout_.first_row(rank_), host);
+      if (!host.is_same(dst)) dst.copy_(host);
+    }
   } else if (rows > 0) {
     auto full = unsharded_.detach().reshape({layout_.dim0, layout_.row_numel});
     rows_view.narrow(0, 0, rows).copy_(full.narrow(0, layout_.first_row(rank_), rows));
@@ -60,18 +66,18 @@ void FsdpParam::bind_shard(const at::Tensor& padded_shard, int64_t offset, at::S
   // data changes: to compute_dtype (mixed precision, like FSDP1's `param.data = ...`) and
   // off the meta device.
   if (compute_dtype != unsharded_.scalar_type() || unsharded_.is_meta()) {
-    const auto device = unsharded_.is_meta() ? at::Device(at::kCPU) : unsharded_.device();
+    const auto device = unsharded_.is_meta() ? meta_device : unsharded_.device();
     nn::set_data_across_devices(unsharded_, at::empty(shape_, at::TensorOptions().device(device).dtype(compute_dtype)));
   }
   free_unsharded();
 }
 
-void FsdpParam::materialize_in_place(const RowSource& source) {
+void FsdpParam::materialize_in_place(const RowSource& source, at::Device device) {
   if (!unsharded_.is_meta()) return;
   require_source(source, name_);
   auto full = at::empty(shape_, unsharded_.options().device(at::kCPU));
   source(name_, shape_, 0, full.view(rows_shape(shape_, layout_.dim0)));
-  nn::set_data_across_devices(unsharded_, full);
+  nn::set_data_across_devices(unsharded_, full.to(device));
   sharded_ = unsharded_;
 }
 

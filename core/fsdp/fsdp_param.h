@@ -54,11 +54,13 @@ class FsdpParam {
   // current full value, makes the sharded leaf, and releases the full storage. The
   // module's tensor then holds `compute_dtype` values when unsharded (mixed precision:
   // FSDP2's param_dtype), while the shard keeps the original dtype (the master copy).
-  // A parameter on the meta device takes its rows from `source` instead.
+  // A parameter on the meta device takes its rows from `source` instead and computes on
+  // `meta_device`.
   void bind_shard(const at::Tensor& padded_shard, int64_t offset, at::ScalarType compute_dtype,
-                  const RowSource& source = {});
-  // In-place mode with a meta parameter: gives the module's tensor its full value.
-  void materialize_in_place(const RowSource& source);
+                  at::Device meta_device = at::kCPU, const RowSource& source = {});
+  // In-place mode with a meta parameter: gives the module's tensor its full value on
+  // `device`.
+  void materialize_in_place(const RowSource& source, at::Device device = at::kCPU);
 
   // Storage of the unsharded tensor: allocate (content undefined) / release.
   void alloc_unsharded();

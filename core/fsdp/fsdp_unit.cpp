@@ -18,7 +18,7 @@ FsdpUnit::FsdpUnit(std::string name, std::vector<std::pair<std::string, at::Tens
   int rank = comms_.shard ? comms_.shard->rank() : 0;
   if (!params.empty()) {
     master_dtype_ = params.front().second.scalar_type();
-    device_ = params.front().second.is_meta() ? at::Device(at::kCPU) : params.front().second.device();
+    device_ = params.front().second.is_meta() ? precision_.meta_device : params.front().second.device();
   }
   // A separate master copy is needed when the compute dtype differs or the shards live
   // elsewhere; then even a group of one goes through the flat-buffer path (its
@@ -28,7 +28,7 @@ FsdpUnit::FsdpUnit(std::string name, std::vector<std::pair<std::string, at::Tens
   for (auto& [pname, tensor] : params) params_.emplace_back(pname, tensor, group, rank, replicated_);
   for (const auto& p : params_) full_param_bytes_ += p.full_numel() * static_cast<int64_t>(c10::elementSize(param_dtype()));
   if (replicated_) {
-    for (auto& p : params_) p.materialize_in_place(precision_.materialize);
+    for (auto& p : params_) p.materialize_in_place(precision_.materialize, device_);
     state_ = State::Unsharded;  // the module's parameters are the only copy
     return;
   }
@@ -43,7 +43,7 @@ FsdpUnit::FsdpUnit(std::string name, std::vector<std::pair<std::string, at::Tens
   flat_shard_ = at::zeros({shard_total_}, master);
   int64_t offset = 0;
   for (auto& p : params_) {
-    p.bind_shard(flat_shard_.narrow(0, offset, p.layout().shard_numel()), offset, param_dtype(),
+    p.bind_shard(flat_shard_.narrow(0, offset, p.layout().shard_numel()), offset, param_dtype(), device_,
                  precision_.materialize);
     offset += p.layout().shard_numel();
   }

@@ -28,6 +28,7 @@ struct UnitPrecision {
   std::optional<at::ScalarType> reduce_dtype;  // gradient reduction, no-sync accumulation
   bool offload = false;                        // shards and their gradients in host memory
   RowSource materialize;                       // values of meta parameters (deferred init)
+  at::Device meta_device = at::kCPU;           // where meta parameters are materialised
 };
 
 // Byte tallies of one unit (this rank).

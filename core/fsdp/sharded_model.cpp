@@ -250,7 +250,8 @@ std::shared_ptr<ShardedModel> ShardedModel::create(std::shared_ptr<torch::nn::Mo
   bool reshard_after_forward =
       options.strategy == ShardingStrategy::FullShard || options.strategy == ShardingStrategy::HybridShard;
   const UnitPrecision precision{options.mixed_precision.param_dtype, options.mixed_precision.reduce_dtype,
-                                options.cpu_offload, options.materialize};
+                                options.cpu_offload, options.materialize,
+                                options.device.value_or(at::Device(at::kCPU))};
 
   // Names and reference counts of every parameter object (tied weights appear twice).
   std::unordered_map<const c10::TensorImpl*, std::string> name_of;
@@ -288,9 +289,10 @@ std::shared_ptr<ShardedModel> ShardedModel::create(std::shared_ptr<torch::nn::Mo
       for (auto& [pname, t] : params) {
         if (me == 0 && t.is_meta())
           throw std::invalid_argument("sync_module_states: parameter '" + pname + "' is on the meta device on rank 0");
-        at::Tensor full = me == 0 ? t.detach().contiguous() : at::empty(t.sizes(), t.options().device(at::kCPU));
+        const at::Device target = precision.meta_device;
+        at::Tensor full = me == 0 ? t.detach().to(target).contiguous() : at::empty(t.sizes(), t.options().device(target));
         world.broadcast(full, 0);
-        if (me != 0) nn::set_data_across_devices(t, full);
+        if (me != 0 || t.device() != target) nn::set_data_across_devices(t, full);
       }
     m->units_.push_back(std::make_shared<FsdpUnit>(name.empty() ? "root" : name, std::move(params), m->comms_,
                                                    !is_root && reshard_after_forward, precision));
@@ -348,15 +350,23 @@ double ShardedModel::grad_norm(double norm_type) {
   if (!(norm_type > 0)) throw std::invalid_argument("grad norm: norm_type must be > 0 or inf");
   bool inf = std::isinf(norm_type);
   double local = 0;
+  std::vector<at::Tensor> device_norms;  // gradients on an accelerator: one sync, not one per tensor
   for (auto& unit : units_)
     for (auto& p : unit->params()) {
       const auto& g = p.sharded().grad();
       if (!g.defined() || g.numel() == 0) continue;
-      if (inf)
+      if (!g.is_cpu())
+        device_norms.push_back(inf ? g.abs().max().to(at::kDouble) : g.norm(norm_type).to(at::kDouble));
+      else if (inf)
         local = std::max(local, g.abs().max().item<double>());
       else
         local += std::pow(g.norm(norm_type).item<double>(), norm_type);
     }
+  if (!device_norms.empty()) {
+    auto norms = at::stack(device_norms);
+    double part = inf ? norms.max().item<double>() : norms.pow(norm_type).sum().item<double>();
+    local = inf ? std::max(local, part) : local + part;
+  }
   // Shards of one replica partition the gradients; replicas hold the same values.
   auto t = at::tensor({local}, at::kDouble);
   if (comms_.shard->size() > 1) comms_.shard->all_reduce(t, inf ? comm::ReduceOp::Max : comm::ReduceOp::Sum);

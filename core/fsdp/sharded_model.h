@@ -62,6 +62,10 @@ struct FsdpOptions {
   std::function<void(const std::string& name, const std::vector<int64_t>& shape, int64_t first_row, at::Tensor out)>
       materialize;
   bool sync_module_states = false;
+  // Where parameters on the meta device are materialised and computed (FSDP2 takes it
+  // from the mesh's device type). Parameters already on a device stay there.
+  // Unset: the CPU for meta parameters (and sync_module_states' broadcast).
+  std::optional<at::Device> device;
 };
 
 struct MemoryStats {

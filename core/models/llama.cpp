@@ -181,8 +181,10 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x) {
   auto k = split_heads(nn::call(k_proj, x), kv_heads);
   auto v = split_heads(nn::call(v_proj, x), kv_heads);
   // Rotary embedding, HF's rotate_half convention: angles t * inv_freq, duplicated.
-  auto t = torch::arange(s, torch::kFloat);
-  auto freqs = torch::outer(t, inv_freq);
+  // The buffer follows the activations' device once (FSDP moves parameters, not buffers).
+  if (inv_freq.device() != x.device()) inv_freq.set_data(inv_freq.to(x.device()));
+  auto t = torch::arange(s, x.options().dtype(torch::kFloat));
+  auto freqs = torch::outer(t, inv_freq.to(torch::kFloat));
   auto emb = torch::cat({freqs, freqs}, -1);
   auto cos = emb.cos().to(x.scalar_type()), sin = emb.sin().to(x.scalar_type());
   q = q * cos + rotate_half(q) * sin;

@@ -24,7 +24,7 @@ torch::Tensor TinyBlockImpl::forward(torch::Tensor x) {
   auto parts = nn::call(qkv, nn::call(ln1, x)).view({b, s, 3, heads, hd}).permute({2, 0, 3, 1, 4});  // [3, b, h, s, hd]
   auto q = parts[0], k = parts[1], v = parts[2];
   auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(hd));
-  auto causal = torch::ones({s, s}, torch::kBool).triu(1);
+  auto causal = torch::ones({s, s}, x.options().dtype(torch::kBool)).triu(1);
   scores = scores.masked_fill(causal, -std::numeric_limits<float>::infinity());
   auto attn = torch::matmul(torch::softmax(scores, -1), v).transpose(1, 2).reshape({b, s, d});
   x = x + nn::call(proj, attn);
@@ -52,7 +52,7 @@ TinyTransformerImpl::TinyTransformerImpl(const TinyTransformerConfig& c) : confi
 }
 
 torch::Tensor TinyTransformerImpl::forward(torch::Tensor tokens) {
-  auto positions = torch::arange(tokens.size(1), torch::kLong);
+  auto positions = torch::arange(tokens.size(1), tokens.options().dtype(torch::kLong));
   auto x = nn::call(wte, tokens) + nn::call(wpe, positions);
   for (auto& block : block_list) x = nn::call(block, x);
   return torch::matmul(nn::call(ln_f, x), head_weight.t());

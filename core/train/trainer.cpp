@@ -17,6 +17,7 @@
 #include "core/nn/deferred_init.h"
 #include "core/optim/grad_scaler.h"
 #include "core/runtime/capabilities.h"
+#include "core/runtime/device.h"
 #include "core/tokenizer/load.h"
 #include "core/train/metrics_log.h"
 
@@ -321,13 +322,18 @@ TrainResult train(comm::Communicator& comm, const TrainConfig& c) {
 
     if (lead) {
       auto mem = sharded->memory();
+      const auto device_mem = runtime::device_memory(at::kCPU);  // the device training runs on
       metrics->write({{"kind", "train"}, {"step", step + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm},
                       {"tokens_per_s", tokens_per_s}, {"tokens", (step + 1) * tokens_per_step},
                       {"epoch", static_cast<double>(sampler.position()) / static_cast<double>(so.num_windows)},
                       {"time_ms", {{"data", data_ms}, {"forward", forward_ms}, {"backward", backward_ms},
                                    {"optimizer", optimizer_ms}, {"step", step_ms}}},
                       {"memory", {{"peak_rss_bytes", peak_rss_bytes()}, {"shard_bytes", mem.shard_bytes},
-                                  {"peak_unsharded_bytes", mem.peak_unsharded_bytes}}},
+                                  {"peak_unsharded_bytes", mem.peak_unsharded_bytes},
+                                  {"allocated_bytes", device_mem.allocated_bytes},
+                                  {"reserved_bytes", device_mem.reserved_bytes},
+                                  {"window_peak_allocated_bytes", device_mem.peak_allocated_bytes},
+                                  {"window_peak_reserved_bytes", device_mem.peak_reserved_bytes}}},
                       {"comm_bytes_sent", comm_bytes(*sharded)},
                       {"optimizer_step", stepped},
                       {"loss_scale", scaler ? scaler->current_scale() : 1.0}});
@@ -339,6 +345,7 @@ TrainResult train(comm::Communicator& comm, const TrainConfig& c) {
                     tokens_per_s, step_ms, data_ms, forward_ms, backward_ms, optimizer_ms,
                     static_cast<double>(peak_rss_bytes()) / (1 << 20));
         std::fflush(stdout);
+        runtime::reset_peak_memory(at::kCPU);  // peaks are per logging window, like get_mem_stats
       }
       progress->update(step + 1, loss, std::chrono::duration<double>(Clock::now() - run_start).count());
     }

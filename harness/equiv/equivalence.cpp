@@ -107,9 +107,17 @@ int shard_group_size(const fsdp::FsdpOptions& o, int world) {
 // The unsharded reference: plain LibTorch on one process. With a mixed-precision policy
 // it emulates the same casts, as PyTorch's mixed-precision FSDP tests do: a copy of the
 // model in param_dtype computes, the fp32 masters carry the optimizer.
+TrainBatch on_device(TrainBatch b, at::Device device) {
+  if (device.is_cpu()) return b;
+  return TrainBatch{b.input.to(device), b.target.to(device)};
+}
+
+torch::Tensor on_cpu(const torch::Tensor& t) { return t.defined() ? t.detach().to(at::kCPU).clone() : t; }
+
 RunTrace run_reference(const EquivModel& model, const EquivConfig& c, int world) {
   RunTrace trace;
   auto net = model.build(c.seed);
+  net->to(c.device);
   auto named = unique_parameters(*net);
   std::vector<torch::Tensor> params;
   for (auto& [n, p] : named) params.push_back(p);
@@ -119,6 +127,7 @@ RunTrace run_reference(const EquivModel& model, const EquivConfig& c, int world)
   auto compute = net;
   if (cast) {
     compute = model.build(c.seed);
+    compute->to(c.device);
     compute->to(*mp.param_dtype);
   }
   auto compute_named = unique_parameters(*compute);
@@ -138,7 +147,7 @@ RunTrace run_reference(const EquivModel& model, const EquivConfig& c, int world)
       // Rank r's micro-batch on its own, then the reduction FSDP performs, step by step.
       std::vector<std::vector<torch::Tensor>> per_rank(named.size());
       for (int r = 0; r < world; ++r) {
-        auto loss = model.loss(*compute, model.batch(step, r));
+        auto loss = model.loss(*compute, on_device(model.batch(step, r), c.device));
         loss_value += loss.item<double>() / world;
         loss.backward();
         for (size_t i = 0; i < named.size(); ++i) {
@@ -154,7 +163,7 @@ RunTrace run_reference(const EquivModel& model, const EquivConfig& c, int world)
     } else {
       std::vector<TrainBatch> parts;
       for (int i = 0; i < world * c.grad_accum; ++i) parts.push_back(model.batch(step, i));
-      auto loss = model.loss(*compute, model.concat(parts));
+      auto loss = model.loss(*compute, on_device(model.concat(parts), c.device));
       loss_value = loss.item<double>();
       loss.backward();
       if (cast) {
@@ -165,14 +174,14 @@ RunTrace run_reference(const EquivModel& model, const EquivConfig& c, int world)
       }
     }
     if (contains(checked, step))
-      for (auto& [n, p] : named) trace.grads[step][n] = p.grad().defined() ? p.grad().clone() : torch::Tensor();
+      for (auto& [n, p] : named) trace.grads[step][n] = on_cpu(p.grad());
     double max_norm = c.clip_max_norm > 0 ? c.clip_max_norm : std::numeric_limits<double>::infinity();
     double norm = torch::nn::utils::clip_grad_norm_(params, max_norm, c.norm_type);
     opt.step();
     trace.loss.push_back(loss_value);
     trace.grad_norm.push_back(norm);
     if (contains(checked, step))
-      for (auto& [n, p] : named) trace.params[step][n] = p.detach().clone();
+      for (auto& [n, p] : named) trace.params[step][n] = on_cpu(p);
   }
   return trace;
 }
@@ -181,6 +190,7 @@ RunTrace run_reference(const EquivModel& model, const EquivConfig& c, int world)
 RunTrace run_sharded(comm::Communicator& comm, const EquivModel& model, const EquivConfig& c) {
   RunTrace trace;
   auto net = model.build(c.seed);
+  net->to(c.device);
   auto sharded = fsdp::ShardedModel::create(net, comm, c.fsdp, model.wrap);
   torch::optim::AdamW opt(sharded->parameters(), adamw_options(c));
   auto checked = compare_steps(c);
@@ -190,21 +200,21 @@ RunTrace run_sharded(comm::Communicator& comm, const EquivModel& model, const Eq
     double local = 0;
     for (int k = 0; k < k_steps; ++k) {
       sharded->set_requires_gradient_sync(!c.accumulate_without_sync || k == k_steps - 1);
-      auto loss = model.loss(*net, model.batch(step, static_cast<int64_t>(k) * n + comm.rank()));
+      auto loss = model.loss(*net, on_device(model.batch(step, static_cast<int64_t>(k) * n + comm.rank()), c.device));
       local += loss.item<double>() / k_steps;
       (k_steps > 1 ? loss / k_steps : loss).backward();
     }
     auto global = torch::tensor({local}, torch::kDouble);
     comm.all_reduce(global, comm::ReduceOp::Avg);
     if (contains(checked, step))
-      for (auto& [name, g] : sharded->gather_full_gradients()) trace.grads[step][name] = g;
+      for (auto& [name, g] : sharded->gather_full_gradients()) trace.grads[step][name] = on_cpu(g);
     double norm = c.clip_max_norm > 0 ? sharded->clip_grad_norm(c.clip_max_norm, c.norm_type)
                                       : sharded->grad_norm(c.norm_type);
     opt.step();
     trace.loss.push_back(global.item<double>());
     trace.grad_norm.push_back(norm);
     if (contains(checked, step))
-      for (auto& [name, p] : sharded->gather_full_parameters()) trace.params[step][name] = p;
+      for (auto& [name, p] : sharded->gather_full_parameters()) trace.params[step][name] = on_cpu(p);
   }
   return trace;
 }

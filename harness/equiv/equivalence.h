@@ -59,6 +59,9 @@ struct EquivConfig {
   double adam_eps = 1e-6;
   double weight_decay = 0.1;
   uint64_t seed = 1;
+  // Where both runs compute (the model and batches are moved there; the reference is the
+  // unsharded model on the same device). Records are compared on the CPU.
+  at::Device device = at::kCPU;
   std::vector<int> compare_full_at;      // steps whose grads and params are compared; default first and last
 };
 

@@ -23,7 +23,23 @@ std::string exception_message(const std::exception& e) {
 
 int fail_rank(const std::exception& e, comm::Communicator* comm, int status_fd, const std::string& prefix) {
   std::string message = exception_message(e);
-  if (comm != nullptr) comm->abort(message);
+  if (comm != nullptr) {
+    // With peers, abandon the group: one may be gone, and our communication thread may
+    // be stuck in a collective with it. Alone, nothing can be stuck: shut down in order,
+    // which joins the communication thread. Abandoning it there would let it run on
+    // through exit(), racing LibTorch's static destructors (its start-up calls
+    // at::init_num_threads(), which rebuilds the process-wide pthreadpool that exit()
+    // destroys: heap corruption, SIGABRT, or a hang in pthreadpool_destroy).
+    if (comm->size() == 1) {
+      try {
+        comm->shutdown();
+      } catch (...) {
+        comm->abort(message);
+      }
+    } else {
+      comm->abort(message);
+    }
+  }
   std::fprintf(stderr, "%s%s\n", prefix.c_str(), message.c_str());
   report_status(status_fd, dynamic_cast<const comm::CommError*>(&e) ? Verdict::CommFailed : Verdict::Failed, message);
   return 1;

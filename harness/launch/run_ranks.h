@@ -35,7 +35,8 @@ using RankBody = std::function<void(RankContext&)>;
 std::string exception_message(const std::exception& e);
 
 // What a rank does when its work throws: abandon its communicator (no teardown
-// handshake: peers may be gone), print "<prefix><message>" to stderr, and report the
+// handshake: peers may be gone; a world of one is shut down in order instead, so that
+// its communication thread is joined before the process exits), print "<prefix><message>" to stderr, and report the
 // verdict on the status pipe (a failed collective as a casualty). Returns exit code 1.
 int fail_rank(const std::exception& e, comm::Communicator* comm, int status_fd, const std::string& prefix);
 

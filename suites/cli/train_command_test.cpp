@@ -1,7 +1,8 @@
 // `fsdpp train` end to end through the binary: fine-tuning lowers held-out perplexity
 // and exports a folder the other commands load; the loss curve does not depend on the
 // number of ranks; the data order and the logged loss are the documented ones; the
-// metrics file has its documented keys; bad input is one error line.
+// metrics file has its documented keys; bad input is one error line, and so is a
+// run-time failure without --nproc.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -76,13 +77,19 @@ fs::path write_markov_tokens(const TempDir& dir, int64_t count, int64_t vocab) {
 // A path for /bin/sh, quoted so that a "train_*.tok" pattern reaches fsdpp unexpanded.
 std::string quoted(const fs::path& path) { return "'" + path.string() + "'"; }
 
-// stderr only, as lines.
-std::vector<std::string> error_lines(const std::string& command) {
+// The exit status (128 + N for a process killed by signal N) and stderr only, as lines.
+std::pair<int, std::vector<std::string>> status_and_error_lines(const std::string& command) {
   auto [code, output] = run_shell("(" + command + " 2>&1 1>/dev/null)");
   std::vector<std::string> lines;
   std::istringstream in(output);
   for (std::string line; std::getline(in, line);)
     if (!line.empty()) lines.push_back(line);
+  return {code, lines};
+}
+
+// stderr only, as lines.
+std::vector<std::string> error_lines(const std::string& command) {
+  auto [code, lines] = status_and_error_lines(command);
   EXPECT_NE(code, 0) << command;
   return lines;
 }
@@ -223,6 +230,8 @@ TEST(TrainCommand, MetricsRecordEveryStepAndEvalWithTheDocumentedKeys) {
     for (const char* key : {"data", "forward", "backward", "optimizer", "step"})
       EXPECT_GE(t["time_ms"][key].get<double>(), 0.0) << key;
     EXPECT_GT(t["memory"]["peak_rss_bytes"].get<int64_t>(), 0);
+    EXPECT_GT(t["memory"]["allocated_bytes"].get<int64_t>(), 0);
+    EXPECT_GE(t["memory"]["window_peak_allocated_bytes"].get<int64_t>(), t["memory"]["allocated_bytes"].get<int64_t>());
     EXPECT_GT(t["comm_bytes_sent"]["all_gather"].get<int64_t>(), 0);      // FULL_SHARD on 2 ranks
     EXPECT_GT(t["comm_bytes_sent"]["reduce_scatter"].get<int64_t>(), 0);
     EXPECT_DOUBLE_EQ(t["lr"].get<double>(), schedule.at(static_cast<int64_t>(i)));
@@ -341,6 +350,41 @@ TEST(TrainCommand, EachBadInputIsOneErrorLineAndANonZeroExit) {
     ASSERT_EQ(lines.size(), 1u) << command << "\n" << ::testing::PrintToString(lines);
     EXPECT_THAT(lines[0], StartsWith("fsdpp: error: ")) << command;
     EXPECT_THAT(lines[0], HasSubstr(mention)) << command;
+  }
+}
+
+// Without --nproc the command is the one rank of a world of one (no launcher in between
+// to turn a crash into a report), and a failure must still end like bad input does: one
+// line, exit status 1. It used to end in SIGABRT ("malloc_consolidate(): unaligned
+// fastbin chunk detected", status 134), a SIGSEGV, or a hang at exit: a communication
+// thread of an abandoned communicator was still starting up (at::init_num_threads(),
+// which rebuilds LibTorch's process-wide pthreadpool) while exit() destroyed that pool.
+// It is a race (about one run in three lost it here), so each failure runs ten times;
+// `timeout` turns a hang into a failure.
+TEST(TrainCommand, RunTimeFailureWithoutNprocIsOneLineAndExitOne) {
+  TempDir dir;
+  const auto data = write_markov_tokens(dir, 500, 32).string();
+  fs::create_directories(dir / "taken");
+  std::ofstream(dir / "taken" / "metrics.jsonl") << "{}\n";  // a run directory already used
+  std::ofstream(dir / "not_a_dir") << "a file where --save-dir needs a folder\n";
+  const std::string base = "timeout 60 " + kFsdpp +
+                           " train --from-scratch --model-size tiny --vocab-size 32 --seq-len 16 --max-steps 2 "
+                           "--data " + data + " ";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      // Fails right after the world's communicator is connected, before the model is sharded.
+      {base + "--save-dir " + dir.path().string() + " --experiment-name taken", "metrics.jsonl exists"},
+      // Fails right after sharding, with the shard and replicate subgroups just created.
+      {base + "--save-dir " + (dir / "not_a_dir").string() + " --experiment-name x", "not_a_dir"},
+  };
+  for (const auto& [command, mention] : cases) {
+    for (int attempt = 1; attempt <= 10; ++attempt) {
+      auto [code, lines] = status_and_error_lines(command);
+      ASSERT_EQ(code, 1) << "attempt " << attempt << ": " << command << "\n" << ::testing::PrintToString(lines);
+      ASSERT_EQ(lines.size(), 1u) << "attempt " << attempt << ": " << command << "\n"
+                                  << ::testing::PrintToString(lines);
+      EXPECT_THAT(lines[0], StartsWith("fsdpp: error: ")) << command;
+      EXPECT_THAT(lines[0], HasSubstr(mention)) << command;
+    }
   }
 }
 

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The GPU runner's entry point: builds fsdpp against the machine's CUDA LibTorch (the one
+# inside the Python PyTorch), runs every suite, and runs the GPU benchmark cells beside
+# PyTorch's own FSDP2. A multi-GPU CI runner calls it as it is.
+#
+#   ci/gpu.sh build          configure + build into $FSDPP_BUILD_DIR (default build-cuda)
+#   ci/gpu.sh test           ctest, every suite; CUDA tests that need more GPUs than the
+#                            machine has are reported as skipped with the reason
+#   ci/gpu.sh bench OUT_DIR  the GPU cells (ci/gpu_bench.sh), results JSON into OUT_DIR
+#   ci/gpu.sh all OUT_DIR    all three
+#
+# Needs: python3 with torch (CUDA), cmake, a C++17 compiler, NCCL (the wheel's or the
+# system's). Missing CLI11 / RapidCheck / gloo headers come from .deps (ci/vendor_deps.sh,
+# to be run where Debian's archive is reachable and copied along).
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+python=${PYTHON:-python3}
+build=${FSDPP_BUILD_DIR:-$repo/build-cuda}
+step=${1:-all}
+jobs=$(nproc)
+
+configure_and_build() {
+  local torch_cmake prefix generator=()
+  torch_cmake=$("$python" -c 'import torch; print(torch.utils.cmake_prefix_path)')
+  prefix="$torch_cmake"
+  if [ -d "$repo/.deps/usr" ]; then
+    prefix="$prefix;$repo/.deps/usr;$repo/.deps/usr/lib/x86_64-linux-gnu/cmake;$repo/.deps/usr/share/cmake"
+  fi
+  command -v ninja >/dev/null && generator=(-G Ninja)
+  cmake -S "$repo" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix" \
+    -DCMAKE_CUDA_ARCHITECTURES=native -DFSDPP_BUILD_TESTS=ON
+  cmake --build "$build" -j "$jobs"
+}
+
+run_tests() {
+  # One GPU is shared by the tests that use it; CPU multi-rank suites run beside them.
+  ctest --test-dir "$build" -j "$((jobs / 2))" --timeout 600 --output-on-failure
+}
+
+case "$step" in
+  build) configure_and_build ;;
+  test) run_tests ;;
+  bench) "$repo/ci/gpu_bench.sh" "$build" "${2:?ci/gpu.sh bench OUT_DIR}" ;;
+  all)
+    configure_and_build
+    run_tests
+    "$repo/ci/gpu_bench.sh" "$build" "${2:?ci/gpu.sh all OUT_DIR}"
+    ;;
+  *) echo "ci/gpu.sh: unknown step '$step': expected build, test, bench or all" >&2; exit 2 ;;
+esac

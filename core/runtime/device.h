@@ -1,0 +1,43 @@
+// The compute device as fsdpp's telemetry and benchmarks see it: memory, synchronisation
+// and names, for the CPU and (in CUDA builds) CUDA devices.
+#pragma once
+
+#include <c10/core/Device.h>
+
+#include <cstdint>
+#include <string>
+
+namespace fsdpp::runtime {
+
+// Memory of one device, bytes. CUDA: the caching allocator's counters (what the seeds'
+// get_mem_stats read: torch.cuda.memory_allocated / memory_reserved / max_*). CPU: the
+// process's resident set (allocated = reserved = VmRSS, peaks = VmHWM).
+struct DeviceMemory {
+  int64_t allocated_bytes = 0;
+  int64_t reserved_bytes = 0;
+  int64_t peak_allocated_bytes = 0;
+  int64_t peak_reserved_bytes = 0;
+};
+
+// True in a CUDA build that sees at least one GPU.
+bool cuda_available();
+int cuda_device_count();
+
+// Parses "cpu", "cuda", "cuda:N"; throws std::invalid_argument naming `flag` otherwise, or
+// when CUDA is asked for and not available.
+c10::Device parse_device(const std::string& text, const std::string& flag);
+
+// Makes `device` the current CUDA device of this thread (no-op for the CPU).
+void set_current_device(c10::Device device);
+
+// Blocks until the device finished queued work (no-op on the CPU).
+void synchronize(c10::Device device);
+
+DeviceMemory device_memory(c10::Device device);
+// Starts a new peak window (CUDA: resetPeakStats; CPU: clear_refs 5 resets VmHWM).
+void reset_peak_memory(c10::Device device);
+
+// "NVIDIA H100 80GB HBM3", or the CPU model from /proc/cpuinfo.
+std::string device_name(c10::Device device);
+
+}  // namespace fsdpp::runtime

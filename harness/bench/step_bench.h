@@ -1,0 +1,50 @@
+// One benchmark cell: a causal LM trained with fsdpp on this rank's device, timed step by
+// step. Whole training steps (forward, backward, reduce, clip, AdamW) are timed on every
+// rank after a device synchronisation, and a step's time is the slowest rank's (one MAX
+// all-reduce per step, outside the timed region). The same cell's matmul peak is measured
+// in the same process, in the cell's compute dtype, so MFU needs no datasheet figure.
+//
+// FLOPs per token (model FLOPs, the PaLM / nanoGPT convention; recomputation under
+// activation checkpointing is not counted): 6 * (parameters that enter a matmul: every
+// weight except position embeddings and norms; the LM head counts once even when tied)
+// + 12 * layers * attention width * sequence length.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+
+#include "core/comm/communicator.h"
+#include "core/fsdp/sharding.h"
+
+namespace fsdpp::harness {
+
+struct StepBenchConfig {
+  std::string model_type = "gpt2";   // a from-scratch preset family (models/presets)
+  std::string model_size = "124M";
+  int64_t vocab_size = 0;            // 0: the preset's
+  int64_t batch_size = 8;            // per rank
+  int64_t seq_len = 1024;
+  int warmup_steps = 3;
+  int steps = 10;                    // measured
+  std::string device = "cuda";       // cpu, cuda, cuda:N (rank r uses cuda:(local_rank % count))
+  std::string mixed_precision = "bf16";  // param dtype: fp32, bf16, fp16 (fp32 masters, fp32 reduce)
+  fsdp::ShardingStrategy strategy = fsdp::ShardingStrategy::FullShard;
+  bool activation_checkpointing = false;
+  bool cpu_offload = false;
+  bool prefetch = true;
+  uint64_t seed = 0;
+};
+
+// Collective over `comm`. Returns the cell's numbers (same on every rank), format
+// "fsdpp.bench-cell" version 1: config, per-step ms (raw samples), median/min step ms,
+// tokens_per_s, model_flops_per_token, achieved_flops_per_s, matmul_peak_flops_per_s, mfu,
+// memory (bytes: persistent after setup, peak allocated/reserved over the measured
+// steps, rank 0), comm bytes per step by kind, losses, versions and device name.
+nlohmann::json run_step_bench(comm::Communicator& comm, int local_rank, const StepBenchConfig& config);
+
+// FLOP/s of an n x n x n matmul in `dtype` on `device` (median of `reps` after warm-up).
+double measure_matmul_flops(const std::string& device, const std::string& dtype, int64_t n, int reps);
+
+}  // namespace fsdpp::harness
