@@ -442,7 +442,34 @@ class AtomicFileWriter {
 
 }  // namespace
 
+namespace {
+
+StreamedTensors streamed(const NamedTensors& tensors) {
+  StreamedTensors out;
+  for (const auto& [name, t] : tensors)
+    out.push_back({name, t.defined() ? t.sizes().vec() : std::vector<int64_t>{},
+                   t.defined() ? t.scalar_type() : at::kFloat, [t = t] { return t; }});
+  return out;
+}
+
+uint64_t byte_size(const StreamedTensor& t) {
+  uint64_t n = 1;
+  for (int64_t d : t.shape) n *= static_cast<uint64_t>(d);
+  return n * static_cast<uint64_t>(c10::elementSize(t.dtype));
+}
+
+}  // namespace
+
 void write_safetensors(const fs::path& path, const NamedTensors& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  for (const auto& [name, t] : tensors)
+    if (!t.defined())
+      throw std::runtime_error("cannot write safetensors file " + path.string() + ": tensor " + in_quotes(name) +
+                               " is undefined");
+  write_safetensors_streamed(path, streamed(tensors), metadata);
+}
+
+void write_safetensors_streamed(const fs::path& path, const StreamedTensors& tensors,
                        const std::map<std::string, std::string>& metadata) {
   auto bad = [&](const std::string& problem) -> void {
     throw std::runtime_error("cannot write safetensors file " + path.string() + ": " + problem);
@@ -455,16 +482,16 @@ void write_safetensors(const fs::path& path, const NamedTensors& tensors,
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::set<std::string> seen;
   uint64_t offset = 0;
-  for (const auto& [name, t] : tensors) {
+  for (const auto& t : tensors) {
+    const std::string& name = t.name;
     if (name == "__metadata__") bad("'__metadata__' is reserved and cannot name a tensor");
     if (!seen.insert(name).second) bad("duplicate tensor name " + in_quotes(name));
-    if (!t.defined()) bad("tensor " + in_quotes(name) + " is undefined");
-    const char* dtype = dtype_name_of(t.scalar_type());
+    const char* dtype = dtype_name_of(t.dtype);
     if (dtype == nullptr)
-      bad("tensor " + in_quotes(name) + " has dtype " + std::string(c10::toString(t.scalar_type())) +
+      bad("tensor " + in_quotes(name) + " has dtype " + std::string(c10::toString(t.dtype)) +
           ", which safetensors cannot store");
-    const uint64_t bytes = static_cast<uint64_t>(t.numel()) * static_cast<uint64_t>(t.element_size());
-    header[name] = {{"dtype", dtype}, {"shape", t.sizes().vec()}, {"data_offsets", {offset, offset + bytes}}};
+    const uint64_t bytes = byte_size(t);
+    header[name] = {{"dtype", dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
   std::string header_text = header.dump();
@@ -477,8 +504,11 @@ void write_safetensors(const fs::path& path, const NamedTensors& tensors,
   for (int i = 0; i < 8; ++i) length_le[i] = static_cast<uint8_t>(uint64_t(header_text.size()) >> (8 * i));
   out.write(length_le, 8);
   out.write(header_text.data(), header_text.size());
-  for (const auto& [name, t] : tensors) {
+  for (const auto& spec : tensors) {
     // One tensor at a time in contiguous CPU memory (a copy only if it is not already).
+    at::Tensor t = spec.produce();
+    if (!t.defined() || t.sizes().vec() != spec.shape || t.scalar_type() != spec.dtype)
+      bad("tensor " + in_quotes(spec.name) + " was produced with another shape or dtype than announced");
     at::Tensor c = t.detach();
     if (!c.device().is_cpu()) c = c.cpu();
     c = c.resolve_conj().resolve_neg().contiguous();
@@ -651,6 +681,15 @@ SafetensorsIndex load_checkpoint_dir(const fs::path& dir) {
 
 ShardedWrite write_sharded_safetensors(const fs::path& dir, const NamedTensors& tensors, uint64_t max_shard_bytes,
                                        const std::map<std::string, std::string>& metadata) {
+  for (const auto& [name, t] : tensors)
+    if (!t.defined())
+      throw std::runtime_error("cannot write sharded safetensors to " + dir.string() + ": tensor " + in_quotes(name) +
+                               " is undefined");
+  return write_sharded_safetensors_streamed(dir, streamed(tensors), max_shard_bytes, metadata);
+}
+
+ShardedWrite write_sharded_safetensors_streamed(const fs::path& dir, const StreamedTensors& tensors, uint64_t max_shard_bytes,
+                                       const std::map<std::string, std::string>& metadata) {
   if (max_shard_bytes == 0)
     throw std::runtime_error("cannot write sharded safetensors to " + dir.string() + ": max_shard_bytes is 0");
   std::error_code ec;
@@ -659,11 +698,11 @@ ShardedWrite write_sharded_safetensors(const fs::path& dir, const NamedTensors& 
 
   // Split as huggingface_hub's split_torch_state_dict_into_shards: a tensor above the limit
   // is a shard alone; otherwise close the shard when this tensor would tip it over.
-  std::vector<NamedTensors> shards(1);
+  std::vector<StreamedTensors> shards(1);
   uint64_t shard_bytes = 0;
   ShardedWrite result;
   for (const auto& named : tensors) {
-    const uint64_t bytes = static_cast<uint64_t>(named.second.numel()) * named.second.element_size();
+    const uint64_t bytes = byte_size(named);
     result.total_size += bytes;
     if (!shards.back().empty() && (bytes > max_shard_bytes || shard_bytes + bytes > max_shard_bytes)) {
       shards.emplace_back();
@@ -682,9 +721,9 @@ ShardedWrite write_sharded_safetensors(const fs::path& dir, const NamedTensors& 
   json weight_map = json::object();
   for (size_t i = 0; i < n; ++i) {
     const std::string file = n == 1 ? kSingleFileName : shard_file_name(i, n);
-    write_safetensors(dir / file, shards[i], metadata);
+    write_safetensors_streamed(dir / file, shards[i], metadata);
     result.shard_paths.push_back(dir / file);
-    for (const auto& [name, t] : shards[i]) weight_map[name] = file;
+    for (const auto& t : shards[i]) weight_map[t.name] = file;
   }
   if (n > 1) {
     // Same layout as transformers' save_pretrained: sorted keys, 2-space indent.

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -72,6 +73,21 @@ class SafetensorsFile {
 void write_safetensors(const std::filesystem::path& path, const NamedTensors& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
+// A tensor to write whose values are produced only when the writer reaches it, so a file
+// can be streamed tensor by tensor without holding them all (e.g. an export from a sharded
+// checkpoint). `produce` must return a tensor of exactly `shape` and `dtype`.
+struct StreamedTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  at::ScalarType dtype = at::kFloat;
+  std::function<at::Tensor()> produce;
+};
+using StreamedTensors = std::vector<StreamedTensor>;
+
+// write_safetensors over streamed tensors: at most one produced tensor is alive at a time.
+void write_safetensors_streamed(const std::filesystem::path& path, const StreamedTensors& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+
 // A checkpoint folder as HF writes it: either model.safetensors, or shards listed in
 // model.safetensors.index.json ({"metadata": {"total_size": N}, "weight_map": {name: file}}).
 // Shards are opened (mapped and validated) on first use of one of their tensors. Thread-safe.
@@ -120,6 +136,9 @@ struct ShardedWrite {
 // checkpoint files of the other layout or of another shard count are removed from `dir`.
 // Each shard's "__metadata__" is `metadata` (transformers' loader expects "format": "pt").
 ShardedWrite write_sharded_safetensors(const std::filesystem::path& dir, const NamedTensors& tensors,
+                                       uint64_t max_shard_bytes,
+                                       const std::map<std::string, std::string>& metadata = {{"format", "pt"}});
+ShardedWrite write_sharded_safetensors_streamed(const std::filesystem::path& dir, const StreamedTensors& tensors,
                                        uint64_t max_shard_bytes,
                                        const std::map<std::string, std::string>& metadata = {{"format", "pt"}});
 

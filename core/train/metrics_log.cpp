@@ -10,9 +10,10 @@
 
 namespace fsdpp::train {
 
-MetricsLog::MetricsLog(const std::filesystem::path& path, const nlohmann::json& run_record) : path_(path) {
+MetricsLog::MetricsLog(const std::filesystem::path& path, const nlohmann::json& run_record, bool append)
+    : path_(path) {
   std::filesystem::create_directories(path.parent_path());
-  file_ = std::fopen(path.c_str(), "wx");  // x: never truncate an earlier run's metrics
+  file_ = std::fopen(path.c_str(), append ? "a" : "wx");  // x: never truncate an earlier run's metrics
   if (file_ == nullptr)
     throw std::runtime_error(path.string() + ": cannot create the metrics file (" + std::strerror(errno) + ")");
   write(run_record);

@@ -11,8 +11,9 @@ namespace fsdpp::train {
 
 class MetricsLog {
  public:
-  // Creates the file (which must not exist) and writes the run record first.
-  MetricsLog(const std::filesystem::path& path, const nlohmann::json& run_record);
+  // Creates the file (which must not exist) and writes the run record first; with
+  // `append` (a resumed run) the file must exist and the record is added at its end.
+  MetricsLog(const std::filesystem::path& path, const nlohmann::json& run_record, bool append = false);
   ~MetricsLog();
   MetricsLog(const MetricsLog&) = delete;
   MetricsLog& operator=(const MetricsLog&) = delete;

@@ -45,6 +45,9 @@ void TrainConfig::validate() const {
   require(!experiment_name.empty() && experiment_name.find('/') == std::string::npos && experiment_name != "." &&
               experiment_name != "..",
           "--experiment-name '" + experiment_name + "': expected a plain directory name");
+  require(loss_scale_growth_interval >= 1, "--loss-scale-growth-interval must be >= 1");
+  require(keep_last >= 0, "--keep-last must be >= 0 (0: keep every checkpoint)");
+  require(!resume.empty(), "--resume: expected auto, never or a checkpoint folder");
   require(ckpt_freq >= 0 && log_freq >= 1 && eval_freq >= 0,
           "--ckpt-freq and --eval-freq must be >= 0, --log-freq >= 1");
 }
@@ -85,6 +88,10 @@ nlohmann::json TrainConfig::to_json() const {
           {"save_dir", save_dir},
           {"experiment_name", experiment_name},
           {"ckpt_freq", ckpt_freq},
+          {"keep_last", keep_last},
+          {"resume", resume},
+          {"loss_scaling", loss_scaling},
+          {"loss_scale_growth_interval", loss_scale_growth_interval},
           {"log_freq", log_freq},
           {"eval_freq", eval_freq},
           {"seed", seed}};

@@ -53,7 +53,13 @@ struct TrainConfig {
   // Output.
   std::string save_dir = "runs";
   std::string experiment_name = "run";
-  int64_t ckpt_freq = 0;         // 0: only at the end
+  int64_t ckpt_freq = 0;         // sharded checkpoint every N steps (0: only at the end)
+  int keep_last = 2;             // complete checkpoints kept (0: all)
+  // "auto": continue from the newest complete checkpoint in <run>/checkpoints if there is
+  // one; "never": a fresh run (an existing run is an error); else a checkpoint folder.
+  std::string resume = "auto";
+  bool loss_scaling = false;     // dynamic loss scaling even without fp16 (always with fp16)
+  int64_t loss_scale_growth_interval = 2000;  // overflow-free steps before the scale doubles
   int64_t log_freq = 10;
   int64_t eval_freq = 0;         // 0: before training and at the end only
   uint64_t seed = 1234;

@@ -3,7 +3,9 @@
 #include <sys/resource.h>
 
 #include <chrono>
+#include <csignal>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <stdexcept>
 
@@ -20,6 +22,7 @@
 #include "core/runtime/device.h"
 #include "core/tokenizer/load.h"
 #include "core/train/metrics_log.h"
+#include "core/train/train_checkpoint.h"
 
 namespace fsdpp::train {
 
@@ -211,9 +214,12 @@ TrainResult train(comm::Communicator& comm, const TrainConfig& c) {
   TrainResult result;
   result.run_dir = std::filesystem::path(c.save_dir) / c.experiment_name;
   result.hf_dir = result.run_dir / "hf";
-  if (lead && std::filesystem::exists(result.run_dir / "metrics.jsonl"))
+  const auto checkpoints_dir = result.run_dir / "checkpoints";
+  const auto resume_from = resume_checkpoint(comm, c, checkpoints_dir);
+  if (lead && !resume_from && std::filesystem::exists(result.run_dir / "metrics.jsonl"))
     throw std::runtime_error((result.run_dir / "metrics.jsonl").string() +
-                             " exists: choose another --experiment-name or --save-dir, or remove that run");
+                             " exists and the run has no complete checkpoint to resume from: choose another "
+                             "--experiment-name or --save-dir, or remove that run");
 
   auto sharded =
       fsdp::ShardedModel::create(lm.module, comm, fsdp_options, make_wrap_policy(c.wrap_policy, lm.block_type));
@@ -222,7 +228,11 @@ TrainResult train(comm::Communicator& comm, const TrainConfig& c) {
   auto optimizer = optim::make_adamw(sharded->named_parameters(), c.adamw);
   // fp16's narrow range needs dynamic loss scaling (bf16 has fp32's exponent range).
   std::optional<optim::ShardedGradScaler> scaler;
-  if (c.mixed_precision == "fp16") scaler.emplace(optim::GradScalerOptions{}, &comm);
+  if (c.mixed_precision == "fp16" || c.loss_scaling) {
+    optim::GradScalerOptions scaler_options;
+    scaler_options.growth_interval = c.loss_scale_growth_interval;
+    scaler.emplace(scaler_options, &comm);
+  }
   const auto shards = sharded->parameters();
 
   data::SamplerOptions so;
@@ -234,6 +244,17 @@ TrainResult train(comm::Communicator& comm, const TrainConfig& c) {
   so.shuffle = c.shuffle;
   so.seed = c.seed;
   data::DistributedSampler sampler(so);
+  const TrainCheckpointParts checkpoint_parts{*sharded, *optimizer, scaler ? &*scaler : nullptr, sampler,
+                                              checked.model_config};
+  int64_t start_step = 0;
+  if (resume_from) {
+    start_step = restore_train_checkpoint(comm, *resume_from, checkpoint_parts);
+    if (lead) {
+      std::printf("resuming from %s: %lld optimizer steps done\n", resume_from->string().c_str(),
+                  static_cast<long long>(start_step));
+      std::fflush(stdout);
+    }
+  }
   const int64_t global_batch = sampler.global_batch();
   const int64_t total_steps =
       c.max_steps > 0 ? c.max_steps
@@ -250,11 +271,12 @@ TrainResult train(comm::Communicator& comm, const TrainConfig& c) {
     auto mem = sharded->memory();
     metrics = std::make_unique<MetricsLog>(
         result.run_dir / "metrics.jsonl",
-        nlohmann::json{{"kind", "run"}, {"format", "fsdpp.metrics"}, {"version", 1},
+        nlohmann::json{{"kind", "run"}, {"format", "fsdpp.metrics"}, {"version", 1}, {"start_step", start_step},
                        {"world_size", world}, {"model_type", lm.model_type},
                        {"parameters", parameters}, {"shard_bytes", mem.shard_bytes},
                        {"seq_len", seq_len}, {"global_batch", global_batch}, {"total_steps", total_steps},
-                       {"train_windows", so.num_windows}, {"config", c.to_json()}});
+                       {"train_windows", so.num_windows}, {"config", c.to_json()}},
+        /*append=*/resume_from.has_value());
     std::printf("training %s (%lld parameters) on %d rank(s), %s: %lld steps of %lld windows x %lld tokens\n",
                 lm.model_type.c_str(), static_cast<long long>(parameters), world,
                 fsdp::to_string(c.fsdp.strategy).c_str(), static_cast<long long>(total_steps),
@@ -275,11 +297,11 @@ TrainResult train(comm::Communicator& comm, const TrainConfig& c) {
     }
     return score;
   };
-  if (eval_set) result.eval_before = run_eval(0);
+  if (eval_set && start_step == 0) result.eval_before = run_eval(0);
 
   const auto run_start = Clock::now();
   double tokens_per_s_sum = 0;
-  for (int64_t step = 0; step < total_steps; ++step) {
+  for (int64_t step = start_step; step < total_steps; ++step) {
     const auto step_start = Clock::now();
     const double lr = schedule.at(step);
     optim::set_lr(*optimizer, lr);
@@ -318,7 +340,7 @@ TrainResult train(comm::Communicator& comm, const TrainConfig& c) {
     const double tokens_per_s = static_cast<double>(tokens_per_step) / (step_ms / 1000.0);
     if (step == 0) result.first_loss = loss;
     result.last_loss = loss;
-    if (step > 0) tokens_per_s_sum += tokens_per_s;
+    if (step > start_step) tokens_per_s_sum += tokens_per_s;
 
     if (lead) {
       auto mem = sharded->memory();
@@ -350,14 +372,16 @@ TrainResult train(comm::Communicator& comm, const TrainConfig& c) {
       progress->update(step + 1, loss, std::chrono::duration<double>(Clock::now() - run_start).count());
     }
     if (eval_set && c.eval_freq > 0 && (step + 1) % c.eval_freq == 0 && step + 1 != total_steps) run_eval(step + 1);
-    if (c.ckpt_freq > 0 && (step + 1) % c.ckpt_freq == 0 && step + 1 != total_steps) {
-      char name[32];
-      std::snprintf(name, sizeof(name), "step_%07lld", static_cast<long long>(step + 1));
-      export_hf(comm, *sharded, lm, tokenizer, result.run_dir / "snapshots" / name);
-    }
+    if ((c.ckpt_freq > 0 && (step + 1) % c.ckpt_freq == 0) || step + 1 == total_steps)
+      save_train_checkpoint(comm, checkpoints_dir, step + 1, checkpoint_parts, c);
+    // Fault injection for the resume tests: every rank dies (SIGKILL, as in a crash)
+    // right after this step, its checkpoint (if any) committed.
+    static const char* kill_after = std::getenv("FSDPP_KILL_AFTER_STEP");
+    if (kill_after != nullptr && std::atoll(kill_after) == step + 1) ::raise(SIGKILL);
   }
   result.steps = total_steps;
-  if (total_steps > 1) result.mean_tokens_per_s = tokens_per_s_sum / static_cast<double>(total_steps - 1);
+  if (total_steps - start_step > 1)
+    result.mean_tokens_per_s = tokens_per_s_sum / static_cast<double>(total_steps - start_step - 1);
   if (eval_set) result.eval_after = run_eval(total_steps);
   if (progress) progress->finish();
   export_hf(comm, *sharded, lm, tokenizer, result.hf_dir);

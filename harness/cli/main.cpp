@@ -9,6 +9,7 @@
 #include "core/io/atomic_file.h"
 #include "core/fsdp/sharding.h"
 #include "harness/cli/bench_command.h"
+#include "harness/cli/checkpoint_commands.h"
 #include "harness/cli/data_commands.h"
 #include "harness/cli/distributed.h"
 #include "harness/cli/model_commands.h"
@@ -150,6 +151,8 @@ int main(int argc, char** argv) {
   train_command.add_to(app);
   fsdpp::cli::BenchCommand bench_command;
   bench_command.add_to(app);
+  fsdpp::cli::CheckpointCommands checkpoint_commands;
+  checkpoint_commands.add_to(app);
 
   try {
     args = train_command.expand_config(args);
@@ -173,6 +176,7 @@ int main(int argc, char** argv) {
     if (int code = data_commands.run_parsed(); code >= 0) return code;
     if (int code = train_command.run_parsed(args); code >= 0) return code;
     if (int code = bench_command.run_parsed(args); code >= 0) return code;
+    if (int code = checkpoint_commands.run_parsed(); code >= 0) return code;
     if (eq->parsed())
       return fsdpp::cli::run_distributed(args, equiv.dist, [&](fsdpp::comm::Communicator& comm, const auto&) {
         return equiv_rank(equiv, comm);

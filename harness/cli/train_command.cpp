@@ -60,7 +60,13 @@ void TrainCommand::add_to(CLI::App& app) {
   t->add_option("--eval-max-windows", c.eval_max_windows, "Score at most this many eval windows (0: all)");
   t->add_option("--save-dir", c.save_dir, "Parent of the run directory");
   t->add_option("--experiment-name", c.experiment_name, "Run directory name: <save-dir>/<experiment-name>");
-  t->add_option("--ckpt-freq", c.ckpt_freq, "Write an HF snapshot every N steps (0: only at the end)");
+  t->add_option("--ckpt-freq", c.ckpt_freq, "Write a sharded checkpoint every N steps (0: only at the end)");
+  t->add_option("--keep-last", c.keep_last, "Complete checkpoints to keep (0: all)");
+  t->add_option("--resume", c.resume,
+                "auto (continue from the newest complete checkpoint of the run, if any), never, or a checkpoint folder");
+  t->add_flag("--loss-scaling", c.loss_scaling, "Dynamic loss scaling (ShardedGradScaler) also without fp16");
+  t->add_option("--loss-scale-growth-interval", c.loss_scale_growth_interval,
+                "Overflow-free steps before the loss scale doubles (PyTorch: 2000)");
   t->add_option("--log-freq", c.log_freq, "Print a log line every N steps");
   t->add_option("--eval-freq", c.eval_freq, "Evaluate every N steps (0: before and after only)");
   t->add_option("--seed", c.seed, "Seed of initialisation and data order");

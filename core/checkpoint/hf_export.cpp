@@ -1,0 +1,42 @@
+#include "core/checkpoint/hf_export.h"
+
+#include <ATen/ATen.h>
+
+#include <stdexcept>
+
+#include "core/io/atomic_file.h"
+
+namespace fsdpp::checkpoint {
+
+namespace {
+constexpr const char* kModelPrefix = "model/";
+}
+
+HfExport export_hf_folder(const CheckpointReader& reader, const std::filesystem::path& out_dir,
+                          uint64_t max_shard_bytes) {
+  const auto& state = reader.train_state();
+  if (!state.is_object() || !state.contains("model_config") || !state["model_config"].is_object())
+    throw std::runtime_error("checkpoint " + reader.dir().string() +
+                             ": train_state has no model_config (not written by fsdpp train), cannot write config.json");
+  io::StreamedTensors tensors;
+  for (const auto& [name, entry] : reader.index().tensors) {
+    if (name.rfind(kModelPrefix, 0) != 0) continue;
+    io::StreamedTensor t;
+    t.name = name.substr(std::string(kModelPrefix).size());
+    t.shape = entry.shape;
+    t.dtype = entry.dtype;
+    t.produce = [&reader, name = name] { return reader.read(name); };
+    tensors.push_back(std::move(t));
+  }
+  if (tensors.empty())
+    throw std::runtime_error("checkpoint " + reader.dir().string() + " holds no model tensors (\"model/...\")");
+  HfExport result;
+  std::filesystem::create_directories(out_dir);
+  result.files = io::write_sharded_safetensors_streamed(out_dir, tensors, max_shard_bytes);
+  result.config_path = out_dir / "config.json";
+  io::write_file_atomic(result.config_path, state["model_config"].dump(2) + "\n");
+  result.tensors = static_cast<int64_t>(tensors.size());
+  return result;
+}
+
+}  // namespace fsdpp::checkpoint
