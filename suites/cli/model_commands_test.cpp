@@ -15,6 +15,7 @@
 #include "core/models/hf_checkpoint.h"
 #include "core/models/llama.h"
 #include "harness/testing/assets.h"
+#include "harness/testing/safetensors_edit.h"
 #include "harness/testing/temp_dir.h"
 
 namespace fsdpp {
@@ -95,13 +96,7 @@ std::vector<BadCase> bad_cases() {
        },
        "eval", "unknown model_type 'bloom'"},
       {"MissingTensor",
-       [](const fs::path& d) {
-         auto file = io::SafetensorsFile::open(d / "model.safetensors");
-         io::NamedTensors kept;
-         for (const auto& n : file.names())
-           if (n != "model.norm.weight") kept.emplace_back(n, file.copy_tensor(n));
-         io::write_safetensors(d / "model.safetensors", kept);
-       },
+       [](const fs::path& d) { harness::drop_tensor(d / "model.safetensors", "model.norm.weight"); },
        "eval", "no tensor 'model.norm.weight'"},
       {"WrongShape",
        [](const fs::path& d) {

@@ -25,6 +25,7 @@
 #include "core/models/presets.h"
 #include "core/models/tiny_transformer.h"
 #include "core/nn/deferred_init.h"
+#include "harness/testing/safetensors_edit.h"
 #include "harness/testing/temp_dir.h"
 
 namespace fsdpp::models {
@@ -451,11 +452,10 @@ TEST(PretrainedRowsRead, NamesWithoutTheBaseModelPrefixAreFound) {
   auto lm = random_model("gpt2");
   TempDir dir;
   save_pretrained(lm, dir.path());
-  io::NamedTensors renamed;  // as the original GPT-2 checkpoints: "h.0.attn.c_attn.weight"
-  auto file = io::SafetensorsFile::open(dir.path() / "model.safetensors");
-  for (const auto& name : file.names())
-    renamed.emplace_back(name.rfind("transformer.", 0) == 0 ? name.substr(12) : name, file.copy_tensor(name));
-  io::write_safetensors(dir.path() / "model.safetensors", renamed);
+  // As the original GPT-2 checkpoints name them: "h.0.attn.c_attn.weight".
+  harness::rewrite_safetensors(dir.path() / "model.safetensors", [](const std::string& name) -> std::optional<std::string> {
+    return name.rfind("transformer.", 0) == 0 ? name.substr(12) : name;
+  });
   expect_rows_equal(PretrainedRows::open(dir.path()), lm, at::kFloat);
 }
 
@@ -473,11 +473,7 @@ TEST(PretrainedRowsRead, MissingOrMisshapenTensorsAreNamedWithTheFolder) {
   auto lm = random_model("llama");
   TempDir dir;
   save_pretrained(lm, dir.path());
-  io::NamedTensors kept;
-  auto file = io::SafetensorsFile::open(dir.path() / "model.safetensors");
-  for (const auto& name : file.names())
-    if (name != "model.layers.1.mlp.up_proj.weight") kept.emplace_back(name, file.copy_tensor(name));
-  io::write_safetensors(dir.path() / "model.safetensors", kept);
+  harness::drop_tensor(dir.path() / "model.safetensors", "model.layers.1.mlp.up_proj.weight");
   auto rows = PretrainedRows::open(dir.path());
   auto missing = read_error(rows, "model.layers.1.mlp.up_proj.weight", {40, 16});
   EXPECT_THAT(missing, HasSubstr(dir.path().string()));

@@ -13,6 +13,7 @@
 #include "core/models/hf_checkpoint.h"
 #include "core/models/llama.h"
 #include "core/models/opt.h"
+#include "harness/testing/safetensors_edit.h"
 #include "harness/testing/temp_dir.h"
 
 namespace fsdpp::models {
@@ -129,11 +130,7 @@ TEST(BadFolders, MissingTensor) {
   auto lm = random_model("llama");
   TempDir dir;
   save_pretrained(lm, dir.path());
-  io::NamedTensors kept;
-  auto file = io::SafetensorsFile::open(dir.path() / "model.safetensors");
-  for (const auto& name : file.names())
-    if (name != "model.layers.1.mlp.up_proj.weight") kept.emplace_back(name, file.copy_tensor(name));
-  io::write_safetensors(dir.path() / "model.safetensors", kept);
+  harness::drop_tensor(dir.path() / "model.safetensors", "model.layers.1.mlp.up_proj.weight");
   auto error = load_error(dir.path());
   EXPECT_THAT(error, HasSubstr("no tensor 'model.layers.1.mlp.up_proj.weight'"));
   EXPECT_THAT(error, HasSubstr("model.safetensors"));
