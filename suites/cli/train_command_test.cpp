@@ -430,7 +430,9 @@ TEST(Resharding, ACheckpointOfFourRanksContinuesOnTwoThreeAndOne) {
     for (size_t i = 0; i < 4; ++i) {
       double expected = straight.losses()[i], got = resumed.losses()[i];
       EXPECT_NEAR(got, expected, 1e-5 + 1.3e-6 * std::abs(expected)) << "step " << i + 1;
-      if (i < 2) EXPECT_EQ(got, expected);  // before the checkpoint: the same 4-rank run
+      if (i < 2) {
+        EXPECT_EQ(got, expected);  // before the checkpoint: the same 4-rank run
+      }
     }
   }
 }
