@@ -166,6 +166,12 @@ void init_rows(const std::string& name, const std::vector<int64_t>& shape, uint6
     target[r].normal_(0.0, 0.02, row_generator(splitmix64(name_key ^ static_cast<uint64_t>(first_row + r))));
 }
 
+std::function<void(const std::string&, const std::vector<int64_t>&, int64_t, at::Tensor)> seeded_rows(uint64_t seed) {
+  return [seed](const std::string& name, const std::vector<int64_t>& shape, int64_t first_row, at::Tensor out) {
+    init_rows(name, shape, seed, first_row, out);
+  };
+}
+
 void init_from_scratch(CausalLm& lm, uint64_t seed) {
   torch::NoGradGuard no_grad;
   std::unordered_set<const c10::TensorImpl*> seen;

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -37,5 +38,10 @@ void init_from_scratch(CausalLm& lm, uint64_t seed);
 // when `out` does not fit.
 void init_rows(const std::string& name, const std::vector<int64_t>& shape, uint64_t seed, int64_t first_row,
                at::Tensor out);
+
+// init_rows bound to `seed`: the row source deferred initialisation materialises from
+// (FsdpOptions::materialize).
+std::function<void(const std::string& name, const std::vector<int64_t>& shape, int64_t first_row, at::Tensor out)>
+seeded_rows(uint64_t seed);
 
 }  // namespace fsdpp::models

@@ -77,6 +77,13 @@ c10::Device parse_device(const std::string& text, const std::string& flag) {
   throw std::invalid_argument(flag + " '" + text + "': expected cpu, cuda or cuda:N");
 }
 
+c10::ScalarType parse_compute_dtype(const std::string& name, const std::string& flag) {
+  if (name == "fp32") return c10::kFloat;
+  if (name == "bf16") return c10::kBFloat16;
+  if (name == "fp16") return c10::kHalf;
+  throw std::invalid_argument(flag + " '" + name + "': expected fp32, bf16 or fp16");
+}
+
 void set_current_device(c10::Device device) {
 #if FSDPP_WITH_CUDA
   if (device.is_cuda()) c10::cuda::set_device(device.has_index() ? device.index() : 0);

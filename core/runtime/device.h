@@ -3,6 +3,7 @@
 #pragma once
 
 #include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
 
 #include <cstdint>
 #include <string>
@@ -29,6 +30,10 @@ c10::Device parse_device(const std::string& text, const std::string& flag);
 
 // Makes `device` the current CUDA device of this thread (no-op for the CPU).
 void set_current_device(c10::Device device);
+
+// Compute dtype as the CLI spells it: fp32, bf16, fp16. Throws std::invalid_argument naming
+// `flag` otherwise.
+c10::ScalarType parse_compute_dtype(const std::string& name, const std::string& flag);
 
 // Blocks until the device finished queued work (no-op on the CPU).
 void synchronize(c10::Device device);

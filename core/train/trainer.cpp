@@ -56,10 +56,7 @@ models::CausalLm build_model(const TrainConfig& c, const nlohmann::json& config,
       return lm;
     }
   } else if (c.from_scratch) {
-    fsdp_options.materialize = [seed = c.seed](const std::string& name, const std::vector<int64_t>& shape,
-                                               int64_t first_row, at::Tensor out) {
-      models::init_rows(name, shape, seed, first_row, out);
-    };
+    fsdp_options.materialize = models::seeded_rows(c.seed);
   } else {
     auto rows = std::make_shared<models::PretrainedRows>(models::PretrainedRows::open(c.model_dir));
     fsdp_options.materialize = [rows](const std::string& name, const std::vector<int64_t>& shape, int64_t first_row,
@@ -200,7 +197,7 @@ TrainResult train(comm::Communicator& comm, const TrainConfig& c) {
   // gradients reduced in fp32, fp32 master weights and optimizer state.
   auto fsdp_options = c.fsdp;
   if (c.mixed_precision != "fp32") {
-    fsdp_options.mixed_precision.param_dtype = c.mixed_precision == "bf16" ? at::kBFloat16 : at::kHalf;
+    fsdp_options.mixed_precision.param_dtype = runtime::parse_compute_dtype(c.mixed_precision, "--mixed-precision");
     fsdp_options.mixed_precision.reduce_dtype = at::kFloat;
   }
   fsdp_options.cpu_offload = c.cpu_offload;

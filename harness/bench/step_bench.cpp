@@ -21,13 +21,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-at::ScalarType dtype_of(const std::string& name) {
-  if (name == "fp32") return at::kFloat;
-  if (name == "bf16") return at::kBFloat16;
-  if (name == "fp16") return at::kHalf;
-  throw std::invalid_argument("--mixed-precision '" + name + "': expected fp32, bf16 or fp16");
-}
-
 int64_t config_int(const nlohmann::json& c, std::initializer_list<const char*> keys) {
   for (const char* k : keys)
     if (c.contains(k) && c[k].is_number()) return c[k].get<int64_t>();
@@ -67,7 +60,7 @@ double median(std::vector<double> v) {
 
 double measure_matmul_flops(const std::string& device_text, const std::string& dtype, int64_t n, int reps) {
   auto device = runtime::parse_device(device_text, "--device");
-  auto options = at::TensorOptions().device(device).dtype(dtype_of(dtype));
+  auto options = at::TensorOptions().device(device).dtype(runtime::parse_compute_dtype(dtype, "--mixed-precision"));
   auto a = torch::randn({n, n}, options), b = torch::randn({n, n}, options);
   std::vector<double> ms;
   for (int i = -2; i < reps; ++i) {  // two warm-ups
@@ -85,7 +78,7 @@ nlohmann::json run_step_bench(comm::Communicator& comm, int local_rank, const St
   if (device.is_cuda() && !device.has_index())
     device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(local_rank % runtime::cuda_device_count()));
   runtime::set_current_device(device);
-  const auto compute_dtype = dtype_of(c.mixed_precision);
+  const auto compute_dtype = runtime::parse_compute_dtype(c.mixed_precision, "--mixed-precision");
 
   // The model: built on the meta device, each rank materialising its own rows on `device`.
   auto config = models::from_scratch_config(c.model_type, c.model_size, c.vocab_size);
@@ -100,10 +93,7 @@ nlohmann::json run_step_bench(comm::Communicator& comm, int local_rank, const St
     options.mixed_precision.param_dtype = compute_dtype;
     options.mixed_precision.reduce_dtype = at::kFloat;
   }
-  options.materialize = [seed = c.seed](const std::string& name, const std::vector<int64_t>& shape,
-                                        int64_t first_row, at::Tensor out) {
-    models::init_rows(name, shape, seed, first_row, out);
-  };
+  options.materialize = models::seeded_rows(c.seed);
   models::CausalLm lm = [&] {
     nn::DeferredInit deferred;
     return models::build_causal_lm(config, source);

@@ -8,6 +8,7 @@
 
 #include "core/io/atomic_file.h"
 #include "core/fsdp/sharding.h"
+#include "core/runtime/device.h"
 #include "harness/cli/bench_command.h"
 #include "harness/cli/checkpoint_commands.h"
 #include "harness/cli/data_commands.h"
@@ -64,7 +65,7 @@ struct EquivFlags {
 };
 
 at::ScalarType dtype_named(const std::string& name) {
-  return name == "bf16" ? at::kBFloat16 : name == "fp16" ? at::kHalf : at::kFloat;
+  return fsdpp::runtime::parse_compute_dtype(name, "--mixed-precision/--reduce-dtype");
 }
 
 int equiv_rank(const EquivFlags& flags, fsdpp::comm::Communicator& comm) {

@@ -9,18 +9,14 @@
 #include "core/models/generate.h"
 #include "core/models/hf_checkpoint.h"
 #include "core/models/llama.h"
+#include "core/runtime/device.h"
 #include "core/tokenizer/load.h"
 
 namespace fsdpp::cli {
 
 namespace {
 
-at::ScalarType parse_dtype(const std::string& name) {
-  if (name == "fp32") return at::kFloat;
-  if (name == "bf16") return at::kBFloat16;
-  if (name == "fp16") return at::kHalf;
-  throw std::invalid_argument("--dtype '" + name + "': expected fp32, bf16 or fp16");
-}
+at::ScalarType parse_dtype(const std::string& name) { return runtime::parse_compute_dtype(name, "--dtype"); }
 
 }  // namespace
 
