@@ -40,7 +40,7 @@ void TrainConfig::validate() const {
           "--wrap-policy '" + wrap_policy + "': expected block, none or size:N (N = minimum parameters per unit)");
   require(mixed_precision == "fp32" || mixed_precision == "bf16" || mixed_precision == "fp16",
           "--mixed-precision '" + mixed_precision + "': expected fp32, bf16 or fp16");
-  // Refused rather than ignored until they exist.
+  require(device == "cpu" || device.rfind("cuda", 0) == 0, "--device '" + device + "': expected cpu, cuda or cuda:N");
   require(ac_freq >= 1, "--ac-freq must be at least 1 (checkpoint every k-th block)");
   require(!experiment_name.empty() && experiment_name.find('/') == std::string::npos && experiment_name != "." &&
               experiment_name != "..",
@@ -85,6 +85,7 @@ nlohmann::json TrainConfig::to_json() const {
           {"cpu_offload", cpu_offload},
           {"sync_module_states", sync_module_states},
           {"deterministic", deterministic},
+          {"device", device},
           {"save_dir", save_dir},
           {"experiment_name", experiment_name},
           {"ckpt_freq", ckpt_freq},

@@ -49,6 +49,8 @@ struct TrainConfig {
   bool cpu_offload = false;
   bool sync_module_states = false;  // rank 0 builds/loads, broadcasts (else: each rank its rows)
   bool deterministic = false;
+  // Where training runs: "cpu", "cuda" (rank r uses GPU local_rank % GPUs) or "cuda:N".
+  std::string device = "cpu";
 
   // Output.
   std::string save_dir = "runs";

@@ -99,7 +99,7 @@ torch::Tensor summed_loss(const models::CausalLm& lm, const torch::Tensor& input
 // r, r + N, r + 2N, ...; every rank runs the same number of forward passes (a rank out
 // of windows scores window 0 and discards it) so FSDP's collectives stay in step.
 EvalScore evaluate(comm::Communicator& comm, const models::CausalLm& lm, const data::TokenDataset& dataset,
-                   int64_t seq_len, int64_t batch_size, int64_t max_windows) {
+                   int64_t seq_len, int64_t batch_size, int64_t max_windows, at::Device device) {
   torch::NoGradGuard no_grad;
   const int64_t n = comm.size(), rank = comm.rank();
   int64_t windows = dataset.num_windows(seq_len);
@@ -116,7 +116,7 @@ EvalScore evaluate(comm::Communicator& comm, const models::CausalLm& lm, const d
     const bool idle = rows.empty();
     if (idle) rows.push_back(0);
     auto [inputs, targets] = dataset.windows(rows, seq_len);
-    double s = summed_loss(lm, inputs, targets).item<double>();
+    double s = summed_loss(lm, inputs.to(device), targets.to(device)).item<double>();
     if (!idle) loss_sum += s;
   }
   auto total = torch::tensor({loss_sum}, torch::kDouble);
@@ -169,6 +169,7 @@ nlohmann::json comm_bytes(const fsdp::ShardedModel& sharded) {
 
 Preflight preflight(const TrainConfig& c) {
   c.validate();
+  runtime::parse_device(c.device, "--device");  // a CUDA device where there is none: one line before any rank
   Preflight p;
   p.model_config = c.from_scratch ? models::from_scratch_config(c.model_type, c.model_size, c.vocab_size)
                                   : io::load_hf_config(c.model_dir).raw;
@@ -186,7 +187,7 @@ Preflight preflight(const TrainConfig& c) {
   return p;
 }
 
-TrainResult train(comm::Communicator& comm, const TrainConfig& c) {
+TrainResult train(comm::Communicator& comm, const TrainConfig& c, int local_rank) {
   const auto checked = preflight(c);
   const bool lead = comm.rank() == 0;
   const int world = comm.size();
@@ -201,6 +202,13 @@ TrainResult train(comm::Communicator& comm, const TrainConfig& c) {
     fsdp_options.mixed_precision.reduce_dtype = at::kFloat;
   }
   fsdp_options.cpu_offload = c.cpu_offload;
+  // --device cuda: rank r computes on GPU local_rank % GPUs (torchrun's convention), where
+  // shards are materialised too; data windows are copied there per micro-step.
+  auto device = runtime::parse_device(c.device, "--device");
+  if (device.is_cuda() && !device.has_index())
+    device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(local_rank % runtime::cuda_device_count()));
+  runtime::set_current_device(device);
+  if (device.is_cuda()) fsdp_options.device = device;
   auto lm = build_model(c, checked.model_config, comm.rank(), fsdp_options);
   const int64_t parameters = parameter_count(*lm.module);
   const int64_t seq_len = checked.seq_len;
@@ -283,7 +291,7 @@ TrainResult train(comm::Communicator& comm, const TrainConfig& c) {
   }
 
   auto run_eval = [&](int64_t step) {
-    auto score = evaluate(comm, lm, *eval_set, seq_len, c.batch_size, c.eval_max_windows);
+    auto score = evaluate(comm, lm, *eval_set, seq_len, c.batch_size, c.eval_max_windows, device);
     if (lead) {
       metrics->write({{"kind", "eval"}, {"step", step}, {"eval_loss", score.loss},
                       {"eval_perplexity", score.perplexity}, {"eval_tokens", score.tokens}});
@@ -306,7 +314,8 @@ TrainResult train(comm::Communicator& comm, const TrainConfig& c) {
     double data_ms = 0, forward_ms = 0, backward_ms = 0, local_loss = 0;
     for (int micro = 0; micro < c.grad_accum_steps; ++micro) {
       auto t = Clock::now();
-      auto [inputs, targets] = train_set.windows(sampler.micro_batch(micro), seq_len);
+      auto [host_inputs, host_targets] = train_set.windows(sampler.micro_batch(micro), seq_len);
+      const auto inputs = host_inputs.to(device), targets = host_targets.to(device);
       data_ms += ms_since(t);
       t = Clock::now();
       auto loss = summed_loss(lm, inputs, targets);
@@ -341,7 +350,7 @@ TrainResult train(comm::Communicator& comm, const TrainConfig& c) {
 
     if (lead) {
       auto mem = sharded->memory();
-      const auto device_mem = runtime::device_memory(at::kCPU);  // the device training runs on
+      const auto device_mem = runtime::device_memory(device);  // the device training runs on
       metrics->write({{"kind", "train"}, {"step", step + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm},
                       {"tokens_per_s", tokens_per_s}, {"tokens", (step + 1) * tokens_per_step},
                       {"epoch", static_cast<double>(sampler.position()) / static_cast<double>(so.num_windows)},
@@ -364,7 +373,7 @@ TrainResult train(comm::Communicator& comm, const TrainConfig& c) {
                     tokens_per_s, step_ms, data_ms, forward_ms, backward_ms, optimizer_ms,
                     static_cast<double>(peak_rss_bytes()) / (1 << 20));
         std::fflush(stdout);
-        runtime::reset_peak_memory(at::kCPU);  // peaks are per logging window, like get_mem_stats
+        runtime::reset_peak_memory(device);  // peaks are per logging window, like get_mem_stats
       }
       progress->update(step + 1, loss, std::chrono::duration<double>(Clock::now() - run_start).count());
     }

@@ -50,6 +50,7 @@ Preflight preflight(const TrainConfig& config);
 // folder. Throws std::invalid_argument / std::runtime_error naming the flag or file at
 // fault (dataset shorter than one window, tokens outside the vocabulary, seq_len above
 // the model's positions, an existing run directory ...).
-TrainResult train(comm::Communicator& comm, const TrainConfig& config);
+// `local_rank` (the rank on this node) picks the GPU for --device cuda.
+TrainResult train(comm::Communicator& comm, const TrainConfig& config, int local_rank = 0);
 
 }  // namespace fsdpp::train

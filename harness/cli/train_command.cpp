@@ -55,6 +55,7 @@ void TrainCommand::add_to(CLI::App& app) {
   t->add_flag("--cpu-offload", c.cpu_offload, "Keep shards and optimizer state in host memory");
   t->add_flag("--sync-module-states", c.sync_module_states,
               "Rank 0 loads the full model and broadcasts it (default: each rank reads only its rows)");
+  t->add_option("--device", c.device, "cpu, cuda (rank r on GPU local_rank % GPUs) or cuda:N");
   t->add_flag("--deterministic", c.deterministic, "Deterministic kernels: identical runs give identical bits");
   t->add_flag("--no-shuffle", no_shuffle_, "Windows in file order (see README: data order)");
   t->add_option("--eval-max-windows", c.eval_max_windows, "Score at most this many eval windows (0: all)");
@@ -123,8 +124,8 @@ int TrainCommand::run_parsed(const std::vector<std::string>& argv) {
   if (command_ == nullptr || !command_->parsed()) return -1;
   finish_config();
   train::preflight(config_);  // before launching ranks: bad input is one line from the launcher
-  return run_distributed(argv, dist_, [&](comm::Communicator& comm, const comm::WorldSpec&) {
-    auto result = train::train(comm, config_);
+  return run_distributed(argv, dist_, [&](comm::Communicator& comm, const comm::WorldSpec& world) {
+    auto result = train::train(comm, config_, world.local_rank);
     if (comm.rank() == 0) {
       std::printf("summary: %lld steps, loss %.4f -> %.4f", static_cast<long long>(result.steps), result.first_loss,
                   result.last_loss);

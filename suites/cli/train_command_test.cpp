@@ -19,6 +19,7 @@
 #include "core/models/generate.h"
 #include "core/models/presets.h"
 #include "core/optim/lr_schedule.h"
+#include "core/runtime/device.h"
 #include "harness/oracle/tolerance.h"
 #include "harness/testing/assets.h"
 #include "harness/testing/temp_dir.h"
@@ -435,6 +436,39 @@ TEST(Resharding, ACheckpointOfFourRanksContinuesOnTwoThreeAndOne) {
       }
     }
   }
+}
+
+// --device cuda: the same run on the GPU as on the CPU, within fp32 round-off (cuBLAS and
+// the CPU BLAS sum in different orders; TF32 is off by default in LibTorch), and a run
+// killed after step 2 continues bitwise from its checkpoint on the GPU too.
+TEST(TrainCommand, CudaDeviceTrainsLikeTheCpuAndResumesBitwise) {
+  if (!runtime::cuda_available()) GTEST_SKIP() << "needs a CUDA build and a GPU (this build/machine has none)";
+  TempDir dir;
+  const auto data = write_markov_tokens(dir, 4000, 64).string();
+  const std::string flags = "--from-scratch --model-size tiny --vocab-size 64 --seq-len 16 --batch-size 4 "
+                            "--max-steps 4 --ckpt-freq 2 --lr 3e-3 --adam-eps 1e-6 --data " + data;
+  auto cpu = train(dir, "cpu", flags);
+  auto cuda = train(dir, "cuda", flags + " --device cuda");
+  ASSERT_EQ(cpu.code, 0) << cpu.output;
+  ASSERT_EQ(cuda.code, 0) << cuda.output;
+  ASSERT_EQ(cuda.train.size(), 4u);
+  for (size_t i = 0; i < 4; ++i)
+    EXPECT_NEAR(cuda.losses()[i], cpu.losses()[i], 1e-5 + 1.3e-6 * std::abs(cpu.losses()[i])) << "step " << i + 1;
+  // The CUDA caching allocator's counters, not the process's RSS, are logged.
+  EXPECT_GT(cuda.train.back()["memory"]["allocated_bytes"].get<int64_t>(), 0);
+  EXPECT_LT(cuda.train.back()["memory"]["allocated_bytes"].get<int64_t>(),
+            cuda.train.back()["memory"]["peak_rss_bytes"].get<int64_t>());
+  auto [killed_code, killed_output] = run_shell("FSDPP_KILL_AFTER_STEP=3 " + kFsdpp + " train --save-dir " +
+                                                dir.path().string() + " --experiment-name resumed " + flags +
+                                                " --device cuda");
+  ASSERT_NE(killed_code, 0) << killed_output;
+  auto resumed = train(dir, "resumed", flags + " --device cuda");
+  ASSERT_EQ(resumed.code, 0) << resumed.output;
+  std::map<int64_t, double> by_step;
+  for (const auto& t : resumed.train) by_step[t["step"].get<int64_t>()] = t["loss"].get<double>();
+  std::vector<double> resumed_losses;
+  for (const auto& [step, loss] : by_step) resumed_losses.push_back(loss);
+  EXPECT_EQ(resumed_losses, cuda.losses());
 }
 
 TEST(TrainCommand, Bf16OffloadAndActivationCheckpointingRuns) {
