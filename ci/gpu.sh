@@ -33,8 +33,12 @@ configure_and_build() {
 }
 
 run_tests() {
-  # One GPU is shared by the tests that use it; CPU multi-rank suites run beside them.
-  ctest --test-dir "$build" -j "$((jobs / 2))" --timeout 600 --output-on-failure
+  # One GPU is shared by the tests that use it; CPU multi-rank suites run beside them,
+  # each given 2 cores (FSDPP_CORES, OMP_NUM_THREADS) as on the 2-core CI machine:
+  # without that every test sizes its thread pools for the whole machine and 8 of them
+  # side by side run several times slower than one after another.
+  FSDPP_CORES=2 OMP_NUM_THREADS=2 ctest --test-dir "$build" -j "$((jobs / 2))" --timeout 600 --output-on-failure \
+    ${FSDPP_CTEST_ARGS:-}
 }
 
 case "$step" in

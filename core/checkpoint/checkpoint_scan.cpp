@@ -7,6 +7,7 @@
 
 #include "core/checkpoint/checkpoint_index.h"
 #include "core/checkpoint/checkpoint_reader.h"
+#include "core/io/file_tree.h"
 
 namespace fsdpp::checkpoint {
 namespace fs = std::filesystem;
@@ -106,7 +107,7 @@ PruneResult prune_checkpoints(const fs::path& checkpoints_dir, int keep_last, co
   if (keep_last <= 0) return result;
   auto remove = [&](const fs::path& path) {
     std::error_code ec;
-    fs::remove_all(path, ec);
+    io::remove_tree(path, ec);
     if (ec)
       result.warnings.push_back("could not remove old checkpoint " + path.string() + ": " + ec.message());
     else

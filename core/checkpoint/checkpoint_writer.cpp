@@ -17,6 +17,7 @@
 #include "core/checkpoint/checkpoint_scan.h"
 #include "core/checkpoint/sha256.h"
 #include "core/io/atomic_file.h"
+#include "core/io/file_tree.h"
 #include "core/io/safetensors.h"
 
 namespace fsdpp::checkpoint {
@@ -259,7 +260,7 @@ SavedCheckpoint commit(const fs::path& tmp, const fs::path& dir, const Checkpoin
     if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) == 0) {
       replaced = true;
     } else {
-      fs::remove_all(dir);
+      io::remove_tree(dir);
     }
   }
   if (!replaced && ::rename(tmp.c_str(), dir.c_str()) != 0) fail_io(dir, "rename from " + tmp.filename().string());
@@ -267,7 +268,7 @@ SavedCheckpoint commit(const fs::path& tmp, const fs::path& dir, const Checkpoin
   if (options.on_point) options.on_point(SavePoint::Committed);
   SavedCheckpoint saved;
   saved.dir = dir;
-  if (replaced) fs::remove_all(tmp, ec);
+  if (replaced) io::remove_tree(tmp, ec);
   auto pruned = prune_checkpoints(parent, options.keep_last, dir);
   saved.removed = std::move(pruned.removed);
   saved.warnings = std::move(pruned.warnings);
@@ -293,7 +294,7 @@ std::string finish(const fs::path& tmp, const fs::path& dir, const std::vector<R
     }
   }
   std::error_code ec;
-  fs::remove_all(tmp, ec);
+  io::remove_tree(tmp, ec);
   return error;
 }
 

@@ -4,7 +4,9 @@
 
 namespace fsdpp::runtime {
 
-// Cores this process may use (sched_getaffinity, falling back to hardware_concurrency).
+// Cores this process may use: $FSDPP_CORES when set to a positive number (a test runner
+// running suites side by side gives each its share), else sched_getaffinity, falling back
+// to hardware_concurrency.
 int available_cores();
 
 // floor(cores / ranks_on_this_node), at least 1.

@@ -1,5 +1,7 @@
 #include "harness/testing/temp_dir.h"
 
+#include "core/io/file_tree.h"
+
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,7 +19,7 @@ TempDir::TempDir(const std::string& tag) {
 
 TempDir::~TempDir() {
   std::error_code ignored;
-  std::filesystem::remove_all(path_, ignored);
+  io::remove_tree(path_, ignored);
 }
 
 std::pair<int, std::string> run_shell(const std::string& command) {

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "core/io/file_tree.h"
 #include "core/tokenizer/bpe_tokenizer.h"
 #include "harness/testing/assets.h"
 
@@ -188,7 +189,7 @@ class TokenizerFileErrors : public ::testing::Test {
     dir_ = fs::path(::testing::TempDir()) / ("fsdpp_tokenizer_" + std::to_string(::getpid()));
     fs::create_directories(dir_);
   }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override { io::remove_tree(dir_); }
   fs::path dir_;
 };
 
