@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# What a multi-GPU CI runner does, stage by stage; the pipeline definitions in
+# ci/pipelines/ call exactly this. Every stage is rerunnable on its own.
+#
+#   ci/gpu_pipeline.sh build      configure + build against the machine's CUDA LibTorch (ci/gpu.sh build)
+#   ci/gpu_pipeline.sh test       every suite; tests needing more GPUs than present report SKIPPED with
+#                                 the reason; JUnit into $FSDPP_OUT/ctest.xml
+#   ci/gpu_pipeline.sh smoke      `fsdpp bench --preset smoke --device cuda` -> $FSDPP_OUT/smoke.json
+#                                 (results schema v1, validated on write)
+#   ci/gpu_pipeline.sh compare    regression gate: smoke.json against the last $FSDPP_GATE_WINDOW runs of
+#                                 the same machine fingerprint in $FSDPP_HISTORY (Markdown + JSON into
+#                                 $FSDPP_OUT); exit 1 on a regression
+#   ci/gpu_pipeline.sh publish    appends smoke.json to $FSDPP_HISTORY (never rewrites) and writes the
+#                                 dashboard to $FSDPP_OUT/dashboard.html
+#   ci/gpu_pipeline.sh all        the five in order (compare's verdict is the exit code, after publish)
+#
+# Environment: FSDPP_OUT (default out/), FSDPP_HISTORY (default results/history),
+# FSDPP_GATE_WINDOW (default 5), FSDPP_BUILD_DIR (default build-cuda), PYTHON.
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+out=${FSDPP_OUT:-$repo/out}
+history=${FSDPP_HISTORY:-$repo/results/history}
+window=${FSDPP_GATE_WINDOW:-5}
+build=${FSDPP_BUILD_DIR:-$repo/build-cuda}
+export FSDPP_BUILD_DIR=$build
+fsdpp=$build/fsdpp
+mkdir -p "$out"
+
+stage_build() { "$repo/ci/gpu.sh" build; }
+stage_test() { FSDPP_CTEST_ARGS="--output-junit $out/ctest.xml" "$repo/ci/gpu.sh" test; }
+stage_smoke() { "$fsdpp" bench --preset smoke --device cuda --out "$out/smoke.json"; }
+stage_compare() {
+  if ! compgen -G "$history/*/*.json" >/dev/null; then
+    echo "gpu_pipeline: no history in $history yet: nothing to compare against (first run)"
+    return 0
+  fi
+  "$fsdpp" results compare "$out/smoke.json" --history "$history" --window "$window" \
+    --markdown "$out/compare.md" --json "$out/compare.json"
+}
+stage_publish() {
+  "$fsdpp" results append "$out/smoke.json" --history "$history"
+  "$fsdpp" results dashboard --history "$history" --out "$out/dashboard.html"
+}
+
+case "${1:-all}" in
+  build) stage_build ;;
+  test) stage_test ;;
+  smoke) stage_smoke ;;
+  compare) stage_compare ;;
+  publish) stage_publish ;;
+  all)
+    stage_build
+    stage_test
+    stage_smoke
+    verdict=0
+    stage_compare || verdict=$?
+    stage_publish
+    exit "$verdict"
+    ;;
+  *) echo "ci/gpu_pipeline.sh: unknown stage '$1': expected build, test, smoke, compare, publish or all" >&2; exit 2 ;;
+esac
