@@ -12,6 +12,7 @@ packages=(
   libyaml-cpp-dev         # YAML inputs of `fsdpp data prepare` and YAML config files
   nlohmann-json3-dev librapidcheck-dev libgtest-dev libgmock-dev googletest libbenchmark-dev libcli11-dev
   python3-torch python3-numpy  # the PyTorch peer (harness/peers/torch_peer.py) and its same-model check
+  chromium zlib1g-dev     # the dashboard's browser test (suites/results/dashboard_chromium_test.cpp)
 )
 
 # npm fetches the pinned asset packages (ci/fetch_assets.sh); Node may come from elsewhere.

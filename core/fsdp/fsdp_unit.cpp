@@ -22,8 +22,12 @@ FsdpUnit::FsdpUnit(std::string name, std::vector<std::pair<std::string, at::Tens
   }
   // A separate master copy is needed when the compute dtype differs or the shards live
   // elsewhere; then even a group of one goes through the flat-buffer path (its
-  // "all-gather" is a local copy and NO_SHARD's all-reduce is the replica step).
-  const bool needs_master = precision_.offload || param_dtype() != master_dtype_;
+  // "all-gather" is a local copy and NO_SHARD's all-reduce is the replica step). The
+  // world-size-invariant order takes that path too, so that every world size and
+  // strategy runs the same fold on the same kind of buffers: autograd's own
+  // accumulation into a replicated parameter's .grad would add a rank's micro-steps
+  // before the other ranks' slices.
+  const bool needs_master = precision_.offload || param_dtype() != master_dtype_ || comms_.world != nullptr;
   replicated_ = group == 1 && !needs_master;
   for (auto& [pname, tensor] : params) params_.emplace_back(pname, tensor, group, rank, replicated_);
   for (const auto& p : params_) full_param_bytes_ += p.full_numel() * static_cast<int64_t>(c10::elementSize(param_dtype()));
@@ -93,6 +97,10 @@ void FsdpUnit::discard_unshard() {
 }
 
 void FsdpUnit::reduce_gradients_async(bool sync) {
+  if (comms_.world && !sync)
+    throw std::logic_error("fully_shard: unit '" + name_ +
+                           "': gradient accumulation without sync (no_sync) is not allowed in the world-size-invariant "
+                           "reduction order: it would sum a rank's micro-steps before the other ranks' gradients");
   if (!replicated_) {
     // This backward's unsharded gradients join the accumulator (in reduce_dtype), so
     // that no-sync micro-steps add up at that precision; the first one is taken as is.
@@ -146,9 +154,21 @@ void FsdpUnit::reduce_gradients_async(bool sync) {
       params_[i].copy_in_grad(grad_accumulators_[i], input, shard_total_);
       grad_accumulators_[i] = at::Tensor();
     }
-    pending.output = at::empty({shard_total_}, options);
-    pending.work = shard.reduce_scatter_async(pending.output, input, ReduceOp::Avg);
-    pending.needs_replicate = comms_.replicate && comms_.replicate->size() > 1;
+    if (comms_.world) {
+      // World-size invariant: world rank j gets every rank's slice of shard j % S,
+      // unsummed (finish_gradients folds them in rank order). The pieces, in shard order,
+      // repeat once per replica (the hybrid mesh is row-major; NO_SHARD: S = 1).
+      const int64_t n = comms_.world->size(), s = shard.size();
+      at::Tensor send = input.view({s, shard_total_});
+      if (n != s) send = send.repeat({n / s, 1});
+      pending.output = at::empty({n * shard_total_}, options);
+      pending.work = comms_.world->all_to_all_single_async(pending.output.view({n, shard_total_}), send);
+      pending.world_slices = true;
+    } else {
+      pending.output = at::empty({shard_total_}, options);
+      pending.work = shard.reduce_scatter_async(pending.output, input, ReduceOp::Avg);
+      pending.needs_replicate = comms_.replicate && comms_.replicate->size() > 1;
+    }
   }
   reduce_work_.push_back(std::move(pending));
 }
@@ -173,10 +193,22 @@ void FsdpUnit::finish_gradients() {
           reduced = reduced.view(padded_shape).narrow(0, 0, p.sharded().size(0));
           // Into the master dtype and place (host memory with offload).
           auto& grad = p.sharded().mutable_grad();
-          if (grad.defined())
+          if (pending.world_slices) {
+            // grad = ((grad + slice_0) + slice_1) + ..., from zeros when undefined, so that
+            // a first step, a step after zero_grad and a resumed step fold alike.
+            if (!grad.defined()) grad = at::zeros(p.sharded().sizes(), flat_shard_.options());
+            const int n = comms_.world->size();
+            for (int r = 0; r < n; ++r) {
+              at::Tensor slice = pending.output.narrow(0, r * shard_total_ + offset, span)
+                                     .view(padded_shape)
+                                     .narrow(0, 0, p.sharded().size(0));
+              grad.add_(slice.to(grad.device(), grad.scalar_type()));
+            }
+          } else if (grad.defined()) {
             grad.add_(reduced.to(grad.device()));
-          else
+          } else {
             grad = reduced.to(flat_shard_.options(), /*non_blocking=*/false, /*copy=*/true);
+          }
         }
       }
       offset += span;

@@ -19,6 +19,10 @@ namespace fsdpp::fsdp {
 struct UnitComms {
   std::shared_ptr<comm::Communicator> shard;      // parameters are sharded across it
   std::shared_ptr<comm::Communicator> replicate;  // gradients are averaged across it too (may be size 1)
+  // Set only in the world-size-invariant reduction order (FsdpOptions::reduction_order):
+  // every rank of the world, in world-rank order. World rank j holds shard j % shard->size()
+  // (the hybrid mesh's row-major layout; FULL_SHARD: j; NO_SHARD: 0).
+  std::shared_ptr<comm::Communicator> world;
 };
 
 // Dtypes and placement of a unit's buffers (FSDP2's MixedPrecisionPolicy and
@@ -70,9 +74,15 @@ class FsdpUnit {
   // (reduce-scatter over the shard group, averaged like FSDP2's ReduceOp.AVG); then frees
   // the unsharded grads. Without sync (no_sync / gradient accumulation) they are added
   // into an unsharded accumulator kept in reduce_dtype, reduced at the next sync.
+  // World-size-invariant order (comms().world set): every world rank's gradient slice of
+  // each destination's shard travels in one world-wide all-to-all, not summed; sync must
+  // be true (throws std::logic_error: no-sync would pre-sum a rank's micro-steps).
   void reduce_gradients_async(bool sync);
   // Waits for the reductions issued above (and the all-reduce across replicas) and adds
-  // the results into the sharded parameters' .grad.
+  // the results into the sharded parameters' .grad. World-size-invariant order: folds
+  // the received slices into .grad one at a time in world-rank order,
+  // grad = ((grad + g_rank0) + g_rank1) + ..., starting from g_rank0 when .grad is
+  // undefined; no averaging (the caller scales once).
   void finish_gradients();
 
   // Collective over the shard group: the full value of every parameter (unit order).
@@ -95,6 +105,7 @@ class FsdpUnit {
     at::Tensor output;              // flat reduced gradient (shard buffer layout)
     std::vector<bool> has_grad;     // which params had a gradient
     bool needs_replicate = false;   // all-reduce across replicas still to do
+    bool world_slices = false;      // output holds world-size slices to fold (not a sum)
   };
 
   at::ScalarType param_dtype() const;

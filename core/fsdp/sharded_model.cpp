@@ -247,6 +247,16 @@ std::shared_ptr<ShardedModel> ShardedModel::create(std::shared_ptr<torch::nn::Mo
       break;
     }
   }
+  // The world-size-invariant order needs the world in rank order: FULL_SHARD's shard
+  // group or NO_SHARD's replicate group is it; a hybrid mesh gets one more group.
+  if (options.reduction_order == ReductionOrder::WorldSizeInvariant) {
+    if (m->comms_.shard->size() == n)
+      m->comms_.world = m->comms_.shard;
+    else if (m->comms_.replicate->size() == n)
+      m->comms_.world = m->comms_.replicate;
+    else
+      m->comms_.world = world.subgroup(everyone, tag + "/world");
+  }
   bool reshard_after_forward =
       options.strategy == ShardingStrategy::FullShard || options.strategy == ShardingStrategy::HybridShard;
   const UnitPrecision precision{options.mixed_precision.param_dtype, options.mixed_precision.reduce_dtype,
@@ -346,9 +356,61 @@ std::vector<at::Tensor> ShardedModel::parameters() const {
 
 int ShardedModel::shard_group_size() const { return comms_.shard->size(); }
 
+namespace {
+
+// The world-size-invariant order's sum of |g|^p: each row's sum by a plain sequential
+// loop in double (no vectorisation, no threads), all-gathered over the shard group, and
+// folded in global row order (a parameter's shards in shard-rank order, parameters in
+// model order), so that neither the shard boundaries nor the kernels change a bit. All
+// units are on the flat-shard path in that order (fsdp_unit.cpp), rows = dim-0 slices.
+double row_ordered_power_sum(const std::vector<std::shared_ptr<FsdpUnit>>& units, comm::Communicator& shard,
+                             double norm_type) {
+  int64_t rows_per_rank = 0;
+  for (auto& unit : units)
+    for (auto& p : unit->params()) rows_per_rank += p.layout().shard_rows;
+  at::Tensor mine = at::zeros({rows_per_rank}, at::kDouble);
+  double* sums = mine.data_ptr<double>();
+  int64_t first = 0;
+  for (auto& unit : units)
+    for (auto& p : unit->params()) {
+      const auto& g = p.sharded().grad();
+      const int64_t row_numel = p.layout().row_numel;
+      if (g.defined() && g.numel() > 0 && row_numel > 0) {
+        at::Tensor values = g.detach().to(at::kCPU, at::kDouble).contiguous();
+        const double* v = values.data_ptr<double>();
+        for (int64_t r = 0; r < g.numel() / row_numel; ++r) {
+          double sum = 0;
+          for (int64_t k = 0; k < row_numel; ++k) {
+            double a = std::abs(v[r * row_numel + k]);
+            sum += norm_type == 2 ? a * a : std::pow(a, norm_type);
+          }
+          sums[first + r] = sum;
+        }
+      }
+      first += p.layout().shard_rows;
+    }
+  const int s = shard.size();
+  at::Tensor all = at::empty({s * rows_per_rank}, at::kDouble);
+  shard.all_gather_into(all, mine);
+  const double* gathered = all.data_ptr<double>();
+  double total = 0;
+  first = 0;
+  for (auto& unit : units)
+    for (auto& p : unit->params()) {
+      for (int r = 0; r < s; ++r)
+        for (int64_t row = 0; row < p.layout().valid_rows(r); ++row) total += gathered[r * rows_per_rank + first + row];
+      first += p.layout().shard_rows;
+    }
+  return total;
+}
+
+}  // namespace
+
 double ShardedModel::grad_norm(double norm_type) {
   if (!(norm_type > 0)) throw std::invalid_argument("grad norm: norm_type must be > 0 or inf");
   bool inf = std::isinf(norm_type);
+  // The maximum does not depend on the order; sums do.
+  if (comms_.world && !inf) return std::pow(row_ordered_power_sum(units_, *comms_.shard, norm_type), 1.0 / norm_type);
   double local = 0;
   std::vector<at::Tensor> device_norms;  // gradients on an accelerator: one sync, not one per tensor
   for (auto& unit : units_)
@@ -414,15 +476,25 @@ MemoryStats ShardedModel::memory() const {
   return s;
 }
 
+namespace {
+
+// The world-size-invariant order's world group, when it is neither the shard nor the
+// replicate group (hybrid meshes): its traffic is FSDP's too.
+bool world_is_own_group(const UnitComms& c) { return c.world && c.world != c.shard && c.world != c.replicate; }
+
+}  // namespace
+
 comm::KindStats ShardedModel::comm_stats(comm::CollectiveKind kind) const {
   auto total = comms_.shard->stats().get(kind);
   total += comms_.replicate->stats().get(kind);
+  if (world_is_own_group(comms_)) total += comms_.world->stats().get(kind);
   return total;
 }
 
 void ShardedModel::reset_comm_stats() {
   comms_.shard->stats().reset();
   comms_.replicate->stats().reset();
+  if (world_is_own_group(comms_)) comms_.world->stats().reset();
 }
 
 }  // namespace fsdpp::fsdp

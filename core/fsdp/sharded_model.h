@@ -40,6 +40,25 @@ struct MixedPrecisionPolicy {
   bool cast_forward_inputs = true;             // floating inputs of each unit -> param_dtype
 };
 
+// How gradients are combined across ranks and micro-steps.
+//  Fast: FSDP2's, a reduce-scatter averaging the ranks' (micro-step-summed) gradients.
+//    Its floating-point summation order depends on the world size and the sharding.
+//  WorldSizeInvariant: for `fsdpp train --deterministic`. A rank's micro-step gradient
+//    (one "chunk" of the global batch, chunk c = micro * world_size + rank, see
+//    core/data/sampler.h) has the same bits on any rank of any world size when the
+//    per-rank batch is the same. Each micro-step sends every rank's slices of every
+//    destination's shard in one world-wide all-to-all (hybrid strategies: across the
+//    whole world, not shard group then replicas; NO_SHARD: every rank's whole gradient),
+//    and each destination folds them into .grad in world-rank order, so after the last
+//    micro-step .grad = (((g_0 + g_1) + g_2) + ...) over chunks in global order, with no
+//    averaging: the caller scales it once. The same bits for any world size and any
+//    strategy. Every unit, even a one-rank one, keeps a separate flat shard (as with
+//    mixed precision). Costs: per micro-step communication; the same wire bytes as the
+//    reduce-scatter for FULL_SHARD / SHARD_GRAD_OP, (N-1)/(S-1) times the shard group's
+//    for hybrid (N ranks, S per shard group; no replica all-reduce), and N/2 times the
+//    all-reduce's for NO_SHARD. Tallied as CollectiveKind::AllToAll.
+enum class ReductionOrder { Fast, WorldSizeInvariant };
+
 struct FsdpOptions {
   ShardingStrategy strategy = ShardingStrategy::FullShard;
   bool forward_prefetch = true;
@@ -66,6 +85,7 @@ struct FsdpOptions {
   // from the mesh's device type). Parameters already on a device stay there.
   // Unset: the CPU for meta parameters (and sync_module_states' broadcast).
   std::optional<at::Device> device;
+  ReductionOrder reduction_order = ReductionOrder::Fast;
 };
 
 struct MemoryStats {
@@ -91,11 +111,14 @@ class ShardedModel {
 
   // FSDP2's set_requires_gradient_sync: false keeps unsharded gradients locally
   // (gradient accumulation without communication) until a backward with true.
+  // Not allowed with ReductionOrder::WorldSizeInvariant (the backward throws).
   void set_requires_gradient_sync(bool sync) { sync_gradients_ = sync; }
 
   // Total norm of all gradients (one all-reduce), and scales the local gradient shards by
   // max_norm / (norm + 1e-6) when that is below 1; same result as clip_grad_norm_ on the
-  // unsharded model. norm_type: any p > 0, or infinity.
+  // unsharded model. norm_type: any p > 0, or infinity. ReductionOrder::WorldSizeInvariant:
+  // per-row sums of |g|^p in double, one all-gather, folded in global row order (the
+  // same bits on any world size, so clipping is invariant too).
   double clip_grad_norm(double max_norm, double norm_type = 2.0);
   double grad_norm(double norm_type = 2.0);
 

@@ -14,7 +14,7 @@
 
 namespace fsdpp::models {
 
-// The config.json of `size` for `model_type` (gpt2: tiny, mini, 124M, 355M, 774M, 1.5B;
+// The config.json of `size` for `model_type` (gpt2: tiny, mini, mini256, 124M, 355M, 774M, 1.5B;
 // opt: tiny, mini, 125M, 350M, 1.3B; llama/mistral: the llama presets). vocab_size > 0
 // replaces the preset's vocabulary size. Throws std::invalid_argument naming the
 // unknown type or size and listing the known ones.

@@ -160,7 +160,8 @@ std::string tokenizer_source(const TrainConfig& c) {
 
 nlohmann::json comm_bytes(const fsdp::ShardedModel& sharded) {
   nlohmann::json out;
-  for (auto kind : {comm::CollectiveKind::AllGather, comm::CollectiveKind::ReduceScatter, comm::CollectiveKind::AllReduce})
+  for (auto kind : {comm::CollectiveKind::AllGather, comm::CollectiveKind::ReduceScatter, comm::CollectiveKind::AllReduce,
+                    comm::CollectiveKind::AllToAll})
     out[comm::to_string(kind)] = sharded.comm_stats(kind).bytes_sent;
   return out;
 }
@@ -202,6 +203,9 @@ TrainResult train(comm::Communicator& comm, const TrainConfig& c, int local_rank
     fsdp_options.mixed_precision.reduce_dtype = at::kFloat;
   }
   fsdp_options.cpu_offload = c.cpu_offload;
+  // --deterministic: bits independent of the world size too (trainer.h).
+  const bool invariant = c.deterministic;
+  if (invariant) fsdp_options.reduction_order = fsdp::ReductionOrder::WorldSizeInvariant;
   // --device cuda: rank r computes on GPU local_rank % GPUs (torchrun's convention), where
   // shards are materialised too; data windows are copied there per micro-step.
   auto device = runtime::parse_device(c.device, "--device");
@@ -267,7 +271,11 @@ TrainResult train(comm::Communicator& comm, const TrainConfig& c, int local_rank
                                                        static_cast<double>(global_batch)));
   optim::LrSchedule schedule{c.adamw.lr, c.min_lr, c.warmup_steps, total_steps, c.lr_decay};
   const int64_t tokens_per_step = global_batch * seq_len;
-  const double backward_scale = 1.0 / static_cast<double>(c.batch_size * seq_len * c.grad_accum_steps);
+  // World-size invariant: each chunk's backward scale is the same on every layout, and
+  // the folded sum of the chunks' gradients is divided once by their number.
+  const int64_t chunks_per_step = static_cast<int64_t>(world) * c.grad_accum_steps;
+  const double backward_scale =
+      1.0 / static_cast<double>(c.batch_size * seq_len * (invariant ? 1 : c.grad_accum_steps));
 
   const std::string tokenizer = tokenizer_source(c);
   std::unique_ptr<MetricsLog> metrics;
@@ -312,6 +320,7 @@ TrainResult train(comm::Communicator& comm, const TrainConfig& c, int local_rank
     optim::set_lr(*optimizer, lr);
     sharded->reset_comm_stats();
     double data_ms = 0, forward_ms = 0, backward_ms = 0, local_loss = 0;
+    std::vector<double> chunk_losses;  // this rank's loss sum per micro-step
     for (int micro = 0; micro < c.grad_accum_steps; ++micro) {
       auto t = Clock::now();
       auto [host_inputs, host_targets] = train_set.windows(sampler.micro_batch(micro), seq_len);
@@ -319,7 +328,8 @@ TrainResult train(comm::Communicator& comm, const TrainConfig& c, int local_rank
       data_ms += ms_since(t);
       t = Clock::now();
       auto loss = summed_loss(lm, inputs, targets);
-      local_loss += loss.item<double>();
+      chunk_losses.push_back(loss.item<double>());
+      local_loss += chunk_losses.back();
       forward_ms += ms_since(t);
       t = Clock::now();
       auto scaled = loss * backward_scale;
@@ -327,6 +337,9 @@ TrainResult train(comm::Communicator& comm, const TrainConfig& c, int local_rank
       backward_ms += ms_since(t);
     }
     auto t = Clock::now();
+    if (invariant)
+      for (const auto& p : shards)
+        if (p.grad().defined()) p.mutable_grad().div_(static_cast<double>(chunks_per_step));
     if (scaler) scaler->unscale(shards);  // clipping sees the true gradients
     const double grad_norm = c.grad_clip > 0 ? sharded->clip_grad_norm(c.grad_clip) : sharded->grad_norm();
     bool stepped = true;
@@ -339,9 +352,21 @@ TrainResult train(comm::Communicator& comm, const TrainConfig& c, int local_rank
     optimizer->zero_grad();
     const double optimizer_ms = ms_since(t);
     sampler.advance();
-    auto loss_total = torch::tensor({local_loss}, torch::kDouble);
-    comm.all_reduce(loss_total, comm::ReduceOp::Sum);
-    const double loss = loss_total.item<double>() / static_cast<double>(tokens_per_step);
+    double loss_sum = 0;
+    if (invariant) {
+      // Every chunk's loss sum, folded in chunk order c = micro * world + rank.
+      auto mine = torch::tensor(chunk_losses, torch::kDouble);
+      auto all = torch::empty({world * c.grad_accum_steps}, torch::kDouble);
+      comm.all_gather_into(all, mine);
+      const double* by_rank = all.data_ptr<double>();  // [rank][micro]
+      for (int micro = 0; micro < c.grad_accum_steps; ++micro)
+        for (int r = 0; r < world; ++r) loss_sum += by_rank[r * c.grad_accum_steps + micro];
+    } else {
+      auto loss_total = torch::tensor({local_loss}, torch::kDouble);
+      comm.all_reduce(loss_total, comm::ReduceOp::Sum);
+      loss_sum = loss_total.item<double>();
+    }
+    const double loss = loss_sum / static_cast<double>(tokens_per_step);
     const double step_ms = ms_since(step_start);
     const double tokens_per_s = static_cast<double>(tokens_per_step) / (step_ms / 1000.0);
     if (step == 0) result.first_loss = loss;

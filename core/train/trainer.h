@@ -7,6 +7,18 @@
 // sum(cross-entropy of its tokens) / (batch_size x seq_len x grad_accum_steps); FSDP's
 // gradient reduction averages over ranks, so the gradient is that of the mean over all
 // G x seq_len target tokens, and that mean is the logged loss (one all-reduce).
+//
+// --deterministic also makes the bits independent of the world size (what lets a
+// checkpoint continue bitwise on another number of ranks, given the same batch_size):
+// FSDP runs in ReductionOrder::WorldSizeInvariant (core/fsdp/sharded_model.h). Each
+// micro-step's chunk of batch_size windows is backpropagated with the scale
+// 1/(batch_size x seq_len) whatever the world size and grad_accum_steps; the chunks'
+// gradients are folded in global chunk order and divided once by the number of chunks
+// (world_size x grad_accum_steps); the logged loss folds the chunks' loss sums in chunk
+// order (one all-gather) before dividing by the tokens; the gradient norm is folded
+// from per-row sums of squares in global row order. Every rank runs its kernels on one
+// intra-op thread (reductions inside kernels may depend on the thread count: the CLI
+// sets --threads 1).
 #pragma once
 
 #include <cstdint>

@@ -2,9 +2,13 @@
 
 #include <torch/torch.h>
 
+#include <ATen/autocast_mode.h>
+#include <torch/version.h>
+
 #include <algorithm>
 #include <chrono>
 #include <stdexcept>
+#include <thread>
 
 #include "core/compat/torch_compat.h"
 #include "core/fsdp/activation_checkpointing.h"
@@ -73,74 +77,170 @@ double measure_matmul_flops(const std::string& device_text, const std::string& d
   return 2.0 * static_cast<double>(n) * n * n / (median(ms) / 1e3);
 }
 
+namespace {
+
+// Autocast to `dtype` on `device` while alive (the unsharded baseline's mixed precision).
+// Leaving it clears the cast cache, as torch.autocast's __exit__ does.
+class AutocastScope {
+ public:
+  AutocastScope(at::Device device, at::ScalarType dtype, bool enabled) : enabled_(enabled) {
+    if (!enabled_) return;
+#if TORCH_VERSION_MAJOR >= 3 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+    type_ = device.type();
+    at::autocast::set_autocast_dtype(type_, dtype);
+    at::autocast::set_autocast_enabled(type_, true);
+#else
+    cuda_ = device.is_cuda();
+    if (cuda_) {
+      at::autocast::set_autocast_gpu_dtype(dtype);
+      at::autocast::set_enabled(true);
+    } else {
+      at::autocast::set_autocast_cpu_dtype(dtype);
+      at::autocast::set_cpu_enabled(true);
+    }
+#endif
+    at::autocast::increment_nesting();
+  }
+  ~AutocastScope() {
+    if (!enabled_) return;
+#if TORCH_VERSION_MAJOR >= 3 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+    at::autocast::set_autocast_enabled(type_, false);
+#else
+    if (cuda_)
+      at::autocast::set_enabled(false);
+    else
+      at::autocast::set_cpu_enabled(false);
+#endif
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+  }
+  AutocastScope(const AutocastScope&) = delete;
+  AutocastScope& operator=(const AutocastScope&) = delete;
+
+ private:
+  bool enabled_;
+#if TORCH_VERSION_MAJOR >= 3 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+  at::DeviceType type_ = at::kCPU;
+#else
+  bool cuda_ = false;
+#endif
+};
+
+std::vector<std::pair<std::string, at::Tensor>> named_parameter_list(const torch::nn::Module& module) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& item : module.named_parameters(true)) out.emplace_back(item.key(), item.value());
+  return out;
+}
+
+const std::vector<comm::CollectiveKind>& reported_kinds() {
+  static const std::vector<comm::CollectiveKind> kinds = {
+      comm::CollectiveKind::AllGather, comm::CollectiveKind::ReduceScatter, comm::CollectiveKind::AllReduce};
+  return kinds;
+}
+
+}  // namespace
+
 nlohmann::json run_step_bench(comm::Communicator& comm, int local_rank, const StepBenchConfig& c) {
   auto device = runtime::parse_device(c.device, "--device");
   if (device.is_cuda() && !device.has_index())
     device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(local_rank % runtime::cuda_device_count()));
   runtime::set_current_device(device);
   const auto compute_dtype = runtime::parse_compute_dtype(c.mixed_precision, "--mixed-precision");
+  if (c.unsharded && comm.size() != 1)
+    throw std::invalid_argument("bench: the unsharded baseline runs in one process, not " +
+                                std::to_string(comm.size()) + " ranks");
+  if (c.inject_delay_pct < 0) throw std::invalid_argument("--inject-delay-pct must be >= 0");
+  if (c.deterministic) at::globalContext().setDeterministicAlgorithms(true, false);
 
-  // The model: built on the meta device, each rank materialising its own rows on `device`.
+  // The model: sharded, built on the meta device, each rank materialising its own rows on
+  // `device`; unsharded, built whole with the same values (init_rows = init_from_scratch).
   auto config = models::from_scratch_config(c.model_type, c.model_size, c.vocab_size);
   const std::string source = c.model_type + " " + c.model_size;
-  fsdp::FsdpOptions options;
-  options.strategy = c.strategy;
-  options.device = device;
-  options.cpu_offload = c.cpu_offload;
-  options.forward_prefetch = c.prefetch;
-  options.backward_prefetch = c.prefetch ? fsdp::BackwardPrefetch::Pre : fsdp::BackwardPrefetch::None;
-  if (compute_dtype != at::kFloat) {
-    options.mixed_precision.param_dtype = compute_dtype;
-    options.mixed_precision.reduce_dtype = at::kFloat;
+  runtime::reset_peak_memory(device);
+  std::shared_ptr<fsdp::ShardedModel> sharded;
+  models::CausalLm lm;
+  if (c.unsharded) {
+    lm = models::build_causal_lm(config, source);
+    models::init_from_scratch(lm, c.seed);
+    lm.module->to(device);
+  } else {
+    fsdp::FsdpOptions options;
+    options.strategy = c.strategy;
+    options.hybrid_shard_size = c.hybrid_shard_size;
+    options.device = device;
+    options.cpu_offload = c.cpu_offload;
+    options.forward_prefetch = c.prefetch;
+    options.backward_prefetch = c.prefetch ? fsdp::BackwardPrefetch::Pre : fsdp::BackwardPrefetch::None;
+    if (compute_dtype != at::kFloat) {
+      options.mixed_precision.param_dtype = compute_dtype;
+      options.mixed_precision.reduce_dtype = at::kFloat;
+    }
+    options.materialize = models::seeded_rows(c.seed);
+    lm = [&] {
+      nn::DeferredInit deferred;
+      return models::build_causal_lm(config, source);
+    }();
+    sharded = fsdp::ShardedModel::create(lm.module, comm, options, fsdp::wrap_by_module_type({lm.block_type}));
   }
-  options.materialize = models::seeded_rows(c.seed);
-  models::CausalLm lm = [&] {
-    nn::DeferredInit deferred;
-    return models::build_causal_lm(config, source);
-  }();
   if (c.seq_len > lm.max_positions)
     throw std::invalid_argument("--seq-len " + std::to_string(c.seq_len) + " exceeds the model's " +
                                 std::to_string(lm.max_positions) + " positions");
-  runtime::reset_peak_memory(device);
-  auto sharded = fsdp::ShardedModel::create(lm.module, comm, options, fsdp::wrap_by_module_type({lm.block_type}));
   if (c.activation_checkpointing)
     fsdp::apply_activation_checkpointing(*lm.module, fsdp::CheckpointPolicy{{lm.block_type}, 1});
   optim::AdamWSettings adam;
   adam.lr = 3e-4;
   adam.weight_decay = 0.1;
-  auto optimizer = optim::make_adamw(sharded->named_parameters(), adam);
+  auto optimizer = optim::make_adamw(sharded ? sharded->named_parameters() : named_parameter_list(*lm.module), adam);
+  std::vector<at::Tensor> full_parameters;
+  if (!sharded) full_parameters = lm.module->parameters(true);
+  const bool autocast = c.unsharded && compute_dtype != at::kFloat;
   runtime::synchronize(device);
-  const int64_t persistent_bytes = runtime::device_memory(device).allocated_bytes;
+  const int64_t persistent_after_setup = runtime::device_memory(device).allocated_bytes;
 
   auto gen = at::detail::createCPUGenerator(c.seed * 1000003 + static_cast<uint64_t>(comm.rank()));
   auto tokens = at::randint(0, lm.vocab_size, {c.batch_size, c.seq_len + 1}, gen, at::TensorOptions().dtype(at::kLong))
                     .to(device);
   auto inputs = tokens.narrow(1, 0, c.seq_len).contiguous(), targets = tokens.narrow(1, 1, c.seq_len).contiguous();
 
-  std::vector<double> step_ms, losses;
+  std::vector<double> step_ms, losses, injected_ms;
+  int64_t persistent_between_steps = 0;
   for (int step = -c.warmup_steps; step < c.steps; ++step) {
     if (step == 0) {
-      sharded->reset_comm_stats();
+      if (sharded) sharded->reset_comm_stats();
+      runtime::synchronize(device);
+      // What stays between steps: parameters (shards), optimizer state, kept buffers.
+      persistent_between_steps = runtime::device_memory(device).allocated_bytes;
       runtime::reset_peak_memory(device);
     }
     runtime::synchronize(device);
     comm.barrier();
     auto t0 = Clock::now();
     optimizer->zero_grad();
-    auto logits = lm.logits(inputs);
-    auto loss = torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}).to(at::kFloat),
-                                                     targets.reshape({-1}));
-    logits = at::Tensor();
+    at::Tensor loss;
+    {
+      AutocastScope scope(device, compute_dtype, autocast);
+      auto logits = lm.logits(inputs);
+      loss = torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}).to(at::kFloat),
+                                                  targets.reshape({-1}));
+    }
     loss.backward();
-    sharded->clip_grad_norm(1.0);
+    if (sharded)
+      sharded->clip_grad_norm(1.0);
+    else
+      torch::nn::utils::clip_grad_norm_(full_parameters, 1.0);
     optimizer->step();
     runtime::synchronize(device);
+    double delay_ms = 0;
+    if (c.inject_delay_pct > 0) {
+      delay_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count() * c.inject_delay_pct / 100;
+      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(delay_ms));
+    }
     double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     auto slowest = torch::tensor({ms}, torch::kDouble);
     comm.all_reduce(slowest, comm::ReduceOp::Max);
     if (step >= 0) {
       step_ms.push_back(slowest.item<double>());
       losses.push_back(loss.item<double>());
+      injected_ms.push_back(delay_ms);
     }
   }
   auto memory = runtime::device_memory(device);
@@ -159,14 +259,41 @@ nlohmann::json run_step_bench(comm::Communicator& comm, int local_rank, const St
   int64_t params = 0;
   for (const auto& p : lm.module->named_parameters(true)) params += p.value().numel();  // a tie once
 
+  // Communication: bytes are rank 0's (every rank sends the same); times are summed over
+  // ranks here and reported as the mean rank's.
+  const auto& kinds = reported_kinds();
+  std::vector<double> times;  // busy ms per kind, then blocked ms per kind (this rank)
+  for (auto kind : kinds) times.push_back(sharded ? sharded->comm_stats(kind).busy_ms : 0.0);
+  for (auto kind : kinds) times.push_back(sharded ? sharded->comm_stats(kind).blocked_ms : 0.0);
+  auto time_sums = torch::tensor(times, torch::kDouble);
+  comm.all_reduce(time_sums, comm::ReduceOp::Sum);
+  auto memory_max = torch::tensor({static_cast<double>(persistent_after_setup),
+                                   static_cast<double>(persistent_between_steps),
+                                   static_cast<double>(memory.peak_allocated_bytes),
+                                   static_cast<double>(memory.peak_reserved_bytes)},
+                                  torch::kDouble);
+  comm.all_reduce(memory_max, comm::ReduceOp::Max);
+  const double ranks = comm.size();
   nlohmann::json comm_json = nlohmann::json::object();
-  for (auto kind : {comm::CollectiveKind::AllGather, comm::CollectiveKind::ReduceScatter,
-                    comm::CollectiveKind::AllReduce}) {
-    auto s = sharded->comm_stats(kind);
-    comm_json[comm::to_string(kind)] = {{"calls_per_step", static_cast<double>(s.calls) / c.steps},
-                                        {"bytes_sent_per_step", static_cast<double>(s.bytes_sent) / c.steps}};
+  double busy_total = 0, blocked_total = 0;
+  for (size_t k = 0; k < kinds.size(); ++k) {
+    auto s = sharded ? sharded->comm_stats(kinds[k]) : comm::KindStats{};
+    double busy = time_sums[static_cast<int64_t>(k)].item<double>() / ranks / c.steps;
+    double blocked = time_sums[static_cast<int64_t>(k + kinds.size())].item<double>() / ranks / c.steps;
+    busy_total += busy;
+    blocked_total += blocked;
+    comm_json[comm::to_string(kinds[k])] = {{"calls_per_step", static_cast<double>(s.calls) / c.steps},
+                                            {"bytes_sent_per_step", static_cast<double>(s.bytes_sent) / c.steps},
+                                            {"busy_ms_per_step", busy},
+                                            {"exposed_ms_per_step", blocked}};
   }
-  const std::string strategy = fsdp::to_string(c.strategy);
+  const std::string strategy = c.unsharded ? "unsharded" : fsdp::to_string(c.strategy);
+  const int64_t param_bytes = [&] {
+    if (sharded) return sharded->memory().shard_bytes;
+    int64_t bytes = 0;
+    for (const auto& p : full_parameters) bytes += p.numel() * static_cast<int64_t>(p.element_size());
+    return bytes;
+  }();
   return {
       {"format", "fsdpp.bench-cell"},
       {"version", 1},
@@ -178,16 +305,21 @@ nlohmann::json run_step_bench(comm::Communicator& comm, int local_rank, const St
         {"seq_len", c.seq_len},
         {"world_size", comm.size()},
         {"strategy", strategy},
+        {"hybrid_shard_size", sharded ? sharded->shard_group_size() : 1},
         {"mixed_precision", c.mixed_precision},
         {"activation_checkpointing", c.activation_checkpointing},
         {"cpu_offload", c.cpu_offload},
         {"prefetch", c.prefetch},
+        {"deterministic", c.deterministic},
+        {"inject_delay_pct", c.inject_delay_pct},
         {"warmup_steps", c.warmup_steps},
         {"steps", c.steps},
+        {"threads", at::get_num_threads()},
         {"device", device.str()}}},
       {"model_config", config},
       {"parameters", params},
       {"step_ms", step_ms},
+      {"injected_delay_ms", injected_ms},  // this rank's sleep inside each timed step (requested)
       {"step_ms_median", median(step_ms)},
       {"step_ms_min", step_ms.empty() ? 0.0 : *std::min_element(step_ms.begin(), step_ms.end())},
       {"tokens_per_s", tokens_per_s},
@@ -196,10 +328,19 @@ nlohmann::json run_step_bench(comm::Communicator& comm, int local_rank, const St
       {"matmul_peak_flops_per_s", peak},
       {"mfu", achieved / peak},
       {"memory_bytes",
-       {{"persistent_after_setup", persistent_bytes},
+       {{"persistent_after_setup", persistent_after_setup},
+        {"persistent_between_steps", persistent_between_steps},
         {"peak_allocated", memory.peak_allocated_bytes},
-        {"peak_reserved", memory.peak_reserved_bytes}}},
+        {"peak_reserved", memory.peak_reserved_bytes},
+        {"parameter_bytes", param_bytes},
+        {"max_over_ranks",
+         {{"persistent_after_setup", static_cast<int64_t>(memory_max[0].item<double>())},
+          {"persistent_between_steps", static_cast<int64_t>(memory_max[1].item<double>())},
+          {"peak_allocated", static_cast<int64_t>(memory_max[2].item<double>())},
+          {"peak_reserved", static_cast<int64_t>(memory_max[3].item<double>())}}}}},
       {"comm", comm_json},
+      {"comm_ms_per_step", busy_total},
+      {"exposed_comm_ms_per_step", blocked_total},
       {"losses", losses},
       {"device_name", runtime::device_name(device)},
       {"libtorch", compat::torch_version_string()},

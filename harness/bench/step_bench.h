@@ -8,6 +8,12 @@
 // activation checkpointing is not counted): 6 * (parameters that enter a matmul: every
 // weight except position embeddings and norms; the LM head counts once even when tied)
 // + 12 * layers * attention width * sequence length.
+//
+// `unsharded` is the baseline the benchmark matrix compares FSDP against: the plain model
+// in one process, no ShardedModel and no collectives, AdamW over the full parameters and
+// torch::nn::utils::clip_grad_norm_. Its mixed precision is autocast to the compute dtype
+// over fp32 parameters (PyTorch's single-device way, as the PyTorch peer's single/ddp
+// modes), since FSDP's parameter casting needs FSDP.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -31,17 +37,26 @@ struct StepBenchConfig {
   std::string device = "cuda";       // cpu, cuda, cuda:N (rank r uses cuda:(local_rank % count))
   std::string mixed_precision = "bf16";  // param dtype: fp32, bf16, fp16 (fp32 masters, fp32 reduce)
   fsdp::ShardingStrategy strategy = fsdp::ShardingStrategy::FullShard;
+  int hybrid_shard_size = 0;         // hybrid strategies: ranks per shard group (0: FsdpOptions' default)
+  bool unsharded = false;            // the plain model without FSDP (see above); needs a world of 1
   bool activation_checkpointing = false;
   bool cpu_offload = false;
   bool prefetch = true;
+  bool deterministic = false;        // at::globalContext().setDeterministicAlgorithms(true), as `fsdpp train`
+  // Each rank sleeps this percentage of its step's measured duration inside the timed
+  // region (a synthetic slowdown for testing regression gates). 0: none.
+  double inject_delay_pct = 0;
   uint64_t seed = 0;
 };
 
 // Collective over `comm`. Returns the cell's numbers (same on every rank), format
 // "fsdpp.bench-cell" version 1: config, per-step ms (raw samples), median/min step ms,
 // tokens_per_s, model_flops_per_token, achieved_flops_per_s, matmul_peak_flops_per_s, mfu,
-// memory (bytes: persistent after setup, peak allocated/reserved over the measured
-// steps, rank 0), comm bytes per step by kind, losses, versions and device name.
+// memory (bytes: persistent after setup and between steps, peak allocated/reserved over
+// the measured steps; rank 0's, and the maximum over ranks), comm bytes per step by kind
+// with the communication thread's busy time and the part callers waited for (exposed),
+// the sleep injected into each timed step (injected_delay_ms, this rank's), losses,
+// versions and device name.
 nlohmann::json run_step_bench(comm::Communicator& comm, int local_rank, const StepBenchConfig& config);
 
 // FLOP/s of an n x n x n matmul in `dtype` on `device` (median of `reps` after warm-up).

@@ -1,8 +1,14 @@
 #include "harness/cli/bench_command.h"
 
+#include <chrono>
 #include <cstdio>
+#include <stdexcept>
 
 #include "core/io/atomic_file.h"
+#include "harness/bench/cell_result.h"
+#include "harness/bench/matrix.h"
+#include "harness/results/baseline_table.h"
+#include "harness/results/results_document.h"
 
 namespace fsdpp::cli {
 
@@ -20,17 +26,52 @@ void BenchCommand::add_to(CLI::App& app) {
   command_->add_option("--device", c.device, "cpu, cuda or cuda:N");
   command_->add_option("--mixed-precision", c.mixed_precision, "Compute dtype: fp32, bf16 or fp16 (fp32 masters and reduce)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
-  command_->add_option("--strategy", strategy_, "full_shard, shard_grad_op, no_shard, hybrid_shard, hybrid_shard_zero2");
+  command_->add_option("--strategy", strategy_,
+                       "full_shard, shard_grad_op, no_shard, hybrid_shard, hybrid_shard_zero2, or unsharded "
+                       "(the plain model without FSDP, one rank)");
+  command_->add_option("--hybrid-shard-size", c.hybrid_shard_size, "Hybrid strategies: ranks per shard group (0: default)")
+      ->check(CLI::Range(0, 1024));
   command_->add_flag("--activation-checkpointing", c.activation_checkpointing, "Checkpoint every transformer block");
   command_->add_flag("--cpu-offload", c.cpu_offload, "Shards, gradients and optimizer state in host memory");
   command_->add_flag("--no-prefetch", no_prefetch_, "Disable forward and backward prefetching");
+  command_->add_flag("--deterministic", c.deterministic, "Deterministic algorithms only (as fsdpp train --deterministic)");
+  command_->add_option("--inject-delay-pct", c.inject_delay_pct,
+                       "Sleep this % of each step's duration inside the timed region (tests regression gates)")
+      ->check(CLI::Range(0.0, 10000.0));
   command_->add_option("--seed", c.seed, "Initial weights and data");
   command_->add_option("--out", out_, "Write the cell's JSON here (rank 0)");
+
+  matrix_command_ = app.add_subcommand(
+      "bench", "Run the benchmark matrix (a preset of cells, Google Benchmark underneath) into a results document");
+  auto& m = matrix_;
+  matrix_command_->add_option("--preset", preset_, "smoke (CI, minutes) or full (the whole product; hours)")
+      ->check(CLI::IsMember(harness::preset_names()));
+  matrix_command_->add_option("--filter", filter_, "Only the cells whose id matches this regex (their baselines too)");
+  matrix_command_->add_option("--out", matrix_out_, "Write the fsdpp.results document here");
+  matrix_command_->add_option("--history", history_, "Also append the document to this history directory");
+  matrix_command_->add_option("--device", m.setup.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  matrix_command_->add_option("--inject-delay-pct", m.setup.inject_delay_pct,
+                              "fsdpp cells sleep this % of each step's duration inside the timed region")
+      ->check(CLI::Range(0.0, 10000.0));
+  matrix_command_->add_option("--repetitions", m.repetitions, "Launches per cell (each warms up, then times its steps)")
+      ->check(CLI::Range(1, 1000));
+  matrix_command_->add_option("--budget-s", m.setup.budget_s, "Wall-clock limit of one repetition of one cell, seconds")
+      ->check(CLI::Range(1.0, 1e7));
+  matrix_command_->add_option("--python", m.setup.python, "Interpreter with torch and numpy for the PyTorch peers");
+  matrix_command_->add_option("--peer-script", m.setup.peer_script, "torch_peer.py (default: the source tree's)");
+  matrix_command_->add_flag("--list", list_, "Print the selected cells' ids and exit");
+  matrix_command_->add_option("--table", table_, "Print the README baseline table of this results document and exit");
 }
 
 int BenchCommand::run_parsed(const std::vector<std::string>& argv) {
-  if (command_ == nullptr || !command_->parsed()) return -1;
-  config_.strategy = fsdp::parse_strategy(strategy_);
+  if (command_ != nullptr && command_->parsed()) return run_step(argv);
+  if (matrix_command_ != nullptr && matrix_command_->parsed()) return run_matrix(argv);
+  return -1;
+}
+
+int BenchCommand::run_step(const std::vector<std::string>& argv) {
+  config_.unsharded = strategy_ == "unsharded";
+  if (!config_.unsharded) config_.strategy = fsdp::parse_strategy(strategy_);
   config_.prefetch = !no_prefetch_;
   return run_distributed(argv, dist_, [&](comm::Communicator& comm, const comm::WorldSpec& world) {
     auto cell = harness::run_step_bench(comm, world.local_rank, config_);
@@ -46,6 +87,43 @@ int BenchCommand::run_parsed(const std::vector<std::string>& argv) {
     }
     return 0;
   });
+}
+
+int BenchCommand::run_matrix(const std::vector<std::string>& argv) {
+  if (!table_.empty()) {
+    std::fputs(results::baseline_table(results::load_results(table_)).c_str(), stdout);
+    return 0;
+  }
+  if (preset_.empty()) throw std::invalid_argument("bench: --preset is required (or --table FILE)");
+  auto cells = harness::with_baselines(harness::filter_cells(harness::preset_cells(preset_), filter_));
+  if (cells.empty()) throw std::invalid_argument("bench: --filter '" + filter_ + "' selects no cell of --preset " + preset_);
+  if (list_) {
+    for (const auto& c : cells) std::printf("%s\n", c.id().c_str());
+    return 0;
+  }
+  if (matrix_out_.empty()) throw std::invalid_argument("bench: --out FILE is required");
+
+  // The parent only launches commands: it never computes with LibTorch itself.
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::string> command = argv;
+  command[0] = "fsdpp";
+  auto doc = results::new_document(command, preset_);
+  auto outcomes = harness::run_matrix(cells, matrix_);
+  doc["cells"] = harness::results_cells(outcomes);
+  results::write_results(matrix_out_, doc);
+  std::string where = matrix_out_;
+  if (!history_.empty()) where += " and " + results::append_to_history(history_, doc).string();
+
+  int ok = 0, unavailable = 0, failed = 0;
+  for (const auto& o : outcomes) (o.status == "ok" ? ok : o.status == "unavailable" ? unavailable : failed)++;
+  const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (results::has_baseline_cells(doc)) std::printf("\n%s\n", results::baseline_table(doc).c_str());
+  for (const auto& o : outcomes)
+    if (o.status == "failed") std::fprintf(stderr, "bench: FAILED %s: %s\n", o.cell.id().c_str(), o.reason.c_str());
+  std::printf("bench: %zu cells (%d ok, %d unavailable, %d failed) in %.0f s; wrote %s\n", outcomes.size(), ok,
+              unavailable, failed, wall_s, where.c_str());
+  std::fflush(stdout);
+  return failed > 0 ? 1 : 0;
 }
 
 }  // namespace fsdpp::cli

@@ -14,6 +14,7 @@
 #include "harness/cli/data_commands.h"
 #include "harness/cli/distributed.h"
 #include "harness/cli/model_commands.h"
+#include "harness/cli/results_commands.h"
 #include "harness/cli/train_command.h"
 #include "harness/equiv/equivalence.h"
 #include "harness/launch/run_ranks.h"
@@ -154,6 +155,8 @@ int main(int argc, char** argv) {
   bench_command.add_to(app);
   fsdpp::cli::CheckpointCommands checkpoint_commands;
   checkpoint_commands.add_to(app);
+  fsdpp::cli::ResultsCommands results_commands;
+  results_commands.add_to(app);
 
   try {
     args = train_command.expand_config(args);
@@ -163,7 +166,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help
     std::fprintf(stderr, "fsdpp: error: %s\n", e.what());
-    return e.get_exit_code();
+    return results_commands.parse_error_code(e.get_exit_code());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fsdpp: error: %s\n", e.what());
     return 2;
@@ -178,6 +181,7 @@ int main(int argc, char** argv) {
     if (int code = train_command.run_parsed(args); code >= 0) return code;
     if (int code = bench_command.run_parsed(args); code >= 0) return code;
     if (int code = checkpoint_commands.run_parsed(); code >= 0) return code;
+    if (int code = results_commands.run_parsed(); code >= 0) return code;
     if (eq->parsed())
       return fsdpp::cli::run_distributed(args, equiv.dist, [&](fsdpp::comm::Communicator& comm, const auto&) {
         return equiv_rank(equiv, comm);

@@ -56,7 +56,9 @@ void TrainCommand::add_to(CLI::App& app) {
   t->add_flag("--sync-module-states", c.sync_module_states,
               "Rank 0 loads the full model and broadcasts it (default: each rank reads only its rows)");
   t->add_option("--device", c.device, "cpu, cuda (rank r on GPU local_rank % GPUs) or cuda:N");
-  t->add_flag("--deterministic", c.deterministic, "Deterministic kernels: identical runs give identical bits");
+  t->add_flag("--deterministic", c.deterministic,
+              "Deterministic kernels, one thread per rank, world-size-invariant reduction: identical bits on any "
+              "number of ranks (same --batch-size and global batch)");
   t->add_flag("--no-shuffle", no_shuffle_, "Windows in file order (see README: data order)");
   t->add_option("--eval-max-windows", c.eval_max_windows, "Score at most this many eval windows (0: all)");
   t->add_option("--save-dir", c.save_dir, "Parent of the run directory");
@@ -123,6 +125,9 @@ void TrainCommand::finish_config() {
 int TrainCommand::run_parsed(const std::vector<std::string>& argv) {
   if (command_ == nullptr || !command_->parsed()) return -1;
   finish_config();
+  // Reductions inside kernels (bias gradients, LayerNorm) may depend on the intra-op
+  // thread count, which defaults to cores / ranks: one thread per rank on any world size.
+  if (config_.deterministic) dist_.threads = 1;
   train::preflight(config_);  // before launching ranks: bad input is one line from the launcher
   return run_distributed(argv, dist_, [&](comm::Communicator& comm, const comm::WorldSpec& world) {
     auto result = train::train(comm, config_, world.local_rank);

@@ -438,6 +438,71 @@ TEST(Resharding, ACheckpointOfFourRanksContinuesOnTwoThreeAndOne) {
   }
 }
 
+// Losses and gradient norms of a run by step (a resumed run logs a step twice when it
+// was killed after a checkpoint older than its last logged step; the rerun's record wins).
+std::map<int64_t, std::pair<double, double>> loss_and_norm_by_step(const TrainRun& run) {
+  std::map<int64_t, std::pair<double, double>> out;
+  for (const auto& t : run.train)
+    out[t["step"].get<int64_t>()] = {t["loss"].get<double>(), t["grad_norm"].get<double>()};
+  return out;
+}
+
+// Resharding in deterministic mode (issue 7, must-show 2): with the same --batch-size and
+// global batch, --deterministic's world-size-invariant reduction folds the same chunk
+// gradients in the same order on any number of ranks, so a checkpoint of 4 ranks
+// continues on 2, 3 or 1 with the losses, gradient norms (clipping on) and exported
+// weights of the uninterrupted 4-rank run, bit for bit. 12 windows per step of 1 window
+// per rank and micro-step: 4 x 3 = 3 x 4 = 2 x 6 = 1 x 12.
+TEST(Resharding, InDeterministicModeACheckpointOfFourRanksContinuesBitwiseOnTwoThreeAndOne) {
+  TempDir dir;
+  const auto data = write_markov_tokens(dir, 6000, 64).string();
+  const std::string common = "--deterministic --from-scratch --model-size tiny --vocab-size 64 --seq-len 16 "
+                             "--batch-size 1 --max-steps 4 --ckpt-freq 2 --lr 3e-3 --adam-eps 1e-6 --grad-clip 0.5 "
+                             "--data " + data;
+  const std::string four = "--nproc 4 --grad-accum-steps 3 " + common;
+  auto straight = train(dir, "straight", four);
+  ASSERT_EQ(straight.code, 0) << straight.output;
+  ASSERT_EQ(straight.train.size(), 4u);
+  for (const auto& [nproc, accum] : std::vector<std::pair<int, int>>{{2, 6}, {3, 4}, {1, 12}}) {
+    SCOPED_TRACE(std::to_string(nproc) + " ranks");
+    const std::string name = "on" + std::to_string(nproc);
+    auto [code, output] = run_shell("FSDPP_KILL_AFTER_STEP=2 " + kFsdpp + " train --save-dir " + dir.path().string() +
+                                    " --experiment-name " + name + " " + four);
+    ASSERT_NE(code, 0) << output;
+    auto resumed = train(dir, name, "--nproc " + std::to_string(nproc) + " --grad-accum-steps " +
+                                        std::to_string(accum) + " " + common);
+    ASSERT_EQ(resumed.code, 0) << resumed.output;
+    EXPECT_EQ(resumed.run["start_step"], 2);
+    EXPECT_EQ(loss_and_norm_by_step(resumed), loss_and_norm_by_step(straight));
+    EXPECT_EQ(file_bytes(dir / name / "hf" / "model.safetensors"),
+              file_bytes(dir / "straight" / "hf" / "model.safetensors"));
+  }
+}
+
+// The same world-size invariance across strategies, from scratch: FULL_SHARD and NO_SHARD
+// on 4 ranks and HYBRID_SHARD on a 2 x 2 mesh train bit for bit like one rank
+// accumulating the 4 chunks.
+TEST(TrainCommand, InDeterministicModeFourRanksOfEveryStrategyGiveTheOneRankBits) {
+  TempDir dir;
+  const auto data = write_markov_tokens(dir, 4000, 64).string();
+  const std::string common = "--deterministic --from-scratch --model-size tiny --vocab-size 64 --seq-len 16 "
+                             "--batch-size 2 --max-steps 3 --lr 3e-3 --grad-clip 0.5 --data " + data;
+  auto one = train(dir, "one", "--nproc 1 --grad-accum-steps 4 " + common);
+  ASSERT_EQ(one.code, 0) << one.output;
+  ASSERT_EQ(one.train.size(), 3u);
+  for (const std::string strategy : {"full_shard", "hybrid_shard --hybrid-shard-size 2", "no_shard"}) {
+    SCOPED_TRACE(strategy);
+    const std::string name = strategy.substr(0, strategy.find(' '));
+    auto four = train(dir, name, "--nproc 4 --strategy " + strategy + " " + common);
+    ASSERT_EQ(four.code, 0) << four.output;
+    EXPECT_EQ(loss_and_norm_by_step(four), loss_and_norm_by_step(one));
+    EXPECT_EQ(file_bytes(dir / name / "hf" / "model.safetensors"), file_bytes(dir / "one" / "hf" / "model.safetensors"));
+    // The gradient slices travel as one all-to-all per unit and micro-step, no reduce-scatter.
+    EXPECT_GT(four.train[0]["comm_bytes_sent"]["all_to_all"].get<int64_t>(), 0);
+    EXPECT_EQ(four.train[0]["comm_bytes_sent"]["reduce_scatter"].get<int64_t>(), 0);
+  }
+}
+
 // --device cuda: the same run on the GPU as on the CPU, within fp32 round-off (cuBLAS and
 // the CPU BLAS sum in different orders; TF32 is off by default in LibTorch), and a run
 // killed after step 2 continues bitwise from its checkpoint on the GPU too.

@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# A/A and injected-slowdown trials of the regression gate (`fsdpp results compare`).
+#
+# Each trial runs the same benchmark cell(s) three times with `fsdpp bench`: A, A again,
+# and A with --inject-delay-pct P (fsdpp cells sleep P% of each step inside the timed
+# region). It then compares A' against A (an alarm there is a false alarm) and the slowed
+# run against A (an alarm there is a detection). Prints the A/A false-alarm rate and the
+# detection rate and writes them, with every trial's outcome, as JSON (format
+# "fsdpp.gate-trials" version 1, results/README.md).
+#
+# Usage: ci/gate_trials.sh [--fsdpp BIN] [--trials T] [--filter REGEX] [--preset NAME]
+#          [--delay-pct P] [--repetitions R] [--alpha A] [--min-effect F] [--out DIR]
+#          [--json FILE]
+#   --fsdpp        the fsdpp binary (default: build/fsdpp of this checkout)
+#   --trials       trials (default 10)
+#   --filter       cells of the preset to run (default: the gpt2-tiny full_shard cell;
+#                  `fsdpp bench` adds the unsharded baseline it needs)
+#   --preset       default smoke
+#   --delay-pct    injected slowdown, percent of each step (default 15)
+#   --repetitions  passed to `fsdpp bench` (default: its own)
+#   --alpha, --min-effect  passed to `fsdpp results compare` (default: its own)
+#   --out          keep every document and report here (default: a temporary directory)
+#   --json         the summary (default: OUT/gate_trials.json)
+# Exit code: 0 when the trials ran (whatever the rates), 2 on a failed run or bad input.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")/.." && pwd)
+fsdpp="$here/build/fsdpp"
+trials=10
+filter='^gpt2-tiny/fsdp-full_shard/fp32/n2/pf1-ac0-off0-det0$'
+preset=smoke
+delay_pct=15
+repetitions=""
+compare_flags=()
+out=""
+json=""
+while (($#)); do
+  case "$1" in
+    --fsdpp) fsdpp=$2; shift 2 ;;
+    --trials) trials=$2; shift 2 ;;
+    --filter) filter=$2; shift 2 ;;
+    --preset) preset=$2; shift 2 ;;
+    --delay-pct) delay_pct=$2; shift 2 ;;
+    --repetitions) repetitions=$2; shift 2 ;;
+    --alpha) compare_flags+=(--alpha "$2"); shift 2 ;;
+    --min-effect) compare_flags+=(--min-effect "$2"); shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    --json) json=$2; shift 2 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "gate_trials.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+[ -x "$fsdpp" ] || { echo "gate_trials.sh: $fsdpp: not an executable (--fsdpp BIN)" >&2; exit 2; }
+[[ "$trials" =~ ^[1-9][0-9]*$ ]] || { echo "gate_trials.sh: --trials $trials: expected a positive integer" >&2; exit 2; }
+if [ -z "$out" ]; then
+  out=$(mktemp -d "${TMPDIR:-/tmp}/gate_trials.XXXXXX")
+  keep=0
+else
+  mkdir -p "$out"
+  keep=1
+fi
+json=${json:-$out/gate_trials.json}
+
+bench() {  # bench OUT_FILE [extra flags...]
+  local file=$1
+  shift
+  local flags=(bench --preset "$preset" --filter "$filter" --out "$file")
+  [ -n "$repetitions" ] && flags+=(--repetitions "$repetitions")
+  if ! "$fsdpp" "${flags[@]}" "$@" >"$file.log" 2>&1; then
+    echo "gate_trials.sh: fsdpp bench failed, see $file.log:" >&2
+    tail -n 5 "$file.log" >&2
+    exit 2
+  fi
+}
+
+compare() {  # compare NEW BASELINE REPORT_PREFIX -> prints the exit code (0 or 1)
+  local code=0
+  "$fsdpp" results compare "$1" --baseline "$2" "${compare_flags[@]}" --markdown "$3.md" --json "$3.json" \
+    >"$3.log" 2>&1 || code=$?
+  if [ "$code" -ne 0 ] && [ "$code" -ne 1 ]; then
+    echo "gate_trials.sh: fsdpp results compare exited $code:" >&2
+    cat "$3.log" >&2
+    exit 2
+  fi
+  echo "$code"
+}
+
+false_alarms=0
+detections=0
+rows=""
+start=$(date +%s)
+for ((t = 1; t <= trials; t++)); do
+  dir="$out/trial-$t"
+  mkdir -p "$dir"
+  bench "$dir/a.json"
+  bench "$dir/a2.json"
+  bench "$dir/slow.json" --inject-delay-pct "$delay_pct"
+  aa=$(compare "$dir/a2.json" "$dir/a.json" "$dir/aa")
+  slow=$(compare "$dir/slow.json" "$dir/a.json" "$dir/slow")
+  false_alarms=$((false_alarms + aa))
+  detections=$((detections + slow))
+  echo "trial $t/$trials: A/A $([ "$aa" -eq 1 ] && echo ALARM || echo quiet), +${delay_pct}% $([ "$slow" -eq 1 ] && echo detected || echo MISSED) ($(($(date +%s) - start)) s)"
+  rows+="${rows:+,}{\"trial\": $t, \"aa_alarm\": $([ "$aa" -eq 1 ] && echo true || echo false), \"slowdown_detected\": $([ "$slow" -eq 1 ] && echo true || echo false)}"
+done
+
+rate() { awk -v n="$1" -v d="$2" 'BEGIN { printf "%.4f", n / d }'; }
+aa_rate=$(rate "$false_alarms" "$trials")
+detection_rate=$(rate "$detections" "$trials")
+filter_json=$(printf '%s' "$filter" | sed 's/\\/\\\\/g; s/"/\\"/g')
+cat >"$json" <<EOF
+{
+  "format": "fsdpp.gate-trials",
+  "version": 1,
+  "preset": "$preset",
+  "filter": "$filter_json",
+  "trials": $trials,
+  "delay_pct": $delay_pct,
+  "compare_flags": "${compare_flags[*]}",
+  "aa_false_alarms": $false_alarms,
+  "aa_false_alarm_rate": $aa_rate,
+  "detections": $detections,
+  "detection_rate": $detection_rate,
+  "per_trial": [$rows]
+}
+EOF
+echo "gate trials: A/A false-alarm rate $aa_rate ($false_alarms/$trials), detection rate of +${delay_pct}% $detection_rate ($detections/$trials); wrote $json"
+if [ "$keep" -eq 0 ] && [[ "$json" != "$out"/* ]]; then rm -rf "$out"; fi

@@ -1,0 +1,231 @@
+#include "harness/bench/cell_result.h"
+
+#include <algorithm>
+#include <map>
+#include <optional>
+
+#include "harness/results/stats.h"
+
+namespace fsdpp::harness {
+
+namespace {
+
+using json = nlohmann::json;
+
+json metric(std::optional<double> value, const char* unit, const char* better) {
+  return {{"value", value ? json(*value) : json(nullptr)}, {"unit", unit}, {"better", better}};
+}
+
+json sample(const std::vector<double>& values, const char* unit, const char* better) {
+  return {{"unit", unit}, {"better", better}, {"values", values}};
+}
+
+std::optional<double> number_at(const json& j, const json::json_pointer& p) {
+  if (!j.contains(p)) return std::nullopt;
+  const auto& v = j.at(p);
+  if (!v.is_number()) return std::nullopt;
+  return v.get<double>();
+}
+
+std::optional<double> median_of(const std::vector<std::optional<double>>& values) {
+  std::vector<double> present;
+  for (const auto& v : values)
+    if (v) present.push_back(*v);
+  if (present.empty()) return std::nullopt;
+  return results::median(present);
+}
+
+std::optional<double> max_of(const std::vector<std::optional<double>>& values) {
+  std::optional<double> out;
+  for (const auto& v : values)
+    if (v && (!out || *v > *out)) out = v;
+  return out;
+}
+
+// Per repetition, a number from the repetition's record.
+std::vector<std::optional<double>> per_repetition(const CellOutcome& o, const std::string& pointer) {
+  std::vector<std::optional<double>> out;
+  for (const auto& r : o.repetitions) out.push_back(number_at(r.record, json::json_pointer(pointer)));
+  return out;
+}
+
+// The largest rank's peak memory in one repetition of a peer (torch_peer.py's record).
+std::optional<double> peer_peak_bytes(const json& record, const std::string& device) {
+  if (!record.contains("memory") || !record["memory"].contains("per_rank")) return std::nullopt;
+  const char* key = device == "cuda" ? "max_memory_allocated_bytes" : "peak_rss_measured_bytes";
+  std::optional<double> out;
+  for (const auto& rank : record["memory"]["per_rank"]) {
+    if (!rank.contains(key) || !rank[key].is_number()) return std::nullopt;  // a rank unmeasured: unknown
+    double v = rank[key].get<double>();
+    if (!out || v > *out) out = v;
+  }
+  return out;
+}
+
+struct Measured {
+  std::vector<double> step_ms;       // pooled
+  std::vector<double> tokens_per_s;  // per repetition
+  double step_ms_median = 0;
+  double tokens_per_s_median = 0;
+};
+
+Measured measure(const CellOutcome& o) {
+  Measured m;
+  const double tokens_per_step = static_cast<double>(o.cell.global_batch() * o.cell.model.seq_len);
+  for (size_t r = 0; r < o.repetitions.size(); ++r) {
+    const auto& steps = o.repetitions[r].step_ms;
+    m.step_ms.insert(m.step_ms.end(), steps.begin(), steps.end());
+    m.tokens_per_s.push_back(tokens_per_step * static_cast<double>(steps.size()) / o.repetition_seconds.at(r));
+  }
+  m.step_ms_median = results::median(m.step_ms);
+  m.tokens_per_s_median = results::median(m.tokens_per_s);
+  return m;
+}
+
+json config_of(const CellOutcome& o, std::optional<double> parameters) {
+  const auto& c = o.cell;
+  json config = {{"model_type", c.model.model_type},
+                 {"model_size", c.model.size},
+                 {"parameters", parameters ? json(static_cast<int64_t>(*parameters)) : json(nullptr)},
+                 {"vocab_size", c.model.vocab_size},
+                 {"seq_len", c.model.seq_len},
+                 {"batch_per_rank", c.batch_per_rank},
+                 {"global_batch", c.global_batch()},
+                 {"world_size", c.world_size},
+                 {"strategy", c.strategy},
+                 {"mixed_precision", c.mixed_precision},
+                 {"prefetch", c.prefetch},
+                 {"activation_checkpointing", c.activation_checkpointing},
+                 {"cpu_offload", c.cpu_offload},
+                 {"deterministic", c.deterministic},
+                 {"warmup_steps", c.model.warmup_steps},
+                 {"timed_steps", c.model.timed_steps},
+                 {"repetitions", o.repetitions_requested},
+                 {"device", o.device},
+                 {"threads_per_rank", o.threads_per_rank},
+                 {"injected_delay_pct", o.injected_delay_pct}};
+  for (const auto& r : o.repetitions) {
+    if (r.record.contains(json::json_pointer("/config/hybrid_shard_size")) && c.strategy.rfind("hybrid", 0) == 0) {
+      config["hybrid_shard_size"] = r.record["config"]["hybrid_shard_size"];
+      break;
+    }
+  }
+  return config;
+}
+
+}  // namespace
+
+json results_cells(const std::vector<CellOutcome>& outcomes) {
+  // What comparisons need from other cells: step time and tokens/s of ok cells by id,
+  // parameters and FLOPs per token by model.
+  std::map<std::string, Measured> measured;
+  std::map<std::string, double> parameters_by_model, flops_per_token_by_model;
+  for (const auto& o : outcomes) {
+    if (o.status != "ok") continue;
+    measured[o.cell.id()] = measure(o);
+    for (const auto& r : o.repetitions) {
+      if (auto p = number_at(r.record, json::json_pointer("/parameters"))) parameters_by_model[o.cell.model.name()] = *p;
+      if (o.cell.system == System::Fsdpp)
+        if (auto f = number_at(r.record, json::json_pointer("/model_flops_per_token")))
+          flops_per_token_by_model[o.cell.model.name()] = *f;
+    }
+  }
+  auto lookup = [](const std::map<std::string, double>& m, const std::string& key) -> std::optional<double> {
+    auto it = m.find(key);
+    return it == m.end() ? std::nullopt : std::optional<double>(it->second);
+  };
+
+  json cells = json::array();
+  for (const auto& o : outcomes) {
+    const auto& c = o.cell;
+    json cell = {{"id", c.id()},
+                 {"system", to_string(c.system)},
+                 {"config", config_of(o, lookup(parameters_by_model, c.model.name()))},
+                 {"status", o.status},
+                 {"samples", json::object()},
+                 {"metrics", json::object()}};
+    if (o.status != "ok") {
+      cell["reason"] = o.reason;
+      cells.push_back(cell);
+      continue;
+    }
+    const Measured& m = measured.at(c.id());
+    const double ranks = c.world_size;
+    auto& samples = cell["samples"];
+    auto& metrics = cell["metrics"];
+    samples["step_ms"] = sample(m.step_ms, "ms", "lower");
+    samples["tokens_per_s"] = sample(m.tokens_per_s, "tokens/s", "higher");
+    if (o.injected_delay_pct > 0) {  // rank 0's requested sleep inside each timed step
+      std::vector<double> injected;
+      for (const auto& r : o.repetitions)
+        if (r.record.contains("injected_delay_ms"))
+          for (const auto& v : r.record["injected_delay_ms"]) injected.push_back(v.get<double>());
+      samples["injected_delay_ms"] = sample(injected, "ms", "none");
+    }
+    metrics["step_ms_median"] = metric(m.step_ms_median, "ms", "lower");
+    metrics["step_ms_min"] = metric(*std::min_element(m.step_ms.begin(), m.step_ms.end()), "ms", "lower");
+    metrics["step_ms_iqr"] = metric(results::iqr(m.step_ms), "ms", "lower");
+    metrics["step_ms_cv"] = metric(results::cv(m.step_ms), "fraction", "lower");
+    metrics["tokens_per_s"] = metric(m.tokens_per_s_median, "tokens/s", "higher");
+
+    std::optional<double> flops_per_token = lookup(flops_per_token_by_model, c.model.name());
+    std::optional<double> achieved, peak, peak_bytes;
+    if (flops_per_token) achieved = *flops_per_token * m.tokens_per_s_median / ranks;
+    std::vector<std::optional<double>> peak_bytes_per_rep;
+    if (c.system == System::Fsdpp) {
+      peak = median_of(per_repetition(o, "/matmul_peak_flops_per_s"));
+      peak_bytes_per_rep = per_repetition(o, "/memory_bytes/max_over_ranks/peak_allocated");
+    } else {
+      peak = median_of(per_repetition(o, "/matmul_peak/flops_per_s"));
+      for (const auto& r : o.repetitions) peak_bytes_per_rep.push_back(peer_peak_bytes(r.record, o.device));
+    }
+    peak_bytes = max_of(peak_bytes_per_rep);
+    if (std::all_of(peak_bytes_per_rep.begin(), peak_bytes_per_rep.end(), [](const auto& v) { return v.has_value(); })) {
+      std::vector<double> values;
+      for (const auto& v : peak_bytes_per_rep) values.push_back(*v);
+      samples["peak_bytes_per_rank"] = sample(values, "bytes", "lower");
+    }
+    metrics["achieved_flops_per_s"] = metric(achieved, "FLOP/s per rank", "higher");
+    metrics["matmul_peak_flops_per_s"] = metric(peak, "FLOP/s per rank", "none");
+    metrics["mfu"] = metric(achieved && peak && *peak > 0 ? std::optional<double>(*achieved / *peak) : std::nullopt,
+                            "fraction", "higher");
+    metrics["peak_bytes_per_rank"] = metric(peak_bytes, "bytes", "lower");
+
+    if (c.system == System::Fsdpp) {
+      metrics["persistent_bytes_per_rank"] =
+          metric(median_of(per_repetition(o, "/memory_bytes/max_over_ranks/persistent_between_steps")), "bytes",
+                 "lower");
+      for (const char* kind : {"all_gather", "reduce_scatter", "all_reduce"})
+        metrics[std::string("comm_bytes_per_step_") + kind] =
+            metric(median_of(per_repetition(o, std::string("/comm/") + kind + "/bytes_sent_per_step")), "bytes",
+                   "lower");
+      metrics["comm_ms_per_step"] = metric(median_of(per_repetition(o, "/comm_ms_per_step")), "ms", "lower");
+      double busy = 0, exposed = 0;
+      for (const auto& r : o.repetitions) {
+        busy += number_at(r.record, json::json_pointer("/comm_ms_per_step")).value_or(0);
+        exposed += number_at(r.record, json::json_pointer("/exposed_comm_ms_per_step")).value_or(0);
+      }
+      metrics["exposed_comm_fraction"] =
+          metric(busy > 0 ? std::optional<double>(exposed / busy) : std::nullopt, "fraction", "lower");
+
+      std::optional<double> overhead;
+      if (auto base = unsharded_baseline(c)) {
+        auto it = measured.find(base->id());
+        if (it != measured.end()) overhead = m.step_ms_median / it->second.step_ms_median;
+      }
+      metrics["overhead_vs_unsharded"] = metric(overhead, "ratio", "lower");
+      std::optional<double> vs_ddp, vs_single;
+      for (const auto& peer : outcomes) {
+        if (peer.status != "ok" || !peer_matches(peer.cell, c)) continue;
+        double ratio = m.tokens_per_s_median / measured.at(peer.cell.id()).tokens_per_s_median;
+        (peer.cell.system == System::PytorchDdp ? vs_ddp : vs_single) = ratio;
+      }
+      metrics["tokens_per_s_ratio_vs_pytorch_ddp"] = metric(vs_ddp, "ratio", "higher");
+      metrics["tokens_per_s_ratio_vs_pytorch_single"] = metric(vs_single, "ratio", "higher");
+    }
+    cells.push_back(cell);
+  }
+  return cells;
+}
+
+}  // namespace fsdpp::harness

@@ -1,0 +1,197 @@
+#include "harness/bench/cell_run.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <sstream>
+
+#include "core/compat/torch_compat.h"
+#include "core/io/atomic_file.h"
+#include "core/models/presets.h"
+#include "core/runtime/capabilities.h"
+#include "core/runtime/threads.h"
+#include "harness/launch/launcher.h"
+#include "harness/testing/temp_dir.h"
+
+#ifndef FSDPP_PEER_SCRIPT
+#define FSDPP_PEER_SCRIPT "harness/peers/torch_peer.py"
+#endif
+
+namespace fsdpp::harness {
+
+namespace {
+
+std::string shell_quote(const std::string& arg) {
+  std::string out = "'";
+  for (char ch : arg) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return out + "'";
+}
+
+std::string number(double v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
+std::string last_lines(const std::string& text, size_t lines) {
+  size_t pos = text.size();
+  while (pos > 0 && text[pos - 1] == '\n') --pos;
+  size_t end = pos;
+  for (size_t seen = 0; pos > 0; --pos) {
+    if (text[pos - 1] == '\n' && ++seen == lines) break;
+  }
+  return text.substr(pos, end - pos);
+}
+
+// Whether `python` imports torch and numpy: nullopt if so, else why not. Asked once per
+// interpreter.
+std::optional<std::string> python_problem(const std::string& python) {
+  static std::mutex mu;
+  static std::map<std::string, std::optional<std::string>> known;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = known.find(python);
+  if (it != known.end()) return it->second;
+  auto [code, output] = run_shell(shell_quote(python) + " -c 'import torch, numpy'");
+  std::optional<std::string> problem;
+  if (code != 0) {
+    std::string detail = last_lines(output, 1);
+    problem = "no Python with torch and numpy at " + python + (detail.empty() ? "" : " (" + detail + ")") +
+              "; Debian: apt-get install python3-torch python3-numpy";
+  }
+  known[python] = problem;
+  return problem;
+}
+
+std::string peer_script(const CellRunSetup& setup) {
+  return setup.peer_script.empty() ? std::string(FSDPP_PEER_SCRIPT) : setup.peer_script;
+}
+
+std::string peer_mode(System system) {
+  switch (system) {
+    case System::PytorchSingle: return "single";
+    case System::PytorchDdp: return "ddp";
+    case System::PytorchFsdp2: return "fsdp2";
+    case System::Fsdpp: break;
+  }
+  throw std::logic_error("peer_mode: fsdpp is not a peer");
+}
+
+nlohmann::json read_json_file(const std::filesystem::path& file) {
+  std::ifstream in(file);
+  if (!in) throw std::runtime_error(file.string() + ": cannot read");
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw std::runtime_error(file.string() + ": not JSON: " + e.what());
+  }
+}
+
+}  // namespace
+
+int threads_per_rank(const BenchCell& cell, const CellRunSetup& setup) {
+  int cores = setup.cores > 0 ? setup.cores : runtime::available_cores();
+  int threads = std::max(1, cores / std::max(1, cell.world_size));
+  // Host threads feed a GPU; more than a few only contend (harness/peers/README.md).
+  if (setup.device == "cuda") threads = std::min(threads, 4);
+  return threads;
+}
+
+std::optional<std::string> unavailable_reason(const BenchCell& cell, const CellRunSetup& setup) {
+  if (cell.system == System::Fsdpp) {
+    if (cell.mixed_precision == "fp16" && setup.device == "cpu" && !runtime::cpu_has_fp16_kernels())
+      return std::string("LibTorch ") + compat::torch_version_string() +
+             " has no fp16 CPU kernels (matmul and LayerNorm are \"not implemented for 'Half'\"); fp16 runs on CUDA";
+    return std::nullopt;
+  }
+  if (cell.mixed_precision == "fp16")
+    return "torch_peer.py trains in fp32 or bf16 (autocast, or FSDP2's bf16 parameters); it has no fp16 mode";
+  return python_problem(setup.python);
+}
+
+std::vector<std::string> cell_command(const BenchCell& cell, const CellRunSetup& setup,
+                                      const std::filesystem::path& record_file,
+                                      const std::filesystem::path& model_config_file) {
+  const std::string n = std::to_string(cell.world_size), threads = std::to_string(threads_per_rank(cell, setup));
+  const auto& m = cell.model;
+  std::vector<std::string> argv;
+  if (cell.system == System::Fsdpp) {
+    argv = {setup.fsdpp_binary.empty() ? self_executable() : setup.fsdpp_binary,
+            "bench-step",
+            "--nproc", n,
+            "--threads", threads,
+            "--budget-s", number(setup.budget_s),
+            "--timeout-s", "600",
+            "--model-type", m.model_type,
+            "--model-size", m.size,
+            "--vocab-size", std::to_string(m.vocab_size),
+            "--batch-size", std::to_string(cell.batch_per_rank),
+            "--seq-len", std::to_string(m.seq_len),
+            "--warmup", std::to_string(m.warmup_steps),
+            "--steps", std::to_string(m.timed_steps),
+            "--device", setup.device,
+            "--mixed-precision", cell.mixed_precision,
+            "--strategy", cell.strategy,
+            "--inject-delay-pct", number(setup.inject_delay_pct),
+            "--seed", "0",
+            "--out", record_file.string()};
+    if (cell.activation_checkpointing) argv.push_back("--activation-checkpointing");
+    if (cell.cpu_offload) argv.push_back("--cpu-offload");
+    if (!cell.prefetch && !cell.is_unsharded()) argv.push_back("--no-prefetch");
+    if (cell.deterministic) argv.push_back("--deterministic");
+    return argv;
+  }
+  argv = {setup.python, peer_script(setup), "--mode", peer_mode(cell.system)};
+  if (cell.system != System::PytorchSingle) argv.insert(argv.end(), {"--nproc", n, "--budget-s", number(setup.budget_s)});
+  argv.insert(argv.end(), {"--model-config", model_config_file.string(),
+                           "--batch-size", std::to_string(cell.batch_per_rank),
+                           "--seq-len", std::to_string(m.seq_len),
+                           "--warmup", std::to_string(m.warmup_steps),
+                           "--steps", std::to_string(m.timed_steps),
+                           "--lr", "3e-4", "--lr-schedule", "constant", "--weight-decay", "0.1", "--grad-clip", "1.0",
+                           "--mixed-precision", cell.mixed_precision,
+                           "--threads", threads,
+                           "--device", setup.device,
+                           "--seed", "0",
+                           "--matmul-peak",
+                           "--out", record_file.string()});
+  if (cell.activation_checkpointing) argv.push_back("--activation-checkpointing");
+  return argv;
+}
+
+RepetitionResult run_cell_once(const BenchCell& cell, const CellRunSetup& setup, const std::filesystem::path& work_dir) {
+  const auto record_file = work_dir / "record.json", config_file = work_dir / "config.json";
+  std::filesystem::remove(record_file);
+  if (cell.system != System::Fsdpp)
+    io::write_file_atomic(config_file,
+                          models::from_scratch_config(cell.model.model_type, cell.model.size, cell.model.vocab_size)
+                                  .dump(2) +
+                              "\n");
+  std::string command;
+  for (const auto& arg : cell_command(cell, setup, record_file, config_file))
+    command += (command.empty() ? "" : " ") + shell_quote(arg);
+  // The launchers bound their ranks by --budget-s; `timeout` bounds the launcher itself
+  // (and pytorch_single, which has no launcher), a little later.
+  const int limit_s = static_cast<int>(std::ceil(setup.budget_s)) + 60;
+  auto [code, output] = run_shell("timeout -k 10 " + std::to_string(limit_s) + " " + command);
+  if (code == 3 && cell.system == System::PytorchFsdp2 && std::filesystem::exists(record_file)) {
+    auto record = read_json_file(record_file);
+    throw CellUnavailable(record.value("reason", std::string("torch_peer.py: fsdp2 not available")));
+  }
+  if (code != 0)
+    throw std::runtime_error(cell.id() + ": exit status " + std::to_string(code) +
+                             (code == 124 ? " (over the budget of " + number(setup.budget_s) + " s)" : "") + ": " +
+                             command + "\n" + last_lines(output, 15));
+  RepetitionResult result;
+  result.record = read_json_file(record_file);
+  if (!result.record.contains("step_ms") || !result.record["step_ms"].is_array())
+    throw std::runtime_error(cell.id() + ": " + record_file.string() + " has no step_ms");
+  result.step_ms = result.record["step_ms"].get<std::vector<double>>();
+  if (static_cast<int>(result.step_ms.size()) != cell.model.timed_steps)
+    throw std::runtime_error(cell.id() + ": " + std::to_string(result.step_ms.size()) + " timed steps, expected " +
+                             std::to_string(cell.model.timed_steps));
+  return result;
+}
+
+}  // namespace fsdpp::harness

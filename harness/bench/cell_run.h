@@ -1,0 +1,68 @@
+// One repetition of one benchmark cell, run as a separate command so that every repetition
+// starts from a fresh process (no allocator, thread-pool or CUDA state carried over, and
+// the parent never initialises CUDA or OpenMP before it forks):
+//   fsdpp cells   `fsdpp bench-step --nproc N ...` (harness/bench/step_bench.h)
+//   peer cells    `/usr/bin/python3 harness/peers/torch_peer.py --mode single|ddp|fsdp2 ...`
+//                 (harness/peers/README.md), same model config, batch, sequence length,
+//                 warm-up and timed steps, AdamW (lr 3e-4, weight decay 0.1 on 2-D+
+//                 parameters, constant LR), grad clip 1.0, random tokens, seed 0.
+// Threads: a cell on N ranks gives each rank floor(cores / N) (at least 1); a
+// single-process cell (unsharded, pytorch_single) all cores.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "harness/bench/matrix.h"
+
+namespace fsdpp::harness {
+
+struct CellRunSetup {
+  std::string device = "cpu";     // cpu or cuda
+  double inject_delay_pct = 0;    // fsdpp cells only (bench-step --inject-delay-pct)
+  std::string fsdpp_binary;       // empty: this executable
+  std::string python = "/usr/bin/python3";
+  std::string peer_script;        // empty: <source tree>/harness/peers/torch_peer.py
+  double budget_s = 1800;         // wall-clock limit of one repetition (all its ranks)
+  int cores = 0;                  // 0: runtime::available_cores()
+};
+
+// The repetition's record: "fsdpp.bench-cell" (fsdpp) or "fsdpp.torch_peer" (peers), and
+// every timed step's time, the slowest rank's, ms.
+struct RepetitionResult {
+  std::vector<double> step_ms;
+  nlohmann::json record;
+};
+
+// Thrown by run_cell_once when the system says it cannot run this cell here (the PyTorch
+// peer's exit code 3: FSDP2 not available); what() is its reason.
+class CellUnavailable : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+int threads_per_rank(const BenchCell& cell, const CellRunSetup& setup);
+
+// Why `cell` cannot run here, known before running it: fp16 fsdpp cells on a CPU whose
+// LibTorch has no fp16 kernels (runtime/capabilities.h), fp16 peer cells (the peer trains
+// in fp32 or bf16 only), peer cells without an interpreter that imports torch and numpy.
+// nullopt: try it.
+std::optional<std::string> unavailable_reason(const BenchCell& cell, const CellRunSetup& setup);
+
+// The command line of one repetition, writing its record to `record_file`; peers read the
+// model's config.json from `model_config_file` (written by run_cell_once).
+std::vector<std::string> cell_command(const BenchCell& cell, const CellRunSetup& setup,
+                                      const std::filesystem::path& record_file,
+                                      const std::filesystem::path& model_config_file);
+
+// Runs one repetition in `work_dir` (scratch, must exist). Throws CellUnavailable (above),
+// or std::runtime_error with the command's exit status and last output lines when it fails
+// or its record lacks the timed steps.
+RepetitionResult run_cell_once(const BenchCell& cell, const CellRunSetup& setup, const std::filesystem::path& work_dir);
+
+}  // namespace fsdpp::harness

@@ -1,0 +1,42 @@
+// `fsdpp results validate|compare|dashboard|append`: the results documents
+// (harness/results/results_document.h), the regression gate (compare.h) and the dashboard
+// (dashboard.h) from the command line. Exit codes: 0 fine; 1 `compare` found a
+// regression; 2 bad input (flags, files, documents), reported as one line naming it.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "harness/results/compare.h"
+
+namespace fsdpp::cli {
+
+class ResultsCommands {
+ public:
+  void add_to(CLI::App& app);
+  // The exit code of a `results` subcommand if one was parsed, or -1.
+  int run_parsed();
+  // The exit code for a flag parse error: 2 when it happened inside `results`, else `code`.
+  int parse_error_code(int code) const;
+
+ private:
+  int validate() const;
+  int compare() const;
+  int dashboard() const;
+  int append() const;
+
+  CLI::App* group_ = nullptr;
+  CLI::App* validate_ = nullptr;
+  CLI::App* compare_ = nullptr;
+  CLI::App* dashboard_ = nullptr;
+  CLI::App* append_ = nullptr;
+  std::vector<std::string> files_;
+  std::string file_, baseline_, history_, machine_, markdown_, json_, out_;
+  size_t window_ = 5;
+  results::CompareOptions options_;
+};
+
+}  // namespace fsdpp::cli

@@ -1,0 +1,89 @@
+// The regression gate: compares a new fsdpp.results document against a baseline (one
+// earlier document, or the last K documents of history for the same machine, their raw
+// samples pooled per cell and metric). Cells match on (id, system); every metric with raw
+// "samples" is tested with the two-sided Mann-Whitney U test (stats.h). A metric regresses
+// only when BOTH p < alpha AND its median moved in the bad direction (from "better") by at
+// least min_effect of the baseline median: significance alone flags harmless 1% shifts of
+// low-noise cells, effect size alone flags noise. The report formats (Markdown table, JSON
+// "fsdpp.compare" version 1) are specified in results/README.md.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace fsdpp::results {
+
+struct CompareOptions {
+  double alpha = 0.01;       // Mann-Whitney two-sided significance level
+  double min_effect = 0.05;  // smallest relative move of the median that counts (0.05 = 5%)
+  bool allow_other_machine = false;  // compare across machine fingerprints anyway
+  double ci_confidence = 0.95;       // bootstrap CI of the median ratio (reported, not gated)
+  int ci_resamples = 2000;
+  uint64_t ci_seed = 20261122;
+};
+
+enum class Verdict { Regression, Improvement, Unchanged, Missing, New };
+const char* to_string(Verdict verdict);  // "regression", "improvement", ...
+
+// A loaded document and the name errors and reports use for it (a path, usually).
+struct SourcedDocument {
+  nlohmann::json doc;
+  std::string source;
+};
+
+// One metric of one cell. Medians, ratio, CI and p are absent where a side has no samples.
+struct MetricComparison {
+  std::string cell_id, system, metric, unit;
+  std::string better;                  // "lower", "higher" or "none" (never a regression)
+  size_t baseline_n = 0, new_n = 0;    // finite raw samples on each side
+  std::optional<double> baseline_median, new_median;
+  std::optional<double> ratio;         // new median / baseline median
+  std::optional<double> ratio_low, ratio_high;  // bootstrap CI of that ratio
+  std::optional<double> p;             // Mann-Whitney two-sided
+  bool p_exact = false;
+  Verdict verdict = Verdict::Unchanged;
+  std::string note;                    // why a metric is missing, or empty
+};
+
+struct Comparison {
+  SourcedDocument current;             // the new document
+  std::vector<std::string> baseline_sources;
+  std::vector<std::string> baseline_run_ids;
+  std::vector<std::string> baseline_fingerprints;
+  CompareOptions options;
+  // Regressions first, then improvements, missing, new, unchanged; within each, the order
+  // of the cells in the new document (baseline-only cells after them), then metric name.
+  std::vector<MetricComparison> rows;
+
+  size_t count(Verdict verdict) const;
+  bool has_regression() const { return count(Verdict::Regression) > 0; }
+};
+
+// Compares `current` against the pooled samples of `baseline` (one or more documents,
+// validated v1). Throws std::runtime_error "<source>: <what>" when `baseline` is empty,
+// when a baseline document's machine fingerprint differs from current's and
+// !options.allow_other_machine, or when a metric's unit or direction differs between them.
+Comparison compare_documents(const SourcedDocument& current, const std::vector<SourcedDocument>& baseline,
+                             const CompareOptions& options);
+
+// The last `window` documents of load_history(history_dir, current's fingerprint), oldest
+// first, leaving out a document with current's run_id (current may already be appended).
+// Sources read "<history_dir>/<fingerprint>/<run_id>.json". Throws std::runtime_error
+// naming history_dir when no such document exists.
+std::vector<SourcedDocument> history_baseline(const std::filesystem::path& history_dir,
+                                              const nlohmann::json& current, size_t window);
+
+// A Markdown summary line and table: cell, metric, baseline median, new median, ratio
+// (with its CI), p, verdict; rows in Comparison order.
+std::string to_markdown(const Comparison& comparison);
+
+// The "fsdpp.compare" version 1 report (results/README.md).
+nlohmann::json to_json(const Comparison& comparison);
+
+}  // namespace fsdpp::results

@@ -1,0 +1,47 @@
+// `fsdpp bench` end to end on one small cell: the document, the history, and the delay
+// that --inject-delay-pct sleeps inside each timed step.
+#include <gtest/gtest.h>
+
+#include "harness/results/results_document.h"
+#include "harness/testing/temp_dir.h"
+
+namespace fsdpp::harness {
+namespace {
+
+TEST(BenchCommand, InjectedDelayIsSleptInsideTheTimedStepsAndRecorded) {
+  TempDir dir("bench-command");
+  const double pct = 50;
+  const std::string command = std::string(FSDPP_CLI_PATH) +
+                              " bench --preset smoke --filter '^gpt2-tiny/unsharded/fp32/n1-gb8/ac0-det0$'"
+                              " --repetitions 2 --inject-delay-pct 50 --out " +
+                              (dir / "doc.json").string() + " --history " + (dir / "history").string();
+  auto [code, output] = run_shell(command);
+  ASSERT_EQ(code, 0) << output;
+  auto doc = results::load_results(dir / "doc.json");
+  ASSERT_EQ(doc["cells"].size(), 1u);
+  const auto& cell = doc["cells"][0];
+  ASSERT_EQ(cell["status"], "ok") << cell.value("reason", "");
+  EXPECT_EQ(cell["config"]["injected_delay_pct"], pct);
+  auto steps = cell["samples"]["step_ms"]["values"].get<std::vector<double>>();
+  auto injected = cell["samples"]["injected_delay_ms"]["values"].get<std::vector<double>>();
+  ASSERT_EQ(steps.size(), 2u * cell["config"]["timed_steps"].get<size_t>());
+  ASSERT_EQ(injected.size(), steps.size());
+  for (size_t i = 0; i < steps.size(); ++i) {
+    // The sleep is pct% of the work before it, and the clock stops after it: a step
+    // lasts at least work + sleep = sleep * (1 + 100 / pct).
+    EXPECT_GT(injected[i], 0) << i;
+    EXPECT_GE(steps[i], injected[i] * (1 + 100 / pct) * (1 - 1e-9)) << i;
+  }
+  auto history = results::load_history(dir / "history", doc["machine"]["fingerprint"].get<std::string>());
+  ASSERT_EQ(history.size(), 1u);
+  EXPECT_EQ(history[0]["run_id"], doc["run_id"]);
+}
+
+TEST(BenchCommand, AFilterThatSelectsNothingIsAnError) {
+  auto [code, output] = run_shell(std::string(FSDPP_CLI_PATH) + " bench --preset smoke --filter 'no-such-cell' --list");
+  EXPECT_NE(code, 0);
+  EXPECT_NE(output.find("no-such-cell"), std::string::npos) << output;
+}
+
+}  // namespace
+}  // namespace fsdpp::harness

@@ -1,0 +1,439 @@
+// The benchmark matrix as a specification: ids, presets, filters, the commands a cell
+// runs, the document cells built from measurements, and the README table. Nothing here
+// trains a model (bench.smoke does, see smoke_document_test.cpp).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+
+#include "core/runtime/capabilities.h"
+#include "core/runtime/threads.h"
+#include "harness/bench/cell_result.h"
+#include "harness/bench/cell_run.h"
+#include "harness/bench/matrix.h"
+#include "harness/results/baseline_table.h"
+#include "harness/results/results_document.h"
+#include "harness/results/stats.h"
+
+namespace fsdpp::harness {
+namespace {
+
+using json = nlohmann::json;
+
+std::set<std::string> ids_of(const std::vector<BenchCell>& cells) {
+  std::set<std::string> ids;
+  for (const auto& c : cells) ids.insert(c.id());
+  return ids;
+}
+
+bool contains(const std::vector<BenchCell>& cells, const std::string& id) { return ids_of(cells).count(id) == 1; }
+
+const ModelShape& ref() { return model_shape("gpt2-mini256"); }
+const ModelShape& tiny() { return model_shape("gpt2-tiny"); }
+
+TEST(MatrixIds, FollowTheAgreedLayout) {
+  EXPECT_EQ(fsdp_cell(ref(), "full_shard", "fp32", 2, true, false, false, false).id(),
+            "gpt2-mini256/fsdp-full_shard/fp32/n2/pf1-ac0-off0-det0");
+  EXPECT_EQ(fsdp_cell(tiny(), "hybrid_shard_zero2", "bf16", 4, false, true, true, true).id(),
+            "gpt2-tiny/fsdp-hybrid_shard_zero2/bf16/n4/pf0-ac1-off1-det1");
+  EXPECT_EQ(unsharded_cell(ref(), "fp32", 16, false, true).id(), "gpt2-mini256/unsharded/fp32/n1-gb16/ac0-det1");
+  EXPECT_EQ(single_peer_cell(ref(), "bf16", 16, true).id(), "gpt2-mini256/pytorch_single/bf16/n1-gb16/ac1");
+  EXPECT_EQ(peer_cell(System::PytorchDdp, ref(), "fp32", 2, false).id(), "gpt2-mini256/pytorch_ddp/fp32/n2/ac0");
+  EXPECT_EQ(peer_cell(System::PytorchFsdp2, ref(), "fp32", 2, false).id(), "gpt2-mini256/pytorch_fsdp2/fp32/n2/ac0");
+}
+
+TEST(MatrixIds, AreUniqueInEveryPreset) {
+  for (const auto& preset : preset_names()) {
+    auto cells = preset_cells(preset);
+    EXPECT_EQ(ids_of(cells).size(), cells.size()) << preset;
+  }
+}
+
+TEST(MatrixModels, TheReferenceIsGpt2FourLayersWidth256Vocab8192Seq128Batch8) {
+  EXPECT_EQ(ref().vocab_size, 8192);
+  EXPECT_EQ(ref().seq_len, 128);
+  EXPECT_EQ(ref().batch_per_rank, 8);
+  EXPECT_THROW(model_shape("gpt2-huge"), std::invalid_argument);
+}
+
+TEST(MatrixPresets, SmokeHasTheReferenceCellsItsBaselinesAndThePeers) {
+  auto smoke = preset_cells("smoke");
+  for (const char* id : {"gpt2-mini256/fsdp-full_shard/fp32/n2/pf1-ac0-off0-det0",
+                         "gpt2-mini256/fsdp-no_shard/fp32/n2/pf1-ac0-off0-det0",
+                         "gpt2-mini256/unsharded/fp32/n1-gb16/ac0-det0",
+                         "gpt2-mini256/pytorch_single/fp32/n1-gb16/ac0", "gpt2-mini256/pytorch_ddp/fp32/n2/ac0",
+                         "gpt2-mini256/pytorch_fsdp2/fp32/n2/ac0"})
+    EXPECT_TRUE(contains(smoke, id)) << id;
+}
+
+TEST(MatrixPresets, SmokeTouchesEveryDimensionOnTheTinyModel) {
+  auto smoke = preset_cells("smoke");
+  auto any = [&](auto predicate) {
+    return std::any_of(smoke.begin(), smoke.end(), [&](const BenchCell& c) {
+      return c.system == System::Fsdpp && !c.is_unsharded() && c.model.name() == "gpt2-tiny" && predicate(c);
+    });
+  };
+  EXPECT_TRUE(any([](const BenchCell& c) { return c.mixed_precision == "bf16"; }));
+  EXPECT_TRUE(any([](const BenchCell& c) { return c.mixed_precision == "fp16"; }));
+  EXPECT_TRUE(any([](const BenchCell& c) { return c.activation_checkpointing; }));
+  EXPECT_TRUE(any([](const BenchCell& c) { return c.cpu_offload; }));
+  EXPECT_TRUE(any([](const BenchCell& c) { return !c.prefetch; }));
+  EXPECT_TRUE(any([](const BenchCell& c) { return c.deterministic; }));
+  EXPECT_TRUE(any([](const BenchCell& c) { return c.strategy == "shard_grad_op"; }));
+  EXPECT_TRUE(any([](const BenchCell& c) { return c.strategy == "hybrid_shard" && c.world_size == 4; }));
+  EXPECT_TRUE(any([](const BenchCell& c) { return c.strategy == "hybrid_shard_zero2" && c.world_size == 4; }));
+}
+
+TEST(MatrixPresets, EveryFsdpCellComesWithItsUnshardedBaseline) {
+  for (const auto& preset : preset_names()) {
+    auto cells = preset_cells(preset);
+    auto ids = ids_of(cells);
+    for (const auto& c : cells) {
+      auto base = unsharded_baseline(c);
+      if (base) {
+        EXPECT_EQ(ids.count(base->id()), 1u) << preset << ": " << c.id() << " lacks " << base->id();
+      }
+    }
+  }
+}
+
+TEST(MatrixPresets, SmokeIsASubsetOfFull) {
+  auto full = ids_of(preset_cells("full"));
+  for (const auto& c : preset_cells("smoke")) EXPECT_EQ(full.count(c.id()), 1u) << c.id();
+}
+
+TEST(MatrixPresets, FullIsTheProductLessTheDocumentedExclusions) {
+  auto full = preset_cells("full");
+  auto ids = ids_of(full);
+  size_t fsdp = 0;
+  for (const auto& c : full)
+    if (c.system == System::Fsdpp && !c.is_unsharded()) ++fsdp;
+  // Per model: N=1 full_shard; N=2 three strategies; N=4 five; x 3 precisions x 2^4 flags.
+  EXPECT_EQ(fsdp, model_shapes().size() * (1 + 3 + 5) * 3 * 16);
+  for (const auto& model : model_shapes())
+    for (const char* strategy : {"full_shard", "shard_grad_op", "no_shard"})
+      for (const char* mp : {"fp32", "bf16", "fp16"})
+        for (bool pf : {false, true})
+          for (bool ac : {false, true})
+            for (bool off : {false, true})
+              for (bool det : {false, true})
+                EXPECT_EQ(ids.count(fsdp_cell(model, strategy, mp, 2, pf, ac, off, det).id()), 1u);
+  EXPECT_EQ(ids.count(fsdp_cell(tiny(), "hybrid_shard", "fp32", 4, true, false, false, false).id()), 1u);
+  EXPECT_EQ(ids.count(fsdp_cell(tiny(), "hybrid_shard", "fp32", 2, true, false, false, false).id()), 0u);
+  EXPECT_EQ(ids.count(fsdp_cell(tiny(), "no_shard", "fp32", 1, true, false, false, false).id()), 0u);
+  EXPECT_EQ(ids.count(peer_cell(System::PytorchDdp, model_shape("gpt2-355M"), "bf16", 4, true).id()), 1u);
+}
+
+TEST(MatrixPresets, UnknownPresetIsAnErrorListingTheKnownOnes) {
+  try {
+    preset_cells("nightly");
+    FAIL() << "no exception";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("nightly"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("smoke"), std::string::npos);
+  }
+}
+
+TEST(MatrixFilter, SelectsExactlyTheCellsWhoseIdMatches) {
+  auto smoke = preset_cells("smoke");
+  auto selected = filter_cells(smoke, "fsdp-full_shard/fp32/n2/pf1-ac0-off0-det0$");
+  EXPECT_EQ(ids_of(selected), (std::set<std::string>{"gpt2-mini256/fsdp-full_shard/fp32/n2/pf1-ac0-off0-det0",
+                                                      "gpt2-tiny/fsdp-full_shard/fp32/n2/pf1-ac0-off0-det0"}));
+  for (const auto& c : filter_cells(smoke, "^gpt2-tiny/")) EXPECT_EQ(c.model.name(), "gpt2-tiny");
+  auto n4 = filter_cells(smoke, "/n4/");
+  ASSERT_EQ(n4.size(), 2u);
+  for (const auto& c : n4) EXPECT_EQ(c.strategy.rfind("hybrid", 0), 0u) << c.id();
+  EXPECT_EQ(filter_cells(smoke, "").size(), smoke.size());
+  EXPECT_TRUE(filter_cells(smoke, "no-such-cell").empty());
+  // The filter keeps the preset's order.
+  auto peers = filter_cells(smoke, "pytorch_");
+  ASSERT_EQ(peers.size(), 3u);
+  EXPECT_EQ(peers[0].system, System::PytorchSingle);
+  EXPECT_EQ(peers[1].system, System::PytorchDdp);
+}
+
+TEST(MatrixFilter, MalformedRegexIsAnErrorNamingIt) {
+  try {
+    filter_cells(preset_cells("smoke"), "fsdp-(full");
+    FAIL() << "no exception";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("fsdp-(full"), std::string::npos);
+  }
+}
+
+TEST(MatrixFilter, WithBaselinesAddsEachMissingBaselineOnce) {
+  auto selected = filter_cells(preset_cells("smoke"), "^gpt2-tiny/fsdp-full_shard/fp32/n2/pf[01]-ac0-off0-det0$");
+  ASSERT_EQ(selected.size(), 2u);  // prefetch on and off: one baseline
+  auto all = with_baselines(selected);
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_EQ(all[2].id(), "gpt2-tiny/unsharded/fp32/n1-gb8/ac0-det0");
+  EXPECT_EQ(all[2].batch_per_rank, 8);
+  EXPECT_EQ(with_baselines(all).size(), 3u);
+}
+
+TEST(MatrixPeers, DdpMatchesSameRanksAndBatchSingleMatchesSameGlobalBatch) {
+  auto fs = fsdp_cell(ref(), "full_shard", "fp32", 2, true, false, false, false);
+  EXPECT_TRUE(peer_matches(peer_cell(System::PytorchDdp, ref(), "fp32", 2, false), fs));
+  EXPECT_FALSE(peer_matches(peer_cell(System::PytorchDdp, ref(), "fp32", 4, false), fs));
+  EXPECT_FALSE(peer_matches(peer_cell(System::PytorchDdp, ref(), "bf16", 2, false), fs));
+  EXPECT_FALSE(peer_matches(peer_cell(System::PytorchDdp, ref(), "fp32", 2, true), fs));
+  EXPECT_TRUE(peer_matches(single_peer_cell(ref(), "fp32", 16, false), fs));
+  EXPECT_FALSE(peer_matches(single_peer_cell(ref(), "fp32", 8, false), fs));
+  EXPECT_TRUE(peer_matches(single_peer_cell(ref(), "fp32", 16, false), unsharded_cell(ref(), "fp32", 16, false, false)));
+}
+
+// --- The commands a repetition runs -------------------------------------------------
+
+std::string flag_value(const std::vector<std::string>& argv, const std::string& flag) {
+  auto it = std::find(argv.begin(), argv.end(), flag);
+  return it == argv.end() || it + 1 == argv.end() ? std::string("<absent>") : *(it + 1);
+}
+
+bool has_flag(const std::vector<std::string>& argv, const std::string& flag) {
+  return std::find(argv.begin(), argv.end(), flag) != argv.end();
+}
+
+TEST(CellCommand, FsdppCellsRunBenchStepWithTheirConfiguration) {
+  CellRunSetup setup;
+  setup.cores = 8;
+  setup.fsdpp_binary = "/bin/fsdpp";
+  setup.inject_delay_pct = 25;
+  auto argv = cell_command(fsdp_cell(tiny(), "hybrid_shard", "bf16", 4, false, true, true, true), setup, "r.json", "c.json");
+  EXPECT_EQ(argv[0], "/bin/fsdpp");
+  EXPECT_EQ(argv[1], "bench-step");
+  EXPECT_EQ(flag_value(argv, "--nproc"), "4");
+  EXPECT_EQ(flag_value(argv, "--threads"), "2");
+  EXPECT_EQ(flag_value(argv, "--strategy"), "hybrid_shard");
+  EXPECT_EQ(flag_value(argv, "--mixed-precision"), "bf16");
+  EXPECT_EQ(flag_value(argv, "--batch-size"), std::to_string(tiny().batch_per_rank));
+  EXPECT_EQ(flag_value(argv, "--steps"), std::to_string(tiny().timed_steps));
+  EXPECT_EQ(flag_value(argv, "--inject-delay-pct"), "25");
+  EXPECT_EQ(flag_value(argv, "--out"), "r.json");
+  for (const char* flag : {"--no-prefetch", "--activation-checkpointing", "--cpu-offload", "--deterministic"})
+    EXPECT_TRUE(has_flag(argv, flag)) << flag;
+
+  auto base = cell_command(unsharded_cell(ref(), "fp32", 16, false, false), setup, "r.json", "c.json");
+  EXPECT_EQ(flag_value(base, "--nproc"), "1");
+  EXPECT_EQ(flag_value(base, "--threads"), "8");  // one process: every core
+  EXPECT_EQ(flag_value(base, "--batch-size"), "16");
+  EXPECT_EQ(flag_value(base, "--strategy"), "unsharded");
+  EXPECT_FALSE(has_flag(base, "--no-prefetch"));
+}
+
+TEST(CellCommand, PeersRunTorchPeerWithTheSameShapeAndThreadBudget) {
+  CellRunSetup setup;
+  setup.cores = 8;
+  setup.python = "/usr/bin/python3";
+  setup.peer_script = "peer.py";
+  setup.inject_delay_pct = 25;
+  auto ddp = cell_command(peer_cell(System::PytorchDdp, ref(), "fp32", 2, false), setup, "r.json", "c.json");
+  EXPECT_EQ(ddp[0], "/usr/bin/python3");
+  EXPECT_EQ(ddp[1], "peer.py");
+  EXPECT_EQ(flag_value(ddp, "--mode"), "ddp");
+  EXPECT_EQ(flag_value(ddp, "--nproc"), "2");
+  EXPECT_EQ(flag_value(ddp, "--threads"), "4");
+  EXPECT_EQ(flag_value(ddp, "--batch-size"), "8");
+  EXPECT_EQ(flag_value(ddp, "--seq-len"), "128");
+  EXPECT_EQ(flag_value(ddp, "--model-config"), "c.json");
+  EXPECT_FALSE(has_flag(ddp, "--inject-delay-pct"));
+  auto single = cell_command(single_peer_cell(ref(), "bf16", 16, true), setup, "r.json", "c.json");
+  EXPECT_EQ(flag_value(single, "--mode"), "single");
+  EXPECT_FALSE(has_flag(single, "--nproc"));
+  EXPECT_EQ(flag_value(single, "--threads"), "8");
+  EXPECT_EQ(flag_value(single, "--batch-size"), "16");
+  EXPECT_EQ(flag_value(single, "--mixed-precision"), "bf16");
+  EXPECT_TRUE(has_flag(single, "--activation-checkpointing"));
+}
+
+TEST(CellAvailability, Fp16IsUnavailableExactlyWhereTheCpuLacksItsKernels) {
+  CellRunSetup cpu;
+  auto fp16 = fsdp_cell(tiny(), "full_shard", "fp16", 2, true, false, false, false);
+  auto reason = unavailable_reason(fp16, cpu);
+  EXPECT_EQ(reason.has_value(), !runtime::cpu_has_fp16_kernels());
+  if (reason) {
+    EXPECT_NE(reason->find("fp16"), std::string::npos) << *reason;
+  }
+  CellRunSetup cuda;
+  cuda.device = "cuda";
+  EXPECT_FALSE(unavailable_reason(fp16, cuda).has_value());
+  EXPECT_FALSE(unavailable_reason(fsdp_cell(tiny(), "full_shard", "bf16", 2, true, false, false, false), cpu));
+  auto peer_fp16 = unavailable_reason(peer_cell(System::PytorchDdp, tiny(), "fp16", 2, false), cuda);
+  ASSERT_TRUE(peer_fp16.has_value());
+  CellRunSetup no_python;
+  no_python.python = "/nonexistent/python3";
+  auto missing = unavailable_reason(peer_cell(System::PytorchDdp, tiny(), "fp32", 2, false), no_python);
+  ASSERT_TRUE(missing.has_value());
+  EXPECT_NE(missing->find("/nonexistent/python3"), std::string::npos) << *missing;
+}
+
+// --- Document cells from measurements -----------------------------------------------
+
+// A repetition of an fsdpp cell as bench-step reports it, with the given step times.
+RepetitionResult fsdpp_repetition(std::vector<double> step_ms, double peak_bytes) {
+  RepetitionResult r;
+  r.step_ms = step_ms;
+  r.record = {{"parameters", 5000000},
+              {"model_flops_per_token", 3.0e7},
+              {"matmul_peak_flops_per_s", 1.0e11},
+              {"memory_bytes", {{"max_over_ranks", {{"persistent_between_steps", 4.0e8}, {"peak_allocated", peak_bytes}}}}},
+              {"comm",
+               {{"all_gather", {{"bytes_sent_per_step", 3000.0}}},
+                {"reduce_scatter", {{"bytes_sent_per_step", 2000.0}}},
+                {"all_reduce", {{"bytes_sent_per_step", 8.0}}}}},
+              {"comm_ms_per_step", 10.0},
+              {"exposed_comm_ms_per_step", 4.0}};
+  return r;
+}
+
+RepetitionResult peer_repetition(std::vector<double> step_ms) {
+  RepetitionResult r;
+  r.step_ms = step_ms;
+  r.record = {{"parameters", 5000000},
+              {"matmul_peak", {{"flops_per_s", 2.0e11}}},
+              {"memory", {{"per_rank", json::array({{{"peak_rss_measured_bytes", 6.0e8}},
+                                                     {{"peak_rss_measured_bytes", 7.0e8}}})}}}};
+  return r;
+}
+
+CellOutcome outcome(const BenchCell& cell, std::vector<RepetitionResult> reps) {
+  CellOutcome o;
+  o.cell = cell;
+  o.repetitions_requested = static_cast<int>(reps.size());
+  for (const auto& r : reps) {
+    double s = 0;
+    for (double ms : r.step_ms) s += ms / 1e3;
+    o.repetition_seconds.push_back(s);
+  }
+  o.repetitions = std::move(reps);
+  return o;
+}
+
+const json& cell_with_id(const json& cells, const std::string& id) {
+  for (const auto& c : cells)
+    if (c["id"] == id) return c;
+  throw std::runtime_error("no cell " + id);
+}
+
+double value(const json& cell, const std::string& metric) { return cell["metrics"][metric]["value"].get<double>(); }
+
+class DocumentCells : public ::testing::Test {
+ protected:
+  BenchCell fs = fsdp_cell(ref(), "full_shard", "fp32", 2, true, false, false, false);
+  BenchCell base = unsharded_cell(ref(), "fp32", 16, false, false);
+  BenchCell single = single_peer_cell(ref(), "fp32", 16, false);
+  BenchCell ddp = peer_cell(System::PytorchDdp, ref(), "fp32", 2, false);
+  std::vector<CellOutcome> outcomes = {
+      outcome(fs, {fsdpp_repetition({100, 110, 120, 130, 140}, 9.0e8), fsdpp_repetition({90, 100, 100, 100, 400}, 9.5e8)}),
+      outcome(base, {fsdpp_repetition({80, 80, 80, 80, 80}, 8.0e8), fsdpp_repetition({80, 80, 80, 80, 80}, 8.0e8)}),
+      outcome(single, {peer_repetition({64, 64, 64, 64, 64}), peer_repetition({64, 64, 64, 64, 64})}),
+      outcome(ddp, {peer_repetition({200, 200, 200, 200, 200}), peer_repetition({200, 200, 200, 200, 200})}),
+  };
+};
+
+TEST_F(DocumentCells, StepStatisticsArePooledOverEveryTimedStepOfEveryRepetition) {
+  auto cells = results_cells(outcomes);
+  const auto& c = cell_with_id(cells, fs.id());
+  std::vector<double> pooled = {100, 110, 120, 130, 140, 90, 100, 100, 100, 400};
+  EXPECT_EQ(c["samples"]["step_ms"]["values"].get<std::vector<double>>(), pooled);
+  EXPECT_DOUBLE_EQ(value(c, "step_ms_median"), 105);
+  EXPECT_DOUBLE_EQ(value(c, "step_ms_min"), 90);
+  EXPECT_DOUBLE_EQ(value(c, "step_ms_iqr"), results::iqr(pooled));
+  EXPECT_DOUBLE_EQ(value(c, "step_ms_cv"), results::cv(pooled));
+}
+
+TEST_F(DocumentCells, TokensPerSecondIsTheMedianRepetitionsGlobalTokensOverItsTime) {
+  auto cells = results_cells(outcomes);
+  const auto& c = cell_with_id(cells, fs.id());
+  const double tokens = 16.0 * 128 * 5;  // global batch x seq x timed steps
+  std::vector<double> per_rep = {tokens / 0.600, tokens / 0.790};
+  auto samples = c["samples"]["tokens_per_s"]["values"].get<std::vector<double>>();
+  ASSERT_EQ(samples.size(), per_rep.size());
+  for (size_t r = 0; r < samples.size(); ++r) EXPECT_DOUBLE_EQ(samples[r], per_rep[r]);
+  EXPECT_DOUBLE_EQ(value(c, "tokens_per_s"), results::median(per_rep));
+  // Per rank: FLOPs per token x tokens/s / 2 ranks, against the rank's matmul peak.
+  EXPECT_DOUBLE_EQ(value(c, "achieved_flops_per_s"), 3.0e7 * results::median(per_rep) / 2);
+  EXPECT_DOUBLE_EQ(value(c, "mfu"), 3.0e7 * results::median(per_rep) / 2 / 1.0e11);
+}
+
+TEST_F(DocumentCells, ComparisonsAreRatiosToTheBaselineAndThePeersMeasuredInTheSameRun) {
+  auto cells = results_cells(outcomes);
+  const auto& c = cell_with_id(cells, fs.id());
+  EXPECT_DOUBLE_EQ(value(c, "overhead_vs_unsharded"), 105.0 / 80.0);
+  const double fs_tokens = value(c, "tokens_per_s");
+  EXPECT_DOUBLE_EQ(value(c, "tokens_per_s_ratio_vs_pytorch_ddp"), fs_tokens / (16.0 * 128 * 5 / 1.0));
+  EXPECT_DOUBLE_EQ(value(c, "tokens_per_s_ratio_vs_pytorch_single"), fs_tokens / (16.0 * 128 * 5 / 0.32));
+  const auto& b = cell_with_id(cells, base.id());
+  EXPECT_TRUE(b["metrics"]["overhead_vs_unsharded"]["value"].is_null());  // not its own baseline
+  EXPECT_TRUE(b["metrics"]["tokens_per_s_ratio_vs_pytorch_ddp"]["value"].is_null());  // no DDP on one rank
+  EXPECT_DOUBLE_EQ(value(b, "tokens_per_s_ratio_vs_pytorch_single"), 64.0 / 80.0);
+}
+
+TEST_F(DocumentCells, MemoryAndCommunicationComeFromTheRecords) {
+  auto cells = results_cells(outcomes);
+  const auto& c = cell_with_id(cells, fs.id());
+  EXPECT_DOUBLE_EQ(value(c, "peak_bytes_per_rank"), 9.5e8);  // the larger repetition
+  EXPECT_DOUBLE_EQ(value(c, "persistent_bytes_per_rank"), 4.0e8);
+  EXPECT_DOUBLE_EQ(value(c, "comm_bytes_per_step_all_gather"), 3000);
+  EXPECT_DOUBLE_EQ(value(c, "comm_bytes_per_step_reduce_scatter"), 2000);
+  EXPECT_DOUBLE_EQ(value(c, "comm_ms_per_step"), 10);
+  EXPECT_DOUBLE_EQ(value(c, "exposed_comm_fraction"), 0.4);
+  const auto& d = cell_with_id(cells, ddp.id());
+  EXPECT_DOUBLE_EQ(value(d, "peak_bytes_per_rank"), 7.0e8);  // the larger rank
+  EXPECT_DOUBLE_EQ(value(d, "matmul_peak_flops_per_s"), 2.0e11);
+  // Peers' FLOPs per token are fsdpp's formula for the same model (from its cells).
+  EXPECT_DOUBLE_EQ(value(d, "achieved_flops_per_s"), 3.0e7 * (16.0 * 128 * 5 / 1.0) / 2);
+  EXPECT_EQ(d["config"]["parameters"], 5000000);
+}
+
+TEST_F(DocumentCells, AFailedBaselineOrPeerLeavesTheComparisonNull) {
+  outcomes[1].status = "failed";
+  outcomes[1].reason = "rank 0 crashed";
+  outcomes[3].status = "unavailable";
+  outcomes[3].reason = "no python";
+  auto cells = results_cells(outcomes);
+  const auto& c = cell_with_id(cells, fs.id());
+  EXPECT_TRUE(c["metrics"]["overhead_vs_unsharded"]["value"].is_null());
+  EXPECT_TRUE(c["metrics"]["tokens_per_s_ratio_vs_pytorch_ddp"]["value"].is_null());
+  EXPECT_FALSE(c["metrics"]["tokens_per_s_ratio_vs_pytorch_single"]["value"].is_null());
+  const auto& b = cell_with_id(cells, base.id());
+  EXPECT_EQ(b["status"], "failed");
+  EXPECT_EQ(b["reason"], "rank 0 crashed");
+  EXPECT_TRUE(b["metrics"].empty());
+}
+
+TEST_F(DocumentCells, MakeADocumentTheSchemaAccepts) {
+  outcomes[3].status = "unavailable";
+  outcomes[3].reason = "no python";
+  auto doc = results::new_document({"fsdpp", "bench", "--preset", "smoke"}, "smoke");
+  doc["cells"] = results_cells(outcomes);
+  EXPECT_NO_THROW(results::validate_results(doc, "test"));
+  doc["cells"][0]["config"]["injected_delay_pct"] = 10;
+  EXPECT_NO_THROW(results::validate_results(doc, "test"));
+}
+
+// --- The README table ---------------------------------------------------------------
+
+TEST_F(DocumentCells, BaselineTableShowsEveryRowWithRatiosFromTheDocument) {
+  auto doc = results::new_document({"fsdpp", "bench"}, "smoke");
+  doc["cells"] = results_cells(outcomes);
+  std::string table = results::baseline_table(doc);
+  EXPECT_NE(table.find("gpt2-mini256 (4 layers, d=256)"), std::string::npos) << table;
+  for (const char* row : {"| fsdpp FULL_SHARD |", "| fsdpp NO_SHARD |", "| fsdpp unsharded |", "| PyTorch single |",
+                          "| PyTorch DDP |"})
+    EXPECT_NE(table.find(row), std::string::npos) << row << "\n" << table;
+  EXPECT_NE(table.find("not in this document"), std::string::npos);  // no NO_SHARD cell here
+  // PyTorch DDP's own row: 1.00 against itself; unsharded fsdpp vs single: 64 / 80 = 0.80.
+  EXPECT_NE(table.find("| PyTorch DDP | 2 x "), std::string::npos) << table;
+  auto line_of = [&](const std::string& label) {
+    auto start = table.find("| " + label + " |");
+    return table.substr(start, table.find('\n', start) - start);
+  };
+  EXPECT_NE(line_of("PyTorch DDP").find("| 1.00 |"), std::string::npos) << line_of("PyTorch DDP");
+  EXPECT_NE(line_of("fsdpp unsharded").find("| 0.80 |"), std::string::npos) << line_of("fsdpp unsharded");
+  // Step time vs unsharded: 105 / 80.
+  EXPECT_NE(line_of("fsdpp FULL_SHARD").find("| 1.31 |"), std::string::npos) << line_of("fsdpp FULL_SHARD");
+  EXPECT_TRUE(results::has_baseline_cells(doc));
+}
+
+}  // namespace
+}  // namespace fsdpp::harness
