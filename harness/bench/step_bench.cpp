@@ -18,6 +18,7 @@
 #include "core/nn/deferred_init.h"
 #include "core/optim/adamw.h"
 #include "core/runtime/device.h"
+#include "harness/results/stats.h"
 
 namespace fsdpp::harness {
 
@@ -53,13 +54,6 @@ double model_flops_per_token(const torch::nn::Module& module, const nlohmann::js
   return 6.0 * matmul_params + 12.0 * static_cast<double>(layers * width * seq_len);
 }
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
-}
-
 }  // namespace
 
 double measure_matmul_flops(const std::string& device_text, const std::string& dtype, int64_t n, int reps) {
@@ -74,7 +68,7 @@ double measure_matmul_flops(const std::string& device_text, const std::string& d
     runtime::synchronize(device);
     if (i >= 0) ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
   }
-  return 2.0 * static_cast<double>(n) * n * n / (median(ms) / 1e3);
+  return 2.0 * static_cast<double>(n) * n * n / (results::median(ms) / 1e3);
 }
 
 namespace {
@@ -320,7 +314,7 @@ nlohmann::json run_step_bench(comm::Communicator& comm, int local_rank, const St
       {"parameters", params},
       {"step_ms", step_ms},
       {"injected_delay_ms", injected_ms},  // this rank's sleep inside each timed step (requested)
-      {"step_ms_median", median(step_ms)},
+      {"step_ms_median", results::median(step_ms)},
       {"step_ms_min", step_ms.empty() ? 0.0 : *std::min_element(step_ms.begin(), step_ms.end())},
       {"tokens_per_s", tokens_per_s},
       {"model_flops_per_token", flops_per_token},

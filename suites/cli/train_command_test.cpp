@@ -570,11 +570,7 @@ TEST(TrainCommand, DeterministicRunsGiveIdenticalBits) {
   auto synced = train(dir, "synced", flags + " --sync-module-states");
   ASSERT_EQ(synced.code, 0) << synced.output;
   EXPECT_EQ(synced.losses(), a.losses());
-  auto bytes = [](const fs::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  };
-  EXPECT_EQ(bytes(dir / "a" / "hf" / "model.safetensors"), bytes(dir / "b" / "hf" / "model.safetensors"));
+  EXPECT_EQ(file_bytes(dir / "a" / "hf" / "model.safetensors"), file_bytes(dir / "b" / "hf" / "model.safetensors"));
 }
 
 TEST(TrainCommand, ConfigFileGivesOptionsAndFlagsOverrideThem) {
