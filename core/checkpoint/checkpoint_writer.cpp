@@ -111,6 +111,7 @@ RankReport write_rank_file(const fs::path& dir, const fs::path& tmp_dir, int ran
   report.optimizer = content.optimizer.is_null() ? json::object() : content.optimizer;
   report.mesh = content.mesh;
   try {
+    if (options.on_point) options.on_point(SavePoint::Started);
     const std::string where = "save_checkpoint, rank " + std::to_string(rank);
     if (!report.optimizer.is_object()) throw std::invalid_argument(where + ": optimizer state is not a JSON object");
     io::NamedTensors named;

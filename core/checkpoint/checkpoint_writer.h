@@ -45,6 +45,7 @@ struct CheckpointContent {
 
 // Points of a save, for tests that kill the process there (SIGKILL: a crash).
 enum class SavePoint {
+  Started,          // every rank: the temporary folder exists, its rank file is not written
   RankFileWritten,  // every rank: its rank file is written and fsynced
   AllFilesWritten,  // rank 0: every rank's file is written, index.json is not
   IndexWritten,     // rank 0: index.json written and fsynced, folder not yet renamed

@@ -3,7 +3,9 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
+#include <chrono>
 #include <cstdio>
+#include <utility>
 #include <stdexcept>
 
 #include "core/checkpoint/checkpoint_scan.h"
@@ -50,8 +52,8 @@ std::optional<std::filesystem::path> resume_checkpoint(comm::Communicator& comm,
   return checkpoints_dir / checkpoint::step_dir_name(step[0].item<int64_t>());
 }
 
-int64_t restore_train_checkpoint(comm::Communicator& comm, const std::filesystem::path& dir,
-                                 const TrainCheckpointParts& parts) {
+RestoredTrainState restore_train_checkpoint(comm::Communicator& comm, const std::filesystem::path& dir,
+                                            const TrainCheckpointParts& parts) {
   auto reader = checkpoint::CheckpointReader::open(dir);
   const auto& state = reader.train_state();
   if (!state.is_object() || state.value("format", "") != kFormat || state.value("version", 0) != kVersion)
@@ -78,15 +80,63 @@ int64_t restore_train_checkpoint(comm::Communicator& comm, const std::filesystem
     std::lock_guard<std::mutex> lock(generator.mutex());
     generator.set_state(rng);
   }
-  return state.at("step").get<int64_t>();
+  return {state.at("step").get<int64_t>(), state};
 }
 
-void save_train_checkpoint(comm::Communicator& comm, const std::filesystem::path& checkpoints_dir,
-                           int64_t steps_done, const TrainCheckpointParts& parts, const TrainConfig& config) {
+std::string batch_change_note(const nlohmann::json& train_state, const TrainConfig& config, int world_size) {
+  const auto saved = train_state.value("config", nlohmann::json::object());
+  const int64_t saved_batch = saved.value("batch_size", int64_t{0});
+  const int64_t saved_accum = saved.value("grad_accum_steps", int64_t{0});
+  const int64_t saved_world = train_state.value("world_size", int64_t{0});
+  if (saved_batch <= 0 || saved_accum <= 0 || saved_world <= 0)
+    return "the checkpoint does not record its batch size, ranks and accumulation steps: cannot tell whether the "
+           "batches continue as before";
+  auto describe = [](int64_t batch, int64_t world, int64_t accum) {
+    return std::to_string(batch * world * accum) + " windows per step (batch size " + std::to_string(batch) +
+           " x " + std::to_string(world) + " ranks x " + std::to_string(accum) + " accumulation steps)";
+  };
+  const int64_t now_global = config.batch_size * world_size * config.grad_accum_steps;
+  if (saved_batch * saved_world * saved_accum != now_global)
+    return "the checkpoint was trained with " + describe(saved_batch, saved_world, saved_accum) + ", this run uses " +
+           describe(config.batch_size, world_size, config.grad_accum_steps) +
+           ": it continues from the same data position, but not as the uninterrupted run would";
+  if (config.deterministic && saved_batch != config.batch_size)
+    return "--deterministic: the checkpoint was trained with --batch-size " + std::to_string(saved_batch) +
+           ", this run uses " + std::to_string(config.batch_size) +
+           ": the same global batch in other chunks, so not the uninterrupted run's bits";
+  return "";
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+// The metrics record of a committed save (core/train/METRICS.md).
+nlohmann::json committed_record(int64_t steps_done, const checkpoint::SavedCheckpoint& saved, bool async,
+                                double blocked_ms, double save_ms) {
+  return {{"kind", "checkpoint"}, {"step", steps_done},        {"dir", saved.dir.string()},
+          {"async", async},       {"blocked_ms", blocked_ms}, {"save_ms", save_ms},
+          {"warnings", saved.warnings}};
+}
+
+}  // namespace
+
+TrainCheckpointer::TrainCheckpointer(comm::Communicator& comm, std::filesystem::path checkpoints_dir,
+                                     const TrainConfig& config)
+    : comm_(comm), checkpoints_dir_(std::move(checkpoints_dir)), config_(config) {
+  if (config.async_checkpoint) async_ = std::make_unique<checkpoint::AsyncCheckpointSaver>(comm);
+}
+
+TrainCheckpointer::~TrainCheckpointer() = default;
+
+void TrainCheckpointer::save(int64_t steps_done, const TrainCheckpointParts& parts) {
+  const auto start = Clock::now();
   auto content = checkpoint::sharded_state(parts.model, &parts.optimizer);
   auto rng = cpu_rng_state();
   content.tensors.push_back(checkpoint::CheckpointTensor{
-      kRngTensor, {comm.size(), rng.numel()}, at::kByte, comm.rank(), rng.view({1, -1})});
+      kRngTensor, {comm_.size(), rng.numel()}, at::kByte, comm_.rank(), rng.view({1, -1})});
   nlohmann::json state = {
       {"format", kFormat},
       {"version", kVersion},
@@ -96,18 +146,43 @@ void save_train_checkpoint(comm::Communicator& comm, const std::filesystem::path
       {"grad_scaler", parts.scaler != nullptr ? parts.scaler->state() : nlohmann::json()},
       {"model_config_sha256", model_config_sha256(parts.model_config)},
       {"model_config", parts.model_config},
-      {"world_size", comm.size()},
-      {"config", config.to_json()},
+      {"world_size", comm_.size()},
+      {"config", config_.to_json()},
   };
   checkpoint::SaveOptions options;
-  options.keep_last = config.keep_last;
-  auto saved = checkpoint::save_checkpoint(comm, checkpoints_dir / checkpoint::step_dir_name(steps_done), content,
-                                           state, options);
-  if (comm.rank() == 0) {
-    std::printf("checkpoint step %lld -> %s\n", static_cast<long long>(steps_done), saved.dir.string().c_str());
-    for (const auto& w : saved.warnings) std::printf("warning: %s\n", w.c_str());
-    std::fflush(stdout);
+  options.keep_last = config_.keep_last;
+  const auto dir = checkpoints_dir_ / checkpoint::step_dir_name(steps_done);
+  if (!async_) {
+    auto saved = checkpoint::save_checkpoint(comm_, dir, content, state, options);
+    const double ms = ms_since(start);
+    committed_.push_back(committed_record(steps_done, saved, false, ms, ms));
+    return;
   }
+  // Waits for the previous save (throwing its failure) before staging this one.
+  if (auto previous = async_->wait()) record(*previous);
+  async_->save(dir, content, state, options);
+  pending_step_ = steps_done;
+  pending_blocked_ms_ = ms_since(start);
+}
+
+void TrainCheckpointer::record(const checkpoint::FinishedSave& finished) {
+  if (finished.saved) {
+    committed_.push_back(committed_record(pending_step_, *finished.saved, true, pending_blocked_ms_, finished.total_ms));
+  } else {
+    committed_.push_back({{"kind", "checkpoint"}, {"step", pending_step_}, {"dir", finished.dir.string()},
+                          {"async", true}, {"error", finished.error}});
+  }
+}
+
+std::vector<nlohmann::json> TrainCheckpointer::take_committed() {
+  if (async_)
+    if (auto finished = async_->poll()) record(*finished);
+  return std::exchange(committed_, {});
+}
+
+void TrainCheckpointer::finish() {
+  if (!async_) return;
+  if (auto finished = async_->wait()) record(*finished);
 }
 
 }  // namespace fsdpp::train

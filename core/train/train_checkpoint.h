@@ -15,8 +15,11 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <memory>
 #include <optional>
+#include <vector>
 
+#include "core/checkpoint/async_saver.h"
 #include "core/comm/communicator.h"
 #include "core/data/sampler.h"
 #include "core/fsdp/sharded_model.h"
@@ -40,15 +43,55 @@ struct TrainCheckpointParts {
 std::optional<std::filesystem::path> resume_checkpoint(comm::Communicator& comm, const TrainConfig& config,
                                                        const std::filesystem::path& checkpoints_dir);
 
-// Collective: restores shards, AdamW state, sampler position, scaler and RNG; returns the
-// optimizer steps done. Throws one line naming the folder when it holds another model
-// (config hash) or another train-state format; shape mismatches are named per tensor.
-int64_t restore_train_checkpoint(comm::Communicator& comm, const std::filesystem::path& dir,
-                                 const TrainCheckpointParts& parts);
+struct RestoredTrainState {
+  int64_t step = 0;               // optimizer steps done
+  nlohmann::json train_state;     // the checkpoint's, as saved
+};
 
-// Collective: saves after `steps_done` optimizer steps into
-// checkpoints_dir/step-NNNNNN, keeping the newest config.keep_last complete ones.
-void save_train_checkpoint(comm::Communicator& comm, const std::filesystem::path& checkpoints_dir,
-                           int64_t steps_done, const TrainCheckpointParts& parts, const TrainConfig& config);
+// Collective: restores shards, AdamW state, sampler position, scaler and RNG. Throws one
+// line naming the folder when it holds another model (config hash) or another
+// train-state format; shape mismatches are named per tensor.
+RestoredTrainState restore_train_checkpoint(comm::Communicator& comm, const std::filesystem::path& dir,
+                                            const TrainCheckpointParts& parts);
+
+// "" when a run of `config` on `world_size` ranks continues the checkpoint's batches as
+// the uninterrupted run would; else a one-line note saying why not: another global
+// batch (windows per step), or, with --deterministic, another --batch-size (its chunks,
+// and so its bits, differ). Such a run still continues from the same data position.
+std::string batch_change_note(const nlohmann::json& train_state, const TrainConfig& config, int world_size);
+
+// Saves the trainer's checkpoints into checkpoints_dir/step-NNNNNN, keeping the newest
+// config.keep_last complete ones: synchronously, or with config.async_checkpoint in the
+// background (core/checkpoint/async_saver.h: the loop waits only for a host copy of the
+// shards and for the previous save).
+class TrainCheckpointer {
+ public:
+  // Collective when config.async_checkpoint (creates the saver's communicator).
+  TrainCheckpointer(comm::Communicator& comm, std::filesystem::path checkpoints_dir, const TrainConfig& config);
+  ~TrainCheckpointer();
+
+  // Collective: saves after `steps_done` optimizer steps. Synchronous: returns once
+  // committed. Asynchronous: waits for the previous save (throwing its failure), then
+  // returns once the content is staged.
+  void save(int64_t steps_done, const TrainCheckpointParts& parts);
+
+  // Never blocks: the saves that finished since the last call, as metrics.jsonl records
+  // ({"kind": "checkpoint", ...}, core/train/METRICS.md; a failed asynchronous save has
+  // "error", and the next save() or finish() throws it).
+  std::vector<nlohmann::json> take_committed();
+
+  // Collective: waits for the pending save; throws its failure on every rank.
+  void finish();
+
+ private:
+  comm::Communicator& comm_;
+  std::filesystem::path checkpoints_dir_;
+  const TrainConfig& config_;
+  std::unique_ptr<checkpoint::AsyncCheckpointSaver> async_;  // null: synchronous
+  void record(const checkpoint::FinishedSave& finished);
+  std::vector<nlohmann::json> committed_;
+  int64_t pending_step_ = 0;       // the asynchronous save in flight (or last started)
+  double pending_blocked_ms_ = 0;  // how long save() held the loop for it
+};
 
 }  // namespace fsdpp::train

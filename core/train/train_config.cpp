@@ -90,6 +90,7 @@ nlohmann::json TrainConfig::to_json() const {
           {"experiment_name", experiment_name},
           {"ckpt_freq", ckpt_freq},
           {"keep_last", keep_last},
+          {"async_checkpoint", async_checkpoint},
           {"resume", resume},
           {"loss_scaling", loss_scaling},
           {"loss_scale_growth_interval", loss_scale_growth_interval},

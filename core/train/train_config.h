@@ -57,6 +57,7 @@ struct TrainConfig {
   std::string experiment_name = "run";
   int64_t ckpt_freq = 0;         // sharded checkpoint every N steps (0: only at the end)
   int keep_last = 2;             // complete checkpoints kept (0: all)
+  bool async_checkpoint = false;  // write checkpoints in the background (core/checkpoint/async_saver.h)
   // "auto": continue from the newest complete checkpoint in <run>/checkpoints if there is
   // one; "never": a fresh run (an existing run is an error); else a checkpoint folder.
   std::string resume = "auto";

@@ -257,10 +257,13 @@ TrainResult train(comm::Communicator& comm, const TrainConfig& c, int local_rank
                                               checked.model_config};
   int64_t start_step = 0;
   if (resume_from) {
-    start_step = restore_train_checkpoint(comm, *resume_from, checkpoint_parts);
+    const auto restored = restore_train_checkpoint(comm, *resume_from, checkpoint_parts);
+    start_step = restored.step;
     if (lead) {
       std::printf("resuming from %s: %lld optimizer steps done\n", resume_from->string().c_str(),
                   static_cast<long long>(start_step));
+      const std::string note = batch_change_note(restored.train_state, c, world);
+      if (!note.empty()) std::printf("note: %s\n", note.c_str());
       std::fflush(stdout);
     }
   }
@@ -311,6 +314,30 @@ TrainResult train(comm::Communicator& comm, const TrainConfig& c, int local_rank
     return score;
   };
   if (eval_set && start_step == 0) result.eval_before = run_eval(0);
+
+  TrainCheckpointer checkpointer(comm, checkpoints_dir, c);
+  // Rank 0 logs every save that committed (or failed) since the last call.
+  auto report_checkpoints = [&] {
+    for (const auto& record : checkpointer.take_committed()) {
+      if (!lead) continue;
+      metrics->write(record);
+      progress->clear();
+      if (record.contains("error")) {
+        std::printf("warning: checkpoint step %lld failed in the background: %s (the next save or the end of "
+                    "training stops the run)\n",
+                    static_cast<long long>(record["step"].get<int64_t>()), record["error"].get<std::string>().c_str());
+      } else {
+        std::printf("checkpoint step %lld -> %s", static_cast<long long>(record["step"].get<int64_t>()),
+                    record["dir"].get<std::string>().c_str());
+        if (record["async"].get<bool>())
+          std::printf(" (written in the background: %.0f ms, training held %.0f ms)", record["save_ms"].get<double>(),
+                      record["blocked_ms"].get<double>());
+        std::printf("\n");
+        for (const auto& w : record["warnings"]) std::printf("warning: %s\n", w.get<std::string>().c_str());
+      }
+      std::fflush(stdout);
+    }
+  };
 
   const auto run_start = Clock::now();
   double tokens_per_s_sum = 0;
@@ -404,12 +431,19 @@ TrainResult train(comm::Communicator& comm, const TrainConfig& c, int local_rank
     }
     if (eval_set && c.eval_freq > 0 && (step + 1) % c.eval_freq == 0 && step + 1 != total_steps) run_eval(step + 1);
     if ((c.ckpt_freq > 0 && (step + 1) % c.ckpt_freq == 0) || step + 1 == total_steps)
-      save_train_checkpoint(comm, checkpoints_dir, step + 1, checkpoint_parts, c);
+      checkpointer.save(step + 1, checkpoint_parts);
+    report_checkpoints();
     // Fault injection for the resume tests: every rank dies (SIGKILL, as in a crash)
-    // right after this step, its checkpoint (if any) committed.
+    // right after this step, its checkpoint (if any) committed, asynchronous or not.
     static const char* kill_after = std::getenv("FSDPP_KILL_AFTER_STEP");
-    if (kill_after != nullptr && std::atoll(kill_after) == step + 1) ::raise(SIGKILL);
+    if (kill_after != nullptr && std::atoll(kill_after) == step + 1) {
+      checkpointer.finish();
+      report_checkpoints();
+      ::raise(SIGKILL);
+    }
   }
+  checkpointer.finish();  // the last save commits while nothing else runs
+  report_checkpoints();
   result.steps = total_steps;
   if (total_steps - start_step > 1)
     result.mean_tokens_per_s = tokens_per_s_sum / static_cast<double>(total_steps - start_step - 1);

@@ -65,6 +65,8 @@ void TrainCommand::add_to(CLI::App& app) {
   t->add_option("--experiment-name", c.experiment_name, "Run directory name: <save-dir>/<experiment-name>");
   t->add_option("--ckpt-freq", c.ckpt_freq, "Write a sharded checkpoint every N steps (0: only at the end)");
   t->add_option("--keep-last", c.keep_last, "Complete checkpoints to keep (0: all)");
+  t->add_flag("--async-checkpoint", c.async_checkpoint,
+              "Write checkpoints in the background: training waits only for a host copy of the shards");
   t->add_option("--resume", c.resume,
                 "auto (continue from the newest complete checkpoint of the run, if any), never, or a checkpoint folder");
   t->add_flag("--loss-scaling", c.loss_scaling, "Dynamic loss scaling (ShardedGradScaler) also without fp16");

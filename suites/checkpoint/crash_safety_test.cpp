@@ -1,5 +1,6 @@
 // A save killed (SIGKILL) at any point leaves the previous checkpoint complete and found,
-// and the torn one reported with its reason; the next save clears the debris.
+// and the torn one reported with its reason; the next save clears the debris. The same
+// for an asynchronous save (async_saver.h) killed in its background thread.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <torch/torch.h>
@@ -7,6 +8,7 @@
 
 #include <set>
 
+#include "core/checkpoint/async_saver.h"
 #include "core/checkpoint/checkpoint_reader.h"
 #include "core/checkpoint/checkpoint_scan.h"
 #include "core/checkpoint/checkpoint_writer.h"
@@ -34,10 +36,11 @@ struct Crash {
   SavePoint point;
   int victim;              // the rank that dies there
   std::string torn_reason;  // "" when the new checkpoint was already committed
+  bool async = false;       // saved by AsyncCheckpointSaver (killed in its thread)
 };
 
 void PrintTo(const Crash& c, std::ostream* os) {
-  *os << "point " << static_cast<int>(c.point) << ", rank " << c.victim;
+  *os << "point " << static_cast<int>(c.point) << ", rank " << c.victim << (c.async ? ", async" : "");
 }
 
 class KilledDuringSave : public ::testing::TestWithParam<Crash> {};
@@ -60,8 +63,14 @@ TEST_P(KilledDuringSave, ThePreviousCheckpointStaysCompleteAndTheTornOneIsReport
       testing::write_text(reached, "");
       ::kill(::getpid(), SIGKILL);
     };
-    save_checkpoint(ctx.comm, checkpoints / step_dir_name(200), testing::split_like_fsdp(tensors_at(200), 2)[ctx.rank],
-                    {{"step", 200}}, options);
+    const auto content = testing::split_like_fsdp(tensors_at(200), 2)[ctx.rank];
+    if (crash.async) {
+      AsyncCheckpointSaver saver(ctx.comm);
+      saver.save(checkpoints / step_dir_name(200), content, {{"step", 200}}, options);
+      saver.wait();
+    } else {
+      save_checkpoint(ctx.comm, checkpoints / step_dir_name(200), content, {{"step", 200}}, options);
+    }
   }, run);
   // The victim died of its own SIGKILL at the point (the launcher may see its peer's
   // failure first and report the victim as stopped by it: either way, signal 9).
@@ -93,20 +102,29 @@ TEST_P(KilledDuringSave, ThePreviousCheckpointStaysCompleteAndTheTornOneIsReport
 }
 
 const std::string kNoIndex = "index.json missing (torn save)";
+const std::string kNotRenamed = "index.json written but the folder was never renamed (torn save)";
 
 std::string crash_name(const ::testing::TestParamInfo<Crash>& info) {
-  static const std::vector<std::string> names = {"AfterARankFile", "AfterAllRankFiles", "AfterTheIndex",
-                                                 "AfterTheRename"};
-  return names[static_cast<int>(info.param.point)] + "_rank" + std::to_string(info.param.victim);
+  static const std::vector<std::string> names = {"BeforeARankFile", "AfterARankFile", "AfterAllRankFiles",
+                                                 "AfterTheIndex", "AfterTheRename"};
+  return names[static_cast<int>(info.param.point)] + "_rank" + std::to_string(info.param.victim) +
+         (info.param.async ? "_async" : "");
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    AtEachPoint, KilledDuringSave,
-    ::testing::Values(Crash{SavePoint::RankFileWritten, 0, kNoIndex}, Crash{SavePoint::RankFileWritten, 1, kNoIndex},
-                      Crash{SavePoint::AllFilesWritten, 0, kNoIndex},
-                      Crash{SavePoint::IndexWritten, 0, "index.json written but the folder was never renamed (torn save)"},
-                      Crash{SavePoint::Committed, 0, ""}),
-    crash_name);
+std::vector<Crash> crashes() {
+  std::vector<Crash> out;
+  for (bool async : {false, true}) {
+    out.push_back({SavePoint::Started, 1, kNoIndex, async});
+    out.push_back({SavePoint::RankFileWritten, 0, kNoIndex, async});
+    out.push_back({SavePoint::RankFileWritten, 1, kNoIndex, async});
+    out.push_back({SavePoint::AllFilesWritten, 0, kNoIndex, async});
+    out.push_back({SavePoint::IndexWritten, 0, kNotRenamed, async});
+    out.push_back({SavePoint::Committed, 0, "", async});
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(AtEachPoint, KilledDuringSave, ::testing::ValuesIn(crashes()), crash_name);
 
 }  // namespace
 }  // namespace fsdpp::checkpoint

@@ -31,6 +31,7 @@ namespace fs = std::filesystem;
 using harness::run_shell;
 using harness::TempDir;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 const std::string kFsdpp = FSDPP_CLI_PATH;
@@ -40,7 +41,7 @@ struct TrainRun {
   int code = -1;
   std::string output;
   nlohmann::json run;                      // the "run" record
-  std::vector<nlohmann::json> train, eval;  // records by kind, in file order
+  std::vector<nlohmann::json> train, eval, checkpoints;  // records by kind, in file order
   std::vector<double> losses() const {
     std::vector<double> out;
     for (const auto& r : train) out.push_back(r["loss"].get<double>());
@@ -57,7 +58,10 @@ TrainRun train(const TempDir& dir, const std::string& name, const std::string& f
   for (std::string line; std::getline(in, line);) {
     auto record = nlohmann::json::parse(line);
     auto kind = record["kind"].get<std::string>();
-    (kind == "run" ? r.run : kind == "train" ? r.train.emplace_back() : r.eval.emplace_back()) = record;
+    (kind == "run"          ? r.run
+     : kind == "train"      ? r.train.emplace_back()
+     : kind == "checkpoint" ? r.checkpoints.emplace_back()
+                            : r.eval.emplace_back()) = record;
   }
   return r;
 }
@@ -282,6 +286,7 @@ std::string file_bytes(const fs::path& p) {
 struct ResumeCase {
   int nproc;
   std::string strategy;
+  bool async = false;  // --async-checkpoint: written in the background while step 4 runs
 };
 
 class Resume : public ::testing::TestWithParam<ResumeCase> {};
@@ -293,7 +298,7 @@ TEST_P(Resume, AKilledRunRerunWithTheSameCommandContinuesBitwise) {
   const std::string flags = "--nproc " + std::to_string(c.nproc) + " --strategy " + c.strategy +
                             " --from-scratch --model-size tiny --vocab-size 64 --seq-len 16 --batch-size 2 "
                             "--grad-accum-steps 2 --max-steps 6 --ckpt-freq 3 --loss-scaling --loss-scale-growth-interval 2 "
-                            "--lr 3e-3 --data " + data;
+                            "--lr 3e-3 --data " + data + (c.async ? " --async-checkpoint" : "");
   auto straight = train(dir, "straight", flags);
   ASSERT_EQ(straight.code, 0) << straight.output;
   auto [killed_code, killed_output] = run_shell("FSDPP_KILL_AFTER_STEP=4 " + kFsdpp + " train --save-dir " +
@@ -319,10 +324,71 @@ TEST_P(Resume, AKilledRunRerunWithTheSameCommandContinuesBitwise) {
 INSTANTIATE_TEST_SUITE_P(Strategies, Resume,
                          ::testing::Values(ResumeCase{1, "full_shard"}, ResumeCase{2, "full_shard"},
                                            ResumeCase{4, "full_shard"}, ResumeCase{2, "hybrid_shard"},
-                                           ResumeCase{4, "hybrid_shard"}),
+                                           ResumeCase{4, "hybrid_shard"}, ResumeCase{1, "full_shard", true},
+                                           ResumeCase{2, "full_shard", true}, ResumeCase{4, "hybrid_shard", true}),
                          [](const auto& info) {
-                           return "N" + std::to_string(info.param.nproc) + "_" + info.param.strategy;
+                           return "N" + std::to_string(info.param.nproc) + "_" + info.param.strategy +
+                                  (info.param.async ? "_async" : "");
                          });
+
+// --async-checkpoint writes the bytes a synchronous save writes (every rank file), and
+// metrics.jsonl records each save once it committed: how long training was held and how
+// long the save took. Asynchronous: held only for the host copy (and the previous save).
+TEST(TrainCommand, AsyncCheckpointsHoldTheBytesOfSynchronousOnesAndAreLogged) {
+  TempDir dir;
+  const auto data = write_markov_tokens(dir, 4000, 64).string();
+  const std::string flags = "--nproc 2 --from-scratch --model-size tiny --vocab-size 64 --seq-len 16 --batch-size 2 "
+                            "--max-steps 6 --ckpt-freq 2 --keep-last 0 --lr 3e-3 --data " + data;
+  auto sync = train(dir, "sync", flags);
+  ASSERT_EQ(sync.code, 0) << sync.output;
+  auto async = train(dir, "async", flags + " --async-checkpoint");
+  ASSERT_EQ(async.code, 0) << async.output;
+  EXPECT_EQ(async.losses(), sync.losses());
+  EXPECT_THAT(async.output, HasSubstr("(written in the background: "));
+  for (const TrainRun* run : {&sync, &async}) {
+    const bool is_async = run == &async;
+    ASSERT_EQ(run->checkpoints.size(), 3u) << run->output;
+    for (size_t i = 0; i < 3; ++i) {
+      const auto& record = run->checkpoints[i];
+      EXPECT_EQ(record["step"], 2 * static_cast<int64_t>(i + 1));
+      EXPECT_EQ(record["async"], is_async);
+      EXPECT_FALSE(record.contains("error"));
+      EXPECT_GE(record["blocked_ms"].get<double>(), 0.0);
+      EXPECT_GE(record["save_ms"].get<double>(), record["blocked_ms"].get<double>() - 1e-9) << record;
+      EXPECT_EQ(fs::path(record["dir"].get<std::string>()),
+                dir / (is_async ? "async" : "sync") / "checkpoints" / ("step-00000" + std::to_string(2 * (i + 1))));
+    }
+  }
+  for (int step : {2, 4, 6}) {
+    const std::string folder = "step-00000" + std::to_string(step);
+    for (const std::string file : {"rank-00000.safetensors", "rank-00001.safetensors"}) {
+      const auto a = dir / "async" / "checkpoints" / folder / file, b = dir / "sync" / "checkpoints" / folder / file;
+      ASSERT_TRUE(fs::exists(a)) << a;
+      EXPECT_EQ(file_bytes(a), file_bytes(b)) << folder << "/" << file;
+    }
+  }
+}
+
+// A rerun that changes the global batch (or, with --deterministic, the chunk size) cannot
+// continue as the uninterrupted run would: it still resumes, and says so in one line.
+TEST(TrainCommand, ResumingWithAnotherGlobalBatchSaysItIsNotTheUninterruptedRun) {
+  TempDir dir;
+  const auto data = write_markov_tokens(dir, 4000, 64).string();
+  const std::string common = "--from-scratch --model-size tiny --vocab-size 64 --seq-len 16 --lr 3e-3 --data " + data;
+  auto first = train(dir, "run", "--nproc 2 --batch-size 2 --max-steps 2 " + common);
+  ASSERT_EQ(first.code, 0) << first.output;
+  auto same = train(dir, "run", "--batch-size 4 --max-steps 3 " + common);  // 4 x 1 = 2 x 2 windows
+  ASSERT_EQ(same.code, 0) << same.output;
+  EXPECT_THAT(same.output, HasSubstr("resuming from"));
+  EXPECT_THAT(same.output, Not(HasSubstr("note:")));
+  auto other = train(dir, "run", "--batch-size 2 --max-steps 4 " + common);
+  ASSERT_EQ(other.code, 0) << other.output;
+  EXPECT_THAT(other.output,
+              HasSubstr("note: the checkpoint was trained with 4 windows per step (batch size 4 x 1 ranks x 1 "
+                        "accumulation steps), this run uses 2 windows per step (batch size 2 x 1 ranks x 1 "
+                        "accumulation steps): it continues from the same data position, but not as the "
+                        "uninterrupted run would"));
+}
 
 // An independent check of the safetensors layout (not core/io's reader): 8-byte
 // little-endian header length, a JSON header padded with spaces, every tensor's bytes =
