@@ -3,14 +3,16 @@
 #
 # Each trial runs the same benchmark cell(s) three times with `fsdpp bench`: A, A again,
 # and A with --inject-delay-pct P (fsdpp cells sleep P% of each step inside the timed
-# region). It then compares A' against A (an alarm there is a false alarm) and the slowed
-# run against A (an alarm there is a detection). Prints the A/A false-alarm rate and the
-# detection rate and writes them, with every trial's outcome, as JSON (format
-# "fsdpp.gate-trials" version 1, results/README.md).
+# region). It then gates A' against A (an alarm there is a false alarm) and the slowed
+# run against A (an alarm there is a detection) with ci/gate.sh, as CI does: a regression
+# is rerun once (the slowed arm's rerun slowed too) and stands only if the rerun regresses
+# too (--no-rerun: the first comparison alone). Prints the A/A false-alarm rate and the
+# detection rate, also of the first comparisons alone, and writes them with every
+# trial's outcome as JSON (format "fsdpp.gate-trials" version 2, results/README.md).
 #
 # Usage: ci/gate_trials.sh [--fsdpp BIN] [--trials T] [--filter REGEX] [--preset NAME]
 #          [--delay-pct P] [--repetitions R] [--alpha A] [--min-effect F] [--out DIR]
-#          [--json FILE]
+#          [--json FILE] [--no-rerun]
 #   --fsdpp        the fsdpp binary (default: build/fsdpp of this checkout)
 #   --trials       trials (default 10)
 #   --filter       cells of the preset to run (default: the gpt2-tiny full_shard cell;
@@ -21,6 +23,7 @@
 #   --alpha, --min-effect  passed to `fsdpp results compare` (default: its own)
 #   --out          keep every document and report here (default: a temporary directory)
 #   --json         the summary (default: OUT/gate_trials.json)
+#   --no-rerun     gate without ci/gate.sh's confirmation rerun
 # Exit code: 0 when the trials ran (whatever the rates), 2 on a failed run or bad input.
 set -euo pipefail
 
@@ -31,6 +34,7 @@ filter='^gpt2-tiny/fsdp-full_shard/fp32/n2/pf1-ac0-off0-det0$'
 preset=smoke
 delay_pct=15
 repetitions=""
+rerun_flag=()
 compare_flags=()
 out=""
 json=""
@@ -46,6 +50,7 @@ while (($#)); do
     --min-effect) compare_flags+=(--min-effect "$2"); shift 2 ;;
     --out) out=$2; shift 2 ;;
     --json) json=$2; shift 2 ;;
+    --no-rerun) rerun_flag=(--no-rerun); shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "gate_trials.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -73,20 +78,31 @@ bench() {  # bench OUT_FILE [extra flags...]
   fi
 }
 
-compare() {  # compare NEW BASELINE REPORT_PREFIX -> prints the exit code (0 or 1)
+gate() {  # gate NEW BASELINE REPORT_PREFIX BENCH_FLAGS -> prints the exit code (0 or 1)
   local code=0
-  "$fsdpp" results compare "$1" --baseline "$2" "${compare_flags[@]}" --markdown "$3.md" --json "$3.json" \
-    >"$3.log" 2>&1 || code=$?
+  "$here/ci/gate.sh" --fsdpp "$fsdpp" --new "$1" --baseline "$2" --report "$3" --bench-flags "$4" \
+    "${rerun_flag[@]}" "${compare_flags[@]}" >"$3.gate.log" 2>&1 || code=$?
   if [ "$code" -ne 0 ] && [ "$code" -ne 1 ]; then
-    echo "gate_trials.sh: fsdpp results compare exited $code:" >&2
-    cat "$3.log" >&2
+    echo "gate_trials.sh: ci/gate.sh exited $code:" >&2
+    cat "$3.gate.log" >&2
     exit 2
   fi
   echo "$code"
 }
 
+# Did the first comparison (before any rerun) of REPORT_PREFIX flag a regression?
+first_alarm() {
+  local first="$1.first.json"
+  [ -f "$first" ] || first="$1.json"
+  grep -q '"regression": true' "$first" && echo 1 || echo 0
+}
+
+bench_flags="--preset $preset${repetitions:+ --repetitions $repetitions}"
+
 false_alarms=0
 detections=0
+first_false_alarms=0
+first_detections=0
 rows=""
 start=$(date +%s)
 for ((t = 1; t <= trials; t++)); do
@@ -95,33 +111,42 @@ for ((t = 1; t <= trials; t++)); do
   bench "$dir/a.json"
   bench "$dir/a2.json"
   bench "$dir/slow.json" --inject-delay-pct "$delay_pct"
-  aa=$(compare "$dir/a2.json" "$dir/a.json" "$dir/aa")
-  slow=$(compare "$dir/slow.json" "$dir/a.json" "$dir/slow")
+  aa=$(gate "$dir/a2.json" "$dir/a.json" "$dir/aa" "$bench_flags")
+  slow=$(gate "$dir/slow.json" "$dir/a.json" "$dir/slow" "$bench_flags --inject-delay-pct $delay_pct")
+  aa_first=$(first_alarm "$dir/aa")
+  slow_first=$(first_alarm "$dir/slow")
   false_alarms=$((false_alarms + aa))
   detections=$((detections + slow))
+  first_false_alarms=$((first_false_alarms + aa_first))
+  first_detections=$((first_detections + slow_first))
   echo "trial $t/$trials: A/A $([ "$aa" -eq 1 ] && echo ALARM || echo quiet), +${delay_pct}% $([ "$slow" -eq 1 ] && echo detected || echo MISSED) ($(($(date +%s) - start)) s)"
-  rows+="${rows:+,}{\"trial\": $t, \"aa_alarm\": $([ "$aa" -eq 1 ] && echo true || echo false), \"slowdown_detected\": $([ "$slow" -eq 1 ] && echo true || echo false)}"
+  b() { [ "$1" -eq 1 ] && echo true || echo false; }
+  rows+="${rows:+,}{\"trial\": $t, \"aa_alarm\": $(b "$aa"), \"slowdown_detected\": $(b "$slow"), \"aa_first_alarm\": $(b "$aa_first"), \"slowdown_first_detected\": $(b "$slow_first")}"
 done
 
 rate() { awk -v n="$1" -v d="$2" 'BEGIN { printf "%.4f", n / d }'; }
 aa_rate=$(rate "$false_alarms" "$trials")
 detection_rate=$(rate "$detections" "$trials")
+first_aa_rate=$(rate "$first_false_alarms" "$trials")
+first_detection_rate=$(rate "$first_detections" "$trials")
 filter_json=$(printf '%s' "$filter" | sed 's/\\/\\\\/g; s/"/\\"/g')
 cat >"$json" <<EOF
 {
   "format": "fsdpp.gate-trials",
-  "version": 1,
+  "version": 2,
   "preset": "$preset",
   "filter": "$filter_json",
   "trials": $trials,
   "delay_pct": $delay_pct,
   "compare_flags": "${compare_flags[*]}",
+  "rerun": $([ ${#rerun_flag[@]} -eq 0 ] && echo true || echo false),
   "aa_false_alarms": $false_alarms,
   "aa_false_alarm_rate": $aa_rate,
   "detections": $detections,
   "detection_rate": $detection_rate,
+  "first_comparison": {"aa_false_alarms": $first_false_alarms, "aa_false_alarm_rate": $first_aa_rate, "detections": $first_detections, "detection_rate": $first_detection_rate},
   "per_trial": [$rows]
 }
 EOF
-echo "gate trials: A/A false-alarm rate $aa_rate ($false_alarms/$trials), detection rate of +${delay_pct}% $detection_rate ($detections/$trials); wrote $json"
+echo "gate trials: A/A false-alarm rate $aa_rate ($false_alarms/$trials), detection rate of +${delay_pct}% $detection_rate ($detections/$trials); first comparison alone: $first_aa_rate ($first_false_alarms/$trials) and $first_detection_rate ($first_detections/$trials); wrote $json"
 if [ "$keep" -eq 0 ] && [[ "$json" != "$out"/* ]]; then rm -rf "$out"; fi

@@ -7,9 +7,10 @@
 #                                 the reason; JUnit into $FSDPP_OUT/ctest.xml
 #   ci/gpu_pipeline.sh smoke      `fsdpp bench --preset smoke --device cuda` -> $FSDPP_OUT/smoke.json
 #                                 (results schema v1, validated on write)
-#   ci/gpu_pipeline.sh compare    regression gate: smoke.json against the last $FSDPP_GATE_WINDOW runs of
-#                                 the same machine fingerprint in $FSDPP_HISTORY (Markdown + JSON into
-#                                 $FSDPP_OUT); exit 1 on a regression
+#   ci/gpu_pipeline.sh compare    regression gate (ci/gate.sh): smoke.json against the last
+#                                 $FSDPP_GATE_WINDOW runs of the same machine fingerprint in $FSDPP_HISTORY,
+#                                 regressed cells rerun once to confirm (Markdown + JSON into $FSDPP_OUT);
+#                                 exit 1 on a confirmed regression
 #   ci/gpu_pipeline.sh publish    appends smoke.json to $FSDPP_HISTORY (never rewrites) and writes the
 #                                 dashboard to $FSDPP_OUT/dashboard.html
 #   ci/gpu_pipeline.sh all        the five in order (compare's verdict is the exit code, after publish)
@@ -34,8 +35,8 @@ stage_compare() {
     echo "gpu_pipeline: no history in $history yet: nothing to compare against (first run)"
     return 0
   fi
-  "$fsdpp" results compare "$out/smoke.json" --history "$history" --window "$window" \
-    --markdown "$out/compare.md" --json "$out/compare.json"
+  "$repo/ci/gate.sh" --fsdpp "$fsdpp" --new "$out/smoke.json" --history "$history" --window "$window" \
+    --report "$out/compare" --bench-flags "--preset smoke --device cuda"
 }
 stage_publish() {
   "$fsdpp" results append "$out/smoke.json" --history "$history"

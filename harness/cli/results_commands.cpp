@@ -48,6 +48,10 @@ void ResultsCommands::add_to(CLI::App& app) {
   add_gate_flags(*compare_, options_);
   compare_->add_option("--markdown", markdown_, "Also write the Markdown table here");
   compare_->add_option("--json", json_, "Also write the fsdpp.compare JSON report here");
+  compare_->add_option("--confirm", confirm_,
+                       "A rerun of the regressed cells (ci/gate.sh): a regression stands only if it regresses too");
+  compare_->add_option("--regressed-filter", regressed_filter_,
+                       "Write the fsdpp bench --filter regex of the regressed cells here (empty: none)");
 
   dashboard_ = group_->add_subcommand("dashboard", "Write one self-contained HTML page: history trends and the latest matrix");
   dashboard_->add_option("--history", history_, "History directory (<dir>/<fingerprint>/<run_id>.json)")->required();
@@ -104,7 +108,13 @@ int ResultsCommands::compare() const {
     baseline.push_back({results::load_results(baseline_), baseline_});
   else
     baseline = results::history_baseline(history_, current.doc, window_);
-  const auto comparison = results::compare_documents(current, baseline, options_);
+  auto comparison = results::compare_documents(current, baseline, options_);
+  if (!confirm_.empty()) {
+    results::SourcedDocument rerun{results::load_results(confirm_), confirm_};
+    results::confirm_regressions(comparison, results::compare_documents(rerun, baseline, options_));
+  }
+  if (!regressed_filter_.empty())
+    io::write_file_atomic(regressed_filter_, results::regressed_cells_filter(comparison) + "\n");
   const std::string markdown = results::to_markdown(comparison);
   std::fputs(markdown.c_str(), stdout);
   std::fflush(stdout);

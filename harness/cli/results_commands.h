@@ -35,6 +35,7 @@ class ResultsCommands {
   CLI::App* append_ = nullptr;
   std::vector<std::string> files_;
   std::string file_, baseline_, history_, machine_, markdown_, json_, out_;
+  std::string confirm_, regressed_filter_;  // compare --confirm, --regressed-filter
   size_t window_ = 5;
   results::CompareOptions options_;
 };

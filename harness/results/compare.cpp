@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <map>
+#include <set>
+#include <tuple>
 #include <stdexcept>
 #include <utility>
 
@@ -232,6 +235,52 @@ Comparison compare_documents(const SourcedDocument& current, const std::vector<S
   return comparison;
 }
 
+void confirm_regressions(Comparison& first, const Comparison& rerun) {
+  std::map<std::tuple<std::string, std::string, std::string>, const MetricComparison*> again;
+  std::set<std::pair<std::string, std::string>> rerun_cells;
+  for (const auto& r : rerun.rows) {
+    again[{r.cell_id, r.system, r.metric}] = &r;
+    if (r.new_n > 0) rerun_cells.insert({r.cell_id, r.system});
+  }
+  for (auto& row : first.rows) {
+    if (row.verdict != Verdict::Regression) continue;
+    if (!rerun_cells.count({row.cell_id, row.system})) {
+      row.note = "not rerun: stands unconfirmed";
+      continue;
+    }
+    const auto it = again.find({row.cell_id, row.system, row.metric});
+    if (it != again.end() && it->second->verdict == Verdict::Regression) {
+      row.note = "confirmed by the rerun (ratio " + number(it->second->ratio) + ", p " + number(it->second->p) + ")";
+      continue;
+    }
+    row.verdict = Verdict::Unchanged;
+    row.note = "regressed, not confirmed by the rerun (ratio " +
+               (it == again.end() ? std::string("-") : number(it->second->ratio)) + ", p " +
+               (it == again.end() ? std::string("-") : number(it->second->p)) + ")";
+  }
+  std::stable_sort(first.rows.begin(), first.rows.end(), [](const MetricComparison& a, const MetricComparison& b) {
+    return verdict_rank(a.verdict) < verdict_rank(b.verdict);
+  });
+  first.confirmation_sources.push_back(rerun.current.source);
+}
+
+std::string regressed_cells_filter(const Comparison& comparison) {
+  std::vector<std::string> ids;
+  for (const auto& r : comparison.rows)
+    if (r.verdict == Verdict::Regression && std::find(ids.begin(), ids.end(), r.cell_id) == ids.end())
+      ids.push_back(r.cell_id);
+  if (ids.empty()) return "";
+  std::string out = "^(";
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i > 0) out += '|';
+    for (char c : ids[i]) {
+      if (std::strchr(".^$|()[]{}*+?\\", c) != nullptr) out += '\\';
+      out += c;
+    }
+  }
+  return out + ")$";
+}
+
 std::vector<SourcedDocument> history_baseline(const std::filesystem::path& history_dir, const json& current,
                                               size_t window) {
   if (window == 0) throw std::runtime_error("--window must be >= 1");
@@ -262,6 +311,8 @@ std::string to_markdown(const Comparison& comparison) {
                 comparison.count(Verdict::Missing), comparison.count(Verdict::New),
                 comparison.count(Verdict::Unchanged), o.alpha, 100 * o.min_effect);
   out += line;
+  for (const auto& source : comparison.confirmation_sources)
+    out += "Regressions were rerun: each stands only if " + markdown_cell(source) + " regressed too.\n\n";
   std::snprintf(line, sizeof line, "| cell | metric | baseline median | new median | ratio [%g%% CI] | p | verdict |\n",
                 100 * o.ci_confidence);
   out += line;
@@ -335,6 +386,7 @@ json to_json(const Comparison& comparison) {
                    {"ci_seed", o.ci_seed}}},
       {"summary", summary},
       {"regression", comparison.has_regression()},
+      {"confirmed_by", comparison.confirmation_sources},
       {"rows", rows},
   };
 }

@@ -60,6 +60,7 @@ struct Comparison {
   // Regressions first, then improvements, missing, new, unchanged; within each, the order
   // of the cells in the new document (baseline-only cells after them), then metric name.
   std::vector<MetricComparison> rows;
+  std::vector<std::string> confirmation_sources;  // reruns that confirm_regressions() applied
 
   size_t count(Verdict verdict) const;
   bool has_regression() const { return count(Verdict::Regression) > 0; }
@@ -71,6 +72,19 @@ struct Comparison {
 // !options.allow_other_machine, or when a metric's unit or direction differs between them.
 Comparison compare_documents(const SourcedDocument& current, const std::vector<SourcedDocument>& baseline,
                              const CompareOptions& options);
+
+// Confirmation by a rerun (ci/gate.sh): `first`'s regressions stand only where
+// `rerun` (the regressed cells benchmarked again and compared against the same baseline)
+// regresses too, in the same cell, system and metric; the others become unchanged, their
+// note giving the rerun's ratio and p. A regression whose cell the rerun lacks stands.
+// Why: a stall of a shared machine during one run shifts every repetition of a cell
+// alike, which a test over those repetitions cannot tell from a regression; a stall
+// rarely strikes the same cell twice, a real regression always does.
+void confirm_regressions(Comparison& first, const Comparison& rerun);
+
+// The `fsdpp bench --filter` regex selecting exactly the cells with a regression:
+// "^(id1|id2)$" with regex metacharacters escaped; "" when there is none.
+std::string regressed_cells_filter(const Comparison& comparison);
 
 // The last `window` documents of load_history(history_dir, current's fingerprint), oldest
 // first, leaving out a document with current's run_id (current may already be appended).

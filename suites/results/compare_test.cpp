@@ -234,5 +234,46 @@ TEST(Gate, PooledHistoryMakesFewRepetitionsDecisive) {
   EXPECT_EQ(row(compare_documents(now, history, {}), "tokens_per_s").verdict, Verdict::Regression);
 }
 
+// Confirmation by a rerun (ci/gate.sh): a one-run stall (every repetition of a cell 15%
+// slower) is a regression on its own; a rerun that is back to normal clears it, a rerun
+// that is slow again confirms it, and a cell the rerun lacks stands.
+TEST(Gate, ARegressionStandsOnlyWhereTheRerunRegressesToo) {
+  auto base = document({cell(100, 2000, 0.03, 41)}, 0);
+  SyntheticCell stalled = cell(115, 2000, 0.03, 42);
+  SyntheticCell other = cell(130, 2000, 0.03, 43);
+  other.id = "gpt2-tiny/unsharded/fp32/n1-gb8/ac0-det0";
+  SyntheticCell base_other = cell(100, 2000, 0.03, 44);
+  base_other.id = other.id;
+  base = document({cell(100, 2000, 0.03, 41), base_other}, 0);
+  auto now = document({stalled, other}, 1);
+  auto first = compare_documents(now, {base}, {});
+  ASSERT_EQ(first.count(Verdict::Regression), 2u) << to_markdown(first);
+  EXPECT_EQ(regressed_cells_filter(first),
+            "^(gpt2-mini/fsdp-full_shard/fp32/n2/pf1-ac0-off0-det0|gpt2-tiny/unsharded/fp32/n1-gb8/ac0-det0)$");
+
+  // The rerun: the stalled cell is back to normal, the other one was not rerun.
+  auto cleared = first;
+  confirm_regressions(cleared, compare_documents(document({cell(100, 2000, 0.03, 45)}, 2), {base}, {}));
+  ASSERT_EQ(cleared.count(Verdict::Regression), 1u) << to_markdown(cleared);
+  EXPECT_EQ(cleared.rows[0].cell_id, other.id);
+  EXPECT_EQ(cleared.rows[0].note, "not rerun: stands unconfirmed");
+  const auto& step = [&]() -> const MetricComparison& {
+    for (const auto& r : cleared.rows)
+      if (r.cell_id != other.id && r.metric == "step_ms") return r;
+    throw std::runtime_error("no step_ms row");
+  }();
+  EXPECT_EQ(step.verdict, Verdict::Unchanged);
+  EXPECT_THAT(step.note, HasSubstr("regressed, not confirmed by the rerun (ratio "));
+  EXPECT_THAT(to_markdown(cleared), HasSubstr("Regressions were rerun: each stands only if run2.json regressed too"));
+  EXPECT_EQ(to_json(cleared)["confirmed_by"], json::array({"run2.json"}));
+
+  // A real regression is slow again in the rerun: confirmed.
+  auto confirmed = first;
+  confirm_regressions(confirmed, compare_documents(document({cell(115, 2000, 0.03, 46), other}, 3), {base}, {}));
+  EXPECT_EQ(confirmed.count(Verdict::Regression), 2u) << to_markdown(confirmed);
+  EXPECT_THAT(confirmed.rows[0].note, HasSubstr("confirmed by the rerun (ratio 1.1"));
+  EXPECT_EQ(regressed_cells_filter(compare_documents(base, {base}, {})), "");
+}
+
 }  // namespace
 }  // namespace fsdpp::results

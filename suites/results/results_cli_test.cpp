@@ -163,5 +163,64 @@ TEST(ResultsCli, DashboardWritesOnePage) {
   EXPECT_THAT(missing.second, HasSubstr("nowhere"));
 }
 
+// ci/gate.sh's orchestration, with the real `fsdpp results` and a stand-in `fsdpp bench`
+// that logs its flags and writes a prepared document: no regression, no rerun; a
+// regression is rerun with a --filter of exactly its cell and stands only when the rerun
+// is slow too.
+struct GateScript {
+  TempDir dir;
+  fs::path fake = dir / "fsdpp";
+  fs::path bench_log = dir / "bench-flags.txt";
+
+  explicit GateScript(const fs::path& rerun_document) {
+    io::write_file_atomic(fake, "#!/bin/sh\n"
+                                "if [ \"$1\" = bench ]; then\n"
+                                "  echo \"$@\" >> '" + bench_log.string() + "'\n"
+                                "  while [ $# -gt 0 ]; do [ \"$1\" = --out ] && cp '" + rerun_document.string() +
+                                "' \"$2\"; shift; done\n"
+                                "  exit 0\n"
+                                "fi\n"
+                                "exec " + kFsdpp + " \"$@\"\n");
+    fs::permissions(fake, fs::perms::owner_all);
+  }
+  std::pair<int, std::string> run(const fs::path& now, const fs::path& base) const {
+    return run_shell(std::string(FSDPP_SOURCE_DIR) + "/ci/gate.sh --fsdpp " + fake.string() + " --new " + now.string() +
+                     " --baseline " + base.string() + " --report " + (dir / "gate").string() +
+                     " --bench-flags '--preset smoke --repetitions 3'");
+  }
+};
+
+TEST(GateScript, ARegressionStandsOnlyWhenTheRerunOfItsCellRegressesToo) {
+  TempDir docs;
+  const auto base = write_run(docs, 0, 100), same = write_run(docs, 1, 100), slow = write_run(docs, 2, 120),
+             slow_again = write_run(docs, 3, 121), normal_again = write_run(docs, 4, 100);
+  {
+    GateScript gate(normal_again);
+    auto [code, output] = gate.run(same, base);
+    EXPECT_EQ(code, 0) << output;
+    EXPECT_FALSE(fs::exists(gate.bench_log)) << "no regression, no rerun";
+  }
+  {
+    GateScript gate(normal_again);  // a stall: the rerun is back to normal
+    auto [code, output] = gate.run(slow, base);
+    EXPECT_EQ(code, 0) << output;
+    EXPECT_THAT(output, HasSubstr("the rerun did not confirm them"));
+    EXPECT_EQ(read_text(gate.bench_log),
+              "bench --preset smoke --repetitions 3 --filter ^(gpt2-mini/fsdp-full_shard/fp32/n2/pf1-ac0-off0-det0)$ "
+              "--out " + (gate.dir / "gate.rerun.json").string() + "\n");
+    auto report = json::parse(read_text(gate.dir / "gate.json"));
+    EXPECT_EQ(report["regression"], false);
+    EXPECT_EQ(report["confirmed_by"].size(), 1u);
+    EXPECT_EQ(json::parse(read_text(gate.dir / "gate.first.json"))["regression"], true);
+  }
+  {
+    GateScript gate(slow_again);  // a real regression: slow again
+    auto [code, output] = gate.run(slow, base);
+    EXPECT_EQ(code, 1) << output;
+    EXPECT_THAT(output, HasSubstr("REGRESSION confirmed by the rerun"));
+    EXPECT_THAT(read_text(gate.dir / "gate.md"), HasSubstr("confirmed by the rerun (ratio 1.2"));
+  }
+}
+
 }  // namespace
 }  // namespace fsdpp
