@@ -8,7 +8,8 @@
 # regression; it rarely strikes the same cell twice, a real regression always does.
 #
 # Usage: ci/gate.sh --new FILE (--baseline FILE | --history DIR [--window K]) --report PREFIX
-#          [--fsdpp BIN] [--bench-flags "FLAGS"] [--alpha A] [--min-effect F] [--no-rerun]
+#          [--fsdpp BIN] [--bench-flags "FLAGS"] [--alpha A] [--confirm-alpha C]
+#          [--min-effect F] [--no-rerun]
 #   --new          the new fsdpp.results document
 #   --baseline     one baseline document; or --history DIR --window K (default 5): the last
 #                  K documents of the new document's machine fingerprint
@@ -17,8 +18,15 @@
 #   --fsdpp        the fsdpp binary (default: build/fsdpp of this checkout)
 #   --bench-flags  how the new document was benchmarked, without --filter/--out (default
 #                  "--preset smoke"); the rerun adds --filter (the regressed cells) and --out
-#   --alpha, --min-effect  passed to `fsdpp results compare`
+#   --alpha        level of the first comparison (default 0.01, as a lone comparison's)
+#   --confirm-alpha  level of the rerun's comparison (default 0.1)
+#   --min-effect   passed to `fsdpp results compare` (its default: 5%)
 #   --no-rerun     gate on the first comparison alone
+# Levels: a regression must be significant twice, in two runs, in the bad direction and by
+# the minimum effect each time. The rerun only has to confirm what the first comparison
+# found, so its level is looser (0.1): a real slowdown that the noise of one rerun hides
+# is still confirmed. Trials (README): a looser first level (0.05) let a machine slowdown
+# that outlasted two runs through; 0.01 then 0.1 kept A/A quiet and caught more.
 # Exit code: 0 no regression (or none confirmed), 1 a confirmed regression, 2 bad input or a
 # failed run.
 set -euo pipefail
@@ -29,6 +37,8 @@ new=""
 report=""
 bench_flags="--preset smoke"
 rerun=1
+alpha=""
+confirm_alpha=0.1
 baseline_args=()
 compare_flags=()
 while (($#)); do
@@ -40,7 +50,8 @@ while (($#)); do
     --report) report=$2; shift 2 ;;
     --fsdpp) fsdpp=$2; shift 2 ;;
     --bench-flags) bench_flags=$2; shift 2 ;;
-    --alpha) compare_flags+=(--alpha "$2"); shift 2 ;;
+    --alpha) alpha=$2; shift 2 ;;
+    --confirm-alpha) confirm_alpha=$2; shift 2 ;;
     --min-effect) compare_flags+=(--min-effect "$2"); shift 2 ;;
     --no-rerun) rerun=0; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
@@ -52,6 +63,8 @@ done
 [ ${#baseline_args[@]} -gt 0 ] || { echo "gate.sh: give --baseline FILE or --history DIR" >&2; exit 2; }
 [ -n "$report" ] || { echo "gate.sh: --report PREFIX is required" >&2; exit 2; }
 mkdir -p "$(dirname "$report")"
+compare_flags+=(--alpha "${alpha:-0.01}")
+[ "$rerun" -eq 1 ] && compare_flags+=(--confirm-alpha "$confirm_alpha")
 
 compare() {  # compare OUT_PREFIX [extra flags...] -> sets $code (0 or 1), exits 2 otherwise
   local prefix=$1

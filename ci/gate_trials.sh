@@ -11,7 +11,7 @@
 # trial's outcome as JSON (format "fsdpp.gate-trials" version 2, results/README.md).
 #
 # Usage: ci/gate_trials.sh [--fsdpp BIN] [--trials T] [--filter REGEX] [--preset NAME]
-#          [--delay-pct P] [--repetitions R] [--alpha A] [--min-effect F] [--out DIR]
+#          [--delay-pct P] [--repetitions R] [--alpha A] [--confirm-alpha C] [--min-effect F] [--out DIR]
 #          [--json FILE] [--no-rerun]
 #   --fsdpp        the fsdpp binary (default: build/fsdpp of this checkout)
 #   --trials       trials (default 10)
@@ -20,7 +20,7 @@
 #   --preset       default smoke
 #   --delay-pct    injected slowdown, percent of each step (default 15)
 #   --repetitions  passed to `fsdpp bench` (default: its own)
-#   --alpha, --min-effect  passed to `fsdpp results compare` (default: its own)
+#   --alpha, --confirm-alpha, --min-effect  passed to ci/gate.sh (default: its own)
 #   --out          keep every document and report here (default: a temporary directory)
 #   --json         the summary (default: OUT/gate_trials.json)
 #   --no-rerun     gate without ci/gate.sh's confirmation rerun
@@ -47,6 +47,7 @@ while (($#)); do
     --delay-pct) delay_pct=$2; shift 2 ;;
     --repetitions) repetitions=$2; shift 2 ;;
     --alpha) compare_flags+=(--alpha "$2"); shift 2 ;;
+    --confirm-alpha) compare_flags+=(--confirm-alpha "$2"); shift 2 ;;
     --min-effect) compare_flags+=(--min-effect "$2"); shift 2 ;;
     --out) out=$2; shift 2 ;;
     --json) json=$2; shift 2 ;;
@@ -111,10 +112,10 @@ for ((t = 1; t <= trials; t++)); do
   bench "$dir/a.json"
   bench "$dir/a2.json"
   bench "$dir/slow.json" --inject-delay-pct "$delay_pct"
-  aa=$(gate "$dir/a2.json" "$dir/a.json" "$dir/aa" "$bench_flags")
-  slow=$(gate "$dir/slow.json" "$dir/a.json" "$dir/slow" "$bench_flags --inject-delay-pct $delay_pct")
-  aa_first=$(first_alarm "$dir/aa")
-  slow_first=$(first_alarm "$dir/slow")
+  aa=$(gate "$dir/a2.json" "$dir/a.json" "$dir/aa-gate" "$bench_flags")
+  slow=$(gate "$dir/slow.json" "$dir/a.json" "$dir/slow-gate" "$bench_flags --inject-delay-pct $delay_pct")
+  aa_first=$(first_alarm "$dir/aa-gate")
+  slow_first=$(first_alarm "$dir/slow-gate")
   false_alarms=$((false_alarms + aa))
   detections=$((detections + slow))
   first_false_alarms=$((first_false_alarms + aa_first))
@@ -123,6 +124,9 @@ for ((t = 1; t <= trials; t++)); do
   b() { [ "$1" -eq 1 ] && echo true || echo false; }
   rows+="${rows:+,}{\"trial\": $t, \"aa_alarm\": $(b "$aa"), \"slowdown_detected\": $(b "$slow"), \"aa_first_alarm\": $(b "$aa_first"), \"slowdown_first_detected\": $(b "$slow_first")}"
 done
+
+# The levels the gate used, as its first trial's report records them.
+levels=$(python3 -c 'import json,sys; o=json.load(open(sys.argv[1]))["options"]; print("\"alpha\": %s, \"confirm_alpha\": %s, \"min_effect\": %s" % (o["alpha"], o["confirm_alpha"], o["min_effect"]))' "$out/trial-1/aa-gate.json")
 
 rate() { awk -v n="$1" -v d="$2" 'BEGIN { printf "%.4f", n / d }'; }
 aa_rate=$(rate "$false_alarms" "$trials")
@@ -140,6 +144,7 @@ cat >"$json" <<EOF
   "delay_pct": $delay_pct,
   "compare_flags": "${compare_flags[*]}",
   "rerun": $([ ${#rerun_flag[@]} -eq 0 ] && echo true || echo false),
+  $levels,
   "aa_false_alarms": $false_alarms,
   "aa_false_alarm_rate": $aa_rate,
   "detections": $detections,

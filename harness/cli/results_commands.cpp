@@ -50,6 +50,9 @@ void ResultsCommands::add_to(CLI::App& app) {
   compare_->add_option("--json", json_, "Also write the fsdpp.compare JSON report here");
   compare_->add_option("--confirm", confirm_,
                        "A rerun of the regressed cells (ci/gate.sh): a regression stands only if it regresses too");
+  compare_->add_option("--confirm-alpha", options_.confirm_alpha,
+                       "Level of the rerun's test when it confirms a regression (default 0.1)")
+      ->check(CLI::Range(0.0, 1.0));
   compare_->add_option("--regressed-filter", regressed_filter_,
                        "Write the fsdpp bench --filter regex of the regressed cells here (empty: none)");
 
@@ -111,7 +114,9 @@ int ResultsCommands::compare() const {
   auto comparison = results::compare_documents(current, baseline, options_);
   if (!confirm_.empty()) {
     results::SourcedDocument rerun{results::load_results(confirm_), confirm_};
-    results::confirm_regressions(comparison, results::compare_documents(rerun, baseline, options_));
+    results::CompareOptions rerun_options = options_;
+    rerun_options.alpha = options_.confirm_alpha;
+    results::confirm_regressions(comparison, results::compare_documents(rerun, baseline, rerun_options));
   }
   if (!regressed_filter_.empty())
     io::write_file_atomic(regressed_filter_, results::regressed_cells_filter(comparison) + "\n");

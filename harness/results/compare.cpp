@@ -311,8 +311,11 @@ std::string to_markdown(const Comparison& comparison) {
                 comparison.count(Verdict::Missing), comparison.count(Verdict::New),
                 comparison.count(Verdict::Unchanged), o.alpha, 100 * o.min_effect);
   out += line;
-  for (const auto& source : comparison.confirmation_sources)
-    out += "Regressions were rerun: each stands only if " + markdown_cell(source) + " regressed too.\n\n";
+  for (const auto& source : comparison.confirmation_sources) {
+    std::snprintf(line, sizeof line, " regressed too (p < %g, median %g%% or more worse).\n\n", o.confirm_alpha,
+                  100 * o.min_effect);
+    out += "Regressions were rerun: each stands only if " + markdown_cell(source) + line;
+  }
   std::snprintf(line, sizeof line, "| cell | metric | baseline median | new median | ratio [%g%% CI] | p | verdict |\n",
                 100 * o.ci_confidence);
   out += line;
@@ -379,6 +382,7 @@ json to_json(const Comparison& comparison) {
                     {"run_ids", comparison.baseline_run_ids},
                     {"fingerprints", comparison.baseline_fingerprints}}},
       {"options", {{"alpha", o.alpha},
+                   {"confirm_alpha", o.confirm_alpha},
                    {"min_effect", o.min_effect},
                    {"allow_other_machine", o.allow_other_machine},
                    {"ci_confidence", o.ci_confidence},

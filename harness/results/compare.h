@@ -22,6 +22,7 @@ namespace fsdpp::results {
 struct CompareOptions {
   double alpha = 0.01;       // Mann-Whitney two-sided significance level
   double min_effect = 0.05;  // smallest relative move of the median that counts (0.05 = 5%)
+  double confirm_alpha = 0.1;  // a rerun's level when it confirms a regression (--confirm)
   bool allow_other_machine = false;  // compare across machine fingerprints anyway
   double ci_confidence = 0.95;       // bootstrap CI of the median ratio (reported, not gated)
   int ci_resamples = 2000;

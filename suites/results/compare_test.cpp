@@ -264,7 +264,8 @@ TEST(Gate, ARegressionStandsOnlyWhereTheRerunRegressesToo) {
   }();
   EXPECT_EQ(step.verdict, Verdict::Unchanged);
   EXPECT_THAT(step.note, HasSubstr("regressed, not confirmed by the rerun (ratio "));
-  EXPECT_THAT(to_markdown(cleared), HasSubstr("Regressions were rerun: each stands only if run2.json regressed too"));
+  EXPECT_THAT(to_markdown(cleared), HasSubstr("Regressions were rerun: each stands only if run2.json regressed too (p < 0.1, median 5% or "
+                                          "more worse)"));
   EXPECT_EQ(to_json(cleared)["confirmed_by"], json::array({"run2.json"}));
 
   // A real regression is slow again in the rerun: confirmed.
