@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A/A and injected-slowdown trials of the regression gate (`fsdpp results compare`).
 #
-# Each trial runs the same benchmark cell(s) three times with `fsdpp bench`: A, A again,
-# and A with --inject-delay-pct P (fsdpp cells sleep P% of each step inside the timed
+# Each trial runs the same benchmark cell(s) with `fsdpp bench`: A (K times with
+# --baseline-runs K, pooled as a history window, as CI's baseline is), A again, and A with
+# --inject-delay-pct P (fsdpp cells sleep P% of each step inside the timed
 # region). It then gates A' against A (an alarm there is a false alarm) and the slowed
 # run against A (an alarm there is a detection) with ci/gate.sh, as CI does: a regression
 # is rerun once (the slowed arm's rerun slowed too) and stands only if the rerun regresses
@@ -12,7 +13,7 @@
 #
 # Usage: ci/gate_trials.sh [--fsdpp BIN] [--trials T] [--filter REGEX] [--preset NAME]
 #          [--delay-pct P] [--repetitions R] [--alpha A] [--confirm-alpha C] [--min-effect F] [--out DIR]
-#          [--json FILE] [--no-rerun]
+#          [--json FILE] [--no-rerun] [--baseline-runs K]
 #   --fsdpp        the fsdpp binary (default: build/fsdpp of this checkout)
 #   --trials       trials (default 10)
 #   --filter       cells of the preset to run (default: the gpt2-tiny full_shard cell;
@@ -24,6 +25,7 @@
 #   --out          keep every document and report here (default: a temporary directory)
 #   --json         the summary (default: OUT/gate_trials.json)
 #   --no-rerun     gate without ci/gate.sh's confirmation rerun
+#   --baseline-runs  A runs pooled into the baseline (default 1: A alone)
 # Exit code: 0 when the trials ran (whatever the rates), 2 on a failed run or bad input.
 set -euo pipefail
 
@@ -34,6 +36,7 @@ filter='^gpt2-tiny/fsdp-full_shard/fp32/n2/pf1-ac0-off0-det0$'
 preset=smoke
 delay_pct=15
 repetitions=""
+baseline_runs=1
 rerun_flag=()
 compare_flags=()
 out=""
@@ -52,12 +55,14 @@ while (($#)); do
     --out) out=$2; shift 2 ;;
     --json) json=$2; shift 2 ;;
     --no-rerun) rerun_flag=(--no-rerun); shift ;;
+    --baseline-runs) baseline_runs=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "gate_trials.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
 [ -x "$fsdpp" ] || { echo "gate_trials.sh: $fsdpp: not an executable (--fsdpp BIN)" >&2; exit 2; }
 [[ "$trials" =~ ^[1-9][0-9]*$ ]] || { echo "gate_trials.sh: --trials $trials: expected a positive integer" >&2; exit 2; }
+[[ "$baseline_runs" =~ ^[1-9][0-9]*$ ]] || { echo "gate_trials.sh: --baseline-runs $baseline_runs: expected a positive integer" >&2; exit 2; }
 if [ -z "$out" ]; then
   out=$(mktemp -d "${TMPDIR:-/tmp}/gate_trials.XXXXXX")
   keep=0
@@ -79,9 +84,11 @@ bench() {  # bench OUT_FILE [extra flags...]
   fi
 }
 
-gate() {  # gate NEW BASELINE REPORT_PREFIX BENCH_FLAGS -> prints the exit code (0 or 1)
+gate() {  # gate NEW TRIAL_DIR REPORT_PREFIX BENCH_FLAGS -> prints the exit code (0 or 1)
   local code=0
-  "$here/ci/gate.sh" --fsdpp "$fsdpp" --new "$1" --baseline "$2" --report "$3" --bench-flags "$4" \
+  local baseline=(--baseline "$2/a.json")
+  [ "$baseline_runs" -gt 1 ] && baseline=(--history "$2/history" --window "$baseline_runs")
+  "$here/ci/gate.sh" --fsdpp "$fsdpp" --new "$1" "${baseline[@]}" --report "$3" --bench-flags "$4" \
     "${rerun_flag[@]}" "${compare_flags[@]}" >"$3.gate.log" 2>&1 || code=$?
   if [ "$code" -ne 0 ] && [ "$code" -ne 1 ]; then
     echo "gate_trials.sh: ci/gate.sh exited $code:" >&2
@@ -110,10 +117,17 @@ for ((t = 1; t <= trials; t++)); do
   dir="$out/trial-$t"
   mkdir -p "$dir"
   bench "$dir/a.json"
+  if [ "$baseline_runs" -gt 1 ]; then
+    "$fsdpp" results append "$dir/a.json" --history "$dir/history" >/dev/null
+    for ((k = 2; k <= baseline_runs; k++)); do
+      bench "$dir/a$k-baseline.json"
+      "$fsdpp" results append "$dir/a$k-baseline.json" --history "$dir/history" >/dev/null
+    done
+  fi
   bench "$dir/a2.json"
   bench "$dir/slow.json" --inject-delay-pct "$delay_pct"
-  aa=$(gate "$dir/a2.json" "$dir/a.json" "$dir/aa-gate" "$bench_flags")
-  slow=$(gate "$dir/slow.json" "$dir/a.json" "$dir/slow-gate" "$bench_flags --inject-delay-pct $delay_pct")
+  aa=$(gate "$dir/a2.json" "$dir" "$dir/aa-gate" "$bench_flags")
+  slow=$(gate "$dir/slow.json" "$dir" "$dir/slow-gate" "$bench_flags --inject-delay-pct $delay_pct")
   aa_first=$(first_alarm "$dir/aa-gate")
   slow_first=$(first_alarm "$dir/slow-gate")
   false_alarms=$((false_alarms + aa))
@@ -144,6 +158,7 @@ cat >"$json" <<EOF
   "delay_pct": $delay_pct,
   "compare_flags": "${compare_flags[*]}",
   "rerun": $([ ${#rerun_flag[@]} -eq 0 ] && echo true || echo false),
+  "baseline_runs": $baseline_runs,
   $levels,
   "aa_false_alarms": $false_alarms,
   "aa_false_alarm_rate": $aa_rate,
