@@ -2,7 +2,6 @@
 
 #include <ATen/ATen.h>
 
-#include <atomic>
 #include <condition_variable>
 #include <exception>
 #include <mutex>
@@ -11,13 +10,14 @@
 #include <thread>
 #include <utility>
 
+#include "core/runtime/stopwatch.h"
+
 namespace fsdpp::checkpoint {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+using Clock = runtime::SteadyClock;
+using runtime::ms_since;
 
 // A host copy of `content` that the caller's later updates cannot reach.
 CheckpointContent staged_copy(const CheckpointContent& content) {

@@ -3,7 +3,6 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
-#include <chrono>
 #include <cstdio>
 #include <utility>
 #include <stdexcept>
@@ -11,6 +10,7 @@
 #include "core/checkpoint/checkpoint_scan.h"
 #include "core/checkpoint/fsdp_state.h"
 #include "core/checkpoint/sha256.h"
+#include "core/runtime/stopwatch.h"
 
 namespace fsdpp::train {
 
@@ -109,9 +109,8 @@ std::string batch_change_note(const nlohmann::json& train_state, const TrainConf
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+using Clock = runtime::SteadyClock;
+using runtime::ms_since;
 
 // The metrics record of a committed save (core/train/METRICS.md).
 nlohmann::json committed_record(int64_t steps_done, const checkpoint::SavedCheckpoint& saved, bool async,

@@ -20,6 +20,7 @@
 #include "core/optim/grad_scaler.h"
 #include "core/runtime/capabilities.h"
 #include "core/runtime/device.h"
+#include "core/runtime/stopwatch.h"
 #include "core/tokenizer/load.h"
 #include "core/train/metrics_log.h"
 #include "core/train/train_checkpoint.h"
@@ -28,11 +29,8 @@ namespace fsdpp::train {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double ms_since(Clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-}
+using Clock = runtime::SteadyClock;
+using runtime::ms_since;
 
 int64_t peak_rss_bytes() {
   rusage usage{};

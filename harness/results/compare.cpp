@@ -87,6 +87,13 @@ int verdict_rank(Verdict v) {
   return 5;
 }
 
+// Regressions first, then improvements, missing, new, unchanged; order kept within each.
+void sort_by_verdict(std::vector<MetricComparison>& rows) {
+  std::stable_sort(rows.begin(), rows.end(), [](const MetricComparison& a, const MetricComparison& b) {
+    return verdict_rank(a.verdict) < verdict_rank(b.verdict);
+  });
+}
+
 void test_metric(const MetricSamples& base, const MetricSamples& now, const CompareOptions& options,
                  MetricComparison* row) {
   row->baseline_median = median(base.values);
@@ -228,9 +235,7 @@ Comparison compare_documents(const SourcedDocument& current, const std::vector<S
       rows.push_back(std::move(row));
     }
   }
-  std::stable_sort(rows.begin(), rows.end(), [](const MetricComparison& a, const MetricComparison& b) {
-    return verdict_rank(a.verdict) < verdict_rank(b.verdict);
-  });
+  sort_by_verdict(rows);
   comparison.rows = std::move(rows);
   return comparison;
 }
@@ -249,18 +254,17 @@ void confirm_regressions(Comparison& first, const Comparison& rerun) {
       continue;
     }
     const auto it = again.find({row.cell_id, row.system, row.metric});
-    if (it != again.end() && it->second->verdict == Verdict::Regression) {
-      row.note = "confirmed by the rerun (ratio " + number(it->second->ratio) + ", p " + number(it->second->p) + ")";
-      continue;
+    const MetricComparison* rerun_row = it == again.end() ? nullptr : it->second;
+    const std::string numbers = "(ratio " + number(rerun_row ? rerun_row->ratio : std::nullopt) + ", p " +
+                                number(rerun_row ? rerun_row->p : std::nullopt) + ")";
+    if (rerun_row && rerun_row->verdict == Verdict::Regression) {
+      row.note = "confirmed by the rerun " + numbers;
+    } else {
+      row.verdict = Verdict::Unchanged;
+      row.note = "regressed, not confirmed by the rerun " + numbers;
     }
-    row.verdict = Verdict::Unchanged;
-    row.note = "regressed, not confirmed by the rerun (ratio " +
-               (it == again.end() ? std::string("-") : number(it->second->ratio)) + ", p " +
-               (it == again.end() ? std::string("-") : number(it->second->p)) + ")";
   }
-  std::stable_sort(first.rows.begin(), first.rows.end(), [](const MetricComparison& a, const MetricComparison& b) {
-    return verdict_rank(a.verdict) < verdict_rank(b.verdict);
-  });
+  sort_by_verdict(first.rows);
   first.confirmation_sources.push_back(rerun.current.source);
 }
 

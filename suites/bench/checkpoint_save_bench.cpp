@@ -11,7 +11,6 @@
 //   checkpoint_save_bench [--steps N] [--every K] [--json FILE]
 #include <torch/torch.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -26,22 +25,19 @@
 #include "core/io/file_tree.h"
 #include "core/models/tiny_transformer.h"
 #include "core/nn/module_hooks.h"
+#include "core/runtime/stopwatch.h"
 #include "harness/launch/run_ranks.h"
+#include "harness/results/stats.h"
 
 using namespace fsdpp;
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using Clock = runtime::SteadyClock;
+using runtime::ms_since;
 
-double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
+// The median, 0 for none (a run without saves has no held or commit times).
+double median_or_zero(const std::vector<double>& v) { return v.empty() ? 0 : results::median(v); }
 
 enum class Mode { None, Sync, Async };
 const char* name(Mode m) { return m == Mode::None ? "none" : m == Mode::Sync ? "sync" : "async"; }
@@ -91,11 +87,11 @@ void measure(harness::RankContext& ctx, Mode mode, int steps, int every, const s
   const double total_ms = ms_since(start);
   if (ctx.rank == 0)
     io::write_file_atomic(out, nlohmann::json{{"mode", name(mode)},
-                                              {"median_step_ms", median(step_ms)},
+                                              {"median_step_ms", median_or_zero(step_ms)},
                                               {"steps_wall_ms", total_ms},
                                               {"saves", held_ms.size()},
-                                              {"median_held_ms", median(held_ms)},
-                                              {"median_commit_ms", median(commit_ms)},
+                                              {"median_held_ms", median_or_zero(held_ms)},
+                                              {"median_commit_ms", median_or_zero(commit_ms)},
                                               {"bytes_per_rank", content_bytes}}
                                    .dump());
 }
