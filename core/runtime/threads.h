@@ -2,12 +2,22 @@
 // together so that ranks x threads never exceeds the machine's cores by accident.
 #pragma once
 
+#include <string>
+#include <vector>
+
 namespace fsdpp::runtime {
 
 // Cores this process may use: $FSDPP_CORES when set to a positive number (a test runner
-// running suites side by side gives each its share), else sched_getaffinity, falling back
-// to hardware_concurrency.
+// running suites side by side gives each its share), else the CPUs `--bind-cores` gave
+// this rank ($FSDPP_BOUND_CPUS, a cpulist), else sched_getaffinity, falling back to
+// hardware_concurrency.
 int available_cores();
+
+// The CPUs this thread may run on (sched_getaffinity), ascending; empty if unknown.
+std::vector<int> affinity_cpus();
+
+// "0-3,6": a CPU list in the kernel's cpulist format (taskset -c, /proc/<pid>/status).
+std::string cpu_list_text(const std::vector<int>& cpus);
 
 // floor(cores / ranks_on_this_node), at least 1.
 int default_threads_per_rank(int ranks_on_this_node);

@@ -103,6 +103,7 @@ json config_of(const CellOutcome& o, std::optional<double> parameters) {
                  {"repetitions", o.repetitions_requested},
                  {"device", o.device},
                  {"threads_per_rank", o.threads_per_rank},
+                 {"cpu_binding", o.cores_bound ? "cores" : "none"},
                  {"injected_delay_pct", o.injected_delay_pct}};
   for (const auto& r : o.repetitions) {
     if (r.record.contains(json::json_pointer("/config/hybrid_shard_size")) && c.strategy.rfind("hybrid", 0) == 0) {

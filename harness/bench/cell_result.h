@@ -56,6 +56,7 @@ struct CellOutcome {
   int threads_per_rank = 1;
   std::string device = "cpu";
   double injected_delay_pct = 0;  // fsdpp cells; 0 for peers (their timing is theirs)
+  bool cores_bound = false;       // ranks pinned to their own cores (CellRunSetup::bind_cores)
 };
 
 // The document's "cells": one per outcome, in order, with the comparisons between them

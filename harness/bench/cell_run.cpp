@@ -110,6 +110,8 @@ std::optional<std::string> unavailable_reason(const BenchCell& cell, const CellR
   return python_problem(setup.python);
 }
 
+bool binds_cores(const CellRunSetup& setup) { return setup.bind_cores && setup.device == "cpu"; }
+
 std::vector<std::string> cell_command(const BenchCell& cell, const CellRunSetup& setup,
                                       const std::filesystem::path& record_file,
                                       const std::filesystem::path& model_config_file) {
@@ -140,10 +142,18 @@ std::vector<std::string> cell_command(const BenchCell& cell, const CellRunSetup&
     if (cell.cpu_offload) argv.push_back("--cpu-offload");
     if (!cell.prefetch && !cell.is_unsharded()) argv.push_back("--no-prefetch");
     if (cell.deterministic) argv.push_back("--deterministic");
+    if (binds_cores(setup)) argv.push_back("--bind-cores");
     return argv;
   }
-  argv = {setup.python, peer_script(setup), "--mode", peer_mode(cell.system)};
-  if (cell.system != System::PytorchSingle) argv.insert(argv.end(), {"--nproc", n, "--budget-s", number(setup.budget_s)});
+  // The single-process peer has no launcher to bind it: its OpenMP threads are bound by
+  // the environment it starts with, as fsdpp's launcher sets for its ranks.
+  if (binds_cores(setup) && cell.system == System::PytorchSingle)
+    argv = {"env", "OMP_PROC_BIND=close", "OMP_PLACES=threads"};
+  argv.insert(argv.end(), {setup.python, peer_script(setup), "--mode", peer_mode(cell.system)});
+  if (cell.system != System::PytorchSingle) {
+    argv.insert(argv.end(), {"--nproc", n, "--budget-s", number(setup.budget_s)});
+    if (binds_cores(setup)) argv.push_back("--bind-cores");
+  }
   argv.insert(argv.end(), {"--model-config", model_config_file.string(),
                            "--batch-size", std::to_string(cell.batch_per_rank),
                            "--seq-len", std::to_string(m.seq_len),

@@ -30,7 +30,15 @@ struct CellRunSetup {
   std::string peer_script;        // empty: <source tree>/harness/peers/torch_peer.py
   double budget_s = 1800;         // wall-clock limit of one repetition (all its ranks)
   int cores = 0;                  // 0: runtime::available_cores()
+  // CPU cells: pin every rank to its own cores and its OpenMP threads to them, fsdpp and
+  // PyTorch alike (`--bind-cores`; the single-process cells get OMP_PROC_BIND=close and
+  // OMP_PLACES=threads). On this 2-core VM it removes the run-to-run noise of unpinned
+  // threads migrating onto a busy core (results/README.md, "CPU binding").
+  bool bind_cores = true;
 };
+
+// Whether the cells of `setup` run pinned (bind_cores on a CPU device).
+bool binds_cores(const CellRunSetup& setup);
 
 // The repetition's record: "fsdpp.bench-cell" (fsdpp) or "fsdpp.torch_peer" (peers), and
 // every timed step's time, the slowest rank's, ms.

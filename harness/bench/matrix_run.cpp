@@ -56,6 +56,7 @@ std::vector<CellOutcome> run_matrix(const std::vector<BenchCell>& cells, const M
     o.repetitions_requested = options.repetitions;
     o.threads_per_rank = threads_per_rank(c, options.setup);
     o.device = options.setup.device;
+    o.cores_bound = binds_cores(options.setup);
     o.injected_delay_pct = c.system == System::Fsdpp ? options.setup.inject_delay_pct : 0;
     if (auto reason = unavailable_reason(c, options.setup)) {
       o.status = "unavailable";

@@ -57,6 +57,8 @@ void BenchCommand::add_to(CLI::App& app) {
       ->check(CLI::Range(1, 1000));
   matrix_command_->add_option("--budget-s", m.setup.budget_s, "Wall-clock limit of one repetition of one cell, seconds")
       ->check(CLI::Range(1.0, 1e7));
+  matrix_command_->add_flag("--no-bind-cores", no_bind_cores_,
+                            "CPU: let ranks' threads float over all cores (default: each rank pinned to its own)");
   matrix_command_->add_option("--python", m.setup.python, "Interpreter with torch and numpy for the PyTorch peers");
   matrix_command_->add_option("--peer-script", m.setup.peer_script, "torch_peer.py (default: the source tree's)");
   matrix_command_->add_flag("--list", list_, "Print the selected cells' ids and exit");
@@ -102,6 +104,7 @@ int BenchCommand::run_matrix(const std::vector<std::string>& argv) {
     return 0;
   }
   if (matrix_out_.empty()) throw std::invalid_argument("bench: --out FILE is required");
+  matrix_.setup.bind_cores = !no_bind_cores_;
 
   // The parent only launches commands: it never computes with LibTorch itself.
   const auto t0 = std::chrono::steady_clock::now();

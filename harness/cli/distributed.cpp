@@ -5,6 +5,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
+#include <stdexcept>
+#include <utility>
 
 #include "core/runtime/threads.h"
 #include "harness/launch/launcher.h"
@@ -17,6 +20,9 @@ void add_distributed_flags(CLI::App& command, DistributedFlags& flags) {
       ->check(CLI::Range(1, 1024));
   command.add_option("--threads", flags.threads, "Intra-op threads per rank (default: cores / local ranks)")
       ->check(CLI::Range(1, 1024));
+  command.add_flag("--bind-cores", flags.bind_cores,
+                   "With --nproc: pin each rank to its own cores (threads-per-rank of them) and its OpenMP "
+                   "threads to those cores (OMP_PROC_BIND=close, OMP_PLACES=threads unless set)");
   command.add_option("--timeout-s", flags.timeout_s, "Limit for each collective, seconds")
       ->check(CLI::Range(0.1, 86400.0));
   command.add_option("--budget-s", flags.budget_s, "With --nproc: wall-clock limit for the whole run, seconds")
@@ -26,6 +32,42 @@ void add_distributed_flags(CLI::App& command, DistributedFlags& flags) {
 }
 
 namespace {
+
+// --bind-cores: the launcher's own CPUs, sliced per rank (launcher.h rank_cpus); OpenMP
+// binds each rank's threads inside its slice (a user's OMP_PROC_BIND / OMP_PLACES win).
+struct CoreBinding {
+  std::vector<int> allowed;
+  int threads_per_rank = 1;
+  std::vector<std::pair<std::string, std::string>> omp_env;
+
+  void apply(int rank, harness::ProcessSpec& spec) const {
+    spec.cpus = harness::rank_cpus(allowed, rank, threads_per_rank);
+    spec.env.insert(spec.env.end(), omp_env.begin(), omp_env.end());
+    spec.env.emplace_back("FSDPP_BOUND_CPUS", runtime::cpu_list_text(spec.cpus));  // the rank's world: line
+  }
+};
+
+CoreBinding plan_core_binding(const DistributedFlags& flags, int nproc) {
+  CoreBinding plan;
+  plan.allowed = runtime::affinity_cpus();
+  if (plan.allowed.empty()) throw std::runtime_error("--bind-cores: cannot read this process's CPU affinity");
+  const std::string cpus = runtime::cpu_list_text(plan.allowed);
+  // OpenMP binds the main thread of a process started with OMP_PROC_BIND to one place,
+  // and that thread's mask is the only one there is to slice.
+  const char* bind = std::getenv("OMP_PROC_BIND");
+  if (bind != nullptr && std::string(bind) != "false")
+    std::fprintf(stderr, "fsdpp: warning: --bind-cores: OMP_PROC_BIND=%s is set for the launcher too; its OpenMP "
+                 "may have narrowed the CPUs to slice to %s (unset it: the launcher sets it for the ranks)\n",
+                 bind, cpus.c_str());
+  plan.threads_per_rank = flags.threads > 0 ? flags.threads : runtime::default_threads_per_rank(nproc);
+  if (static_cast<size_t>(nproc) * plan.threads_per_rank > plan.allowed.size())
+    std::fprintf(stderr, "fsdpp: warning: --bind-cores: %d ranks x %d threads on CPUs %s: ranks share CPUs\n", nproc,
+                 plan.threads_per_rank, cpus.c_str());
+  using Variable = std::pair<const char*, const char*>;
+  for (const auto& [name, value] : {Variable{"OMP_PROC_BIND", "close"}, Variable{"OMP_PLACES", "threads"}})
+    if (std::getenv(name) == nullptr) plan.omp_env.emplace_back(name, value);
+  return plan;
+}
 
 int launch_local(const std::vector<std::string>& argv, const DistributedFlags& flags) {
   int n = flags.nproc;
@@ -38,6 +80,8 @@ int launch_local(const std::vector<std::string>& argv, const DistributedFlags& f
     options.budget = std::chrono::milliseconds(static_cast<int64_t>(flags.budget_s * 1000));
   else
     options.budget = std::chrono::hours(24 * 365);
+  std::optional<CoreBinding> binding;
+  if (flags.bind_cores) binding = plan_core_binding(flags, n);
   auto report = harness::launch(
       n,
       [&](int rank) {
@@ -50,6 +94,7 @@ int launch_local(const std::vector<std::string>& argv, const DistributedFlags& f
                     // Ranks' output is piped through us; rank 0 may still draw a progress
                     // bar on the user's terminal (train/metrics_log.h).
                     {"FSDPP_ATTACHED_TTY", ::isatty(STDERR_FILENO) ? "1" : "0"}};
+        if (binding) binding->apply(rank, spec);
         return spec;
       },
       options);
@@ -78,7 +123,8 @@ int run_distributed(const std::vector<std::string>& argv, const DistributedFlags
       std::fprintf(stderr, "fsdpp: warning: %d local ranks x %d threads exceed the %d available cores\n",
                    world.local_world_size, threads, runtime::available_cores());
     runtime::configure_threads(threads);
-    std::printf("%s threads=%d\n", world.describe().c_str(), threads);
+    const char* bound = std::getenv("FSDPP_BOUND_CPUS");  // set by --bind-cores
+    std::printf("%s threads=%d%s%s\n", world.describe().c_str(), threads, bound ? " cpus=" : "", bound ? bound : "");
     std::fflush(stdout);
     comm::CommOptions options;
     options.timeout = std::chrono::milliseconds(static_cast<int64_t>(flags.timeout_s * 1000));

@@ -22,7 +22,8 @@ void add_gate_flags(CLI::App& command, results::CompareOptions& options) {
   command.add_option("--alpha", options.alpha, "Mann-Whitney significance level (default 0.01)")
       ->check(CLI::Range(1e-12, 0.5));
   command.add_option("--min-effect", options.min_effect,
-                     "Smallest relative move of a median that can regress (default 0.05 = 5%)")
+                     "Smallest relative move of a median that can regress (default 0.05 = 5%); with 2+ "
+                     "baseline runs it must also exceed how far those runs differ (results/README.md)")
       ->check(CLI::Range(0.0, 10.0));
   command.add_flag("--allow-other-machine", options.allow_other_machine,
                    "Compare against documents from another machine fingerprint");

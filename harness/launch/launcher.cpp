@@ -4,12 +4,14 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -19,6 +21,8 @@
 #include <sstream>
 #include <stdexcept>
 #include <thread>
+
+#include "core/runtime/threads.h"
 
 namespace fsdpp::harness {
 
@@ -113,6 +117,20 @@ int reserve_free_port() {
   return port;
 }
 
+std::vector<int> rank_cpus(const std::vector<int>& allowed, int local_rank, int threads_per_rank) {
+  if (allowed.empty()) throw std::invalid_argument("rank_cpus: no CPUs to pin ranks to");
+  if (threads_per_rank < 1 || local_rank < 0)
+    throw std::invalid_argument("rank_cpus: rank " + std::to_string(local_rank) + " with " +
+                                std::to_string(threads_per_rank) + " threads: expected rank >= 0, threads >= 1");
+  const size_t count = allowed.size();
+  const size_t take = std::min(count, static_cast<size_t>(threads_per_rank));
+  const size_t first = static_cast<size_t>(local_rank) * static_cast<size_t>(threads_per_rank);
+  std::vector<int> cpus;
+  for (size_t j = 0; j < take; ++j) cpus.push_back(allowed[(first + j) % count]);
+  std::sort(cpus.begin(), cpus.end());
+  return cpus;
+}
+
 std::string self_executable() {
   char buf[4096];
   ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
@@ -137,6 +155,20 @@ struct Child {
 };
 
 void set_nonblocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
+
+// In the forked child: pin it to `cpus` (see ProcessSpec::cpus); false with errno on failure.
+bool bind_child(const std::vector<int>& cpus) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int cpu : cpus) {
+    if (cpu < 0 || cpu >= CPU_SETSIZE) {
+      errno = EINVAL;
+      return false;
+    }
+    CPU_SET(cpu, &set);
+  }
+  return ::sched_setaffinity(0, sizeof(set), &set) == 0;
+}
 
 [[noreturn]] void exec_child(const ProcessSpec& spec, int status_write) {
   for (const auto& [k, v] : spec.env) ::setenv(k.c_str(), v.c_str(), 1);
@@ -172,6 +204,13 @@ Child start_child(int rank, const ProcessSpec& spec, const std::vector<int>& par
     ::dup2(out_pipe[1], STDERR_FILENO);
     ::close(out_pipe[1]);
     std::setvbuf(stdout, nullptr, _IOLBF, 0);
+    if (!spec.cpus.empty() && !bind_child(spec.cpus)) {
+      std::string message = "launcher: cannot pin rank " + std::to_string(rank) + " to CPUs " +
+                            runtime::cpu_list_text(spec.cpus) + ": " + std::strerror(errno);
+      std::fprintf(stderr, "%s\n", message.c_str());
+      report_status(status_pipe[1], Verdict::Failed, message);
+      ::_exit(126);
+    }
     int code = 0;
     if (spec.child_main) {
       try {

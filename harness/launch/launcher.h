@@ -71,7 +71,18 @@ struct ProcessSpec {
   std::function<int(int status_fd)> child_main;
   std::vector<std::string> argv;
   std::vector<std::pair<std::string, std::string>> env;
+  // Non-empty: the child may run on these CPUs only (sched_setaffinity after fork, so
+  // every thread it starts inherits them). A CPU it may not use fails the rank.
+  std::vector<int> cpus;
 };
+
+// The CPUs of local rank `local_rank` when each rank is pinned to `threads_per_rank` of
+// `allowed` (ascending): consecutive slices, rank r gets allowed[r*t .. r*t+t-1], wrapping
+// around when ranks x threads exceed allowed.size() (ranks then share CPUs). Like Intel's
+// `torch.backends.xeon.run_cpu --ncores-per-instance`: one rank's threads stay on its own
+// cores instead of migrating onto a neighbour's. Throws std::invalid_argument when
+// `allowed` is empty or threads_per_rank < 1.
+std::vector<int> rank_cpus(const std::vector<int>& allowed, int local_rank, int threads_per_rank);
 
 LaunchReport launch(int num_ranks, const std::function<ProcessSpec(int rank)>& spec_for_rank,
                     const LaunchOptions& options);

@@ -935,6 +935,9 @@ def parse_args(argv):
     p.add_argument("--mixed-precision", choices=["fp32", "bf16"], default="fp32")
     p.add_argument("--activation-checkpointing", action="store_true")
     p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (default: cores / local ranks; on CUDA at most 4)")
+    p.add_argument("--bind-cores", action="store_true",
+                   help="with --nproc: pin each rank to its own --threads CPUs and its OpenMP threads to them "
+                   "(OMP_PROC_BIND=close, OMP_PLACES=threads unless set), as fsdpp --bind-cores")
     p.add_argument("--device", choices=["cpu", "cuda"], default=None, help="default: cuda if available")
     p.add_argument("--seed", type=int, default=1234, help="init, random tokens and data order (fsdpp --seed)")
     p.add_argument("--init-std", type=float, default=0.02, help="random init: std of 2-D+ weights (fsdpp: 0.02)")
@@ -989,9 +992,17 @@ def _raise_terminated(signum, frame):
     raise _Terminated()
 
 
-def launch(argv, nproc, budget_s):
+def rank_cpus(allowed, local_rank, threads):
+    """fsdpp's launcher.h rank_cpus: rank r gets allowed[r*t .. r*t+t-1] (sorted), wrapping
+    around when ranks x threads exceed the CPUs (ranks then share them)."""
+    take = min(len(allowed), threads)
+    return sorted(allowed[(local_rank * threads + j) % len(allowed)] for j in range(take))
+
+
+def launch(argv, nproc, budget_s, bind_threads=0):
     """Run this script as `nproc` ranks (like torchrun --standalone); returns the exit code:
-    the first failing rank's, 124 when budget_s (> 0) ran out, 143 on SIGTERM."""
+    the first failing rank's, 124 when budget_s (> 0) ran out, 143 on SIGTERM.
+    bind_threads > 0: pin rank r to rank_cpus(this process's CPUs, r, bind_threads)."""
     signal.signal(signal.SIGTERM, _raise_terminated)
     deadline = time.monotonic() + budget_s if budget_s > 0 else None
     env = dict(os.environ)
@@ -999,10 +1010,21 @@ def launch(argv, nproc, budget_s):
                 "WORLD_SIZE": str(nproc), "LOCAL_WORLD_SIZE": str(nproc), LAUNCHED_ENV: "1"})
     children = []
     try:
+        allowed = sorted(os.sched_getaffinity(0))
+        if bind_threads > 0:
+            env.setdefault("OMP_PROC_BIND", "close")
+            env.setdefault("OMP_PLACES", "threads")
         for r in range(nproc):
             e = dict(env, RANK=str(r), LOCAL_RANK=str(r))
+            cpus = rank_cpus(allowed, r, bind_threads) if bind_threads > 0 else None
+
+            def start(cpus=cpus):
+                _die_with_parent()
+                if cpus:
+                    os.sched_setaffinity(0, cpus)
+
             children.append(subprocess.Popen([sys.executable, os.path.abspath(__file__)] + argv, env=e,
-                                             preexec_fn=_die_with_parent))
+                                             preexec_fn=start))
         code = 0
         running = list(children)
         while running:
@@ -1410,6 +1432,8 @@ def run_train(args, c):
             "python_version": platform.python_version(),
             "device": device.type, "device_name": device_description(device),
             "threads": torch.get_num_threads(),
+            # Rank 0's main thread's CPUs (--bind-cores narrows them to its slice).
+            "cpu_affinity": sorted(os.sched_getaffinity(0)),
             "backend": dist.get_backend() if distributed else None,
             "model_type": c["model_type"], "parameters": params_count, "model_config": c,
             "config": vars(args),
@@ -1479,7 +1503,10 @@ def main(argv):
                 raise PeerError("--nproc %d needs --mode ddp or fsdp2" % args.nproc)
             if "RANK" in os.environ:
                 raise PeerError("--nproc with a launcher's environment (RANK is set): use one or the other")
-            return launch(argv, args.nproc, args.budget_s)
+            bind_threads = 0
+            if args.bind_cores:
+                bind_threads = args.threads or max(1, len(os.sched_getaffinity(0)) // args.nproc)
+            return launch(argv, args.nproc, args.budget_s, bind_threads)
         return run_train(args, c)
     except PeerError as e:
         print("torch_peer: error: %s" % e, file=sys.stderr, flush=True)

@@ -21,7 +21,8 @@ using CellKey = std::pair<std::string, std::string>;  // (id, system)
 
 struct MetricSamples {
   std::string unit, better;
-  std::vector<double> values;  // finite values only
+  std::vector<double> values;       // finite values only
+  std::vector<double> run_medians;  // one per document that had some: its own median
 };
 
 struct CellSamples {
@@ -70,8 +71,11 @@ void pool_cells(const SourcedDocument& source, std::map<CellKey, CellSamples>* p
                                  into.better + "'");
       into.unit = unit;
       into.better = better;
+      const size_t first = into.values.size();
       for (const auto& v : member(metric, "values", json::value_t::array))
         if (v.is_number() && std::isfinite(v.get<double>())) into.values.push_back(v.get<double>());
+      if (into.values.size() > first)
+        into.run_medians.push_back(median(std::vector<double>(into.values.begin() + first, into.values.end())));
     }
   }
 }
@@ -94,6 +98,24 @@ void sort_by_verdict(std::vector<MetricComparison>& rows) {
   });
 }
 
+// See MetricComparison::baseline_run_spread.
+std::optional<double> run_spread(std::vector<double> run_medians) {
+  if (run_medians.size() < 2) return std::nullopt;
+  const double center = median(run_medians);
+  if (!(center > 0)) return std::nullopt;
+  std::vector<double> distance;
+  for (double m : run_medians) distance.push_back(std::fabs(m / center - 1));
+  std::sort(distance.begin(), distance.end());
+  if (distance.size() >= 4) distance.pop_back();  // one run taken under load must not blind the gate
+  return distance.back();
+}
+
+std::string percent(double fraction) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f%%", 100 * fraction);
+  return buf;
+}
+
 void test_metric(const MetricSamples& base, const MetricSamples& now, const CompareOptions& options,
                  MetricComparison* row) {
   row->baseline_median = median(base.values);
@@ -111,13 +133,18 @@ void test_metric(const MetricSamples& base, const MetricSamples& now, const Comp
   row->ratio = ci.ratio;
   row->ratio_low = ci.low;
   row->ratio_high = ci.high;
-  const double change = ci.ratio - 1;  // relative move of the median
+  row->baseline_run_spread = run_spread(base.run_medians);
+  row->min_effect_applied = std::max(options.min_effect, row->baseline_run_spread.value_or(0.0));
+  // How much worse the median got (negative: better), relative to the baseline median.
+  double worse_by = 0;
+  if (row->better == "lower") worse_by = ci.ratio - 1;
+  if (row->better == "higher") worse_by = 1 - ci.ratio;
   const bool significant = mw.p < options.alpha;
-  bool worse = false, better = false;
-  if (row->better == "lower") worse = change >= options.min_effect, better = change <= -options.min_effect;
-  if (row->better == "higher") worse = change <= -options.min_effect, better = change >= options.min_effect;
-  if (significant && worse) row->verdict = Verdict::Regression;
-  if (significant && better) row->verdict = Verdict::Improvement;
+  if (significant && worse_by >= row->min_effect_applied) row->verdict = Verdict::Regression;
+  if (significant && -worse_by >= row->min_effect_applied) row->verdict = Verdict::Improvement;
+  if (significant && row->verdict == Verdict::Unchanged && std::fabs(worse_by) >= options.min_effect)
+    row->note = std::string(worse_by > 0 ? "worse" : "better") + " by " + percent(std::fabs(worse_by)) +
+                ", within the " + percent(*row->baseline_run_spread) + " the baseline's own runs differ by";
 }
 
 std::string number(const std::optional<double>& v) {
@@ -309,7 +336,8 @@ std::string to_markdown(const Comparison& comparison) {
   char line[512];
   std::snprintf(line, sizeof line,
                 "**%s** against %zu baseline document(s): %zu regression(s), %zu improvement(s), %zu missing, %zu "
-                "new, %zu unchanged (regression: Mann-Whitney p < %g and median %g%% or more worse)\n\n",
+                "new, %zu unchanged (regression: Mann-Whitney p < %g and median %g%% or more worse, or more than "
+                "the baseline's runs differ by when that is larger)\n\n",
                 markdown_cell(comparison.current.source).c_str(), comparison.baseline_sources.size(),
                 comparison.count(Verdict::Regression), comparison.count(Verdict::Improvement),
                 comparison.count(Verdict::Missing), comparison.count(Verdict::New),
@@ -369,6 +397,8 @@ json to_json(const Comparison& comparison) {
         {"ratio_ci", r.ratio_low ? json::array({*r.ratio_low, *r.ratio_high}) : json(nullptr)},
         {"p", optional_json(r.p)},
         {"p_method", r.p ? json(r.p_exact ? "exact" : "normal") : json(nullptr)},
+        {"baseline_run_spread", optional_json(r.baseline_run_spread)},
+        {"min_effect_applied", optional_json(r.min_effect_applied)},
         {"verdict", to_string(r.verdict)},
         {"note", r.note},
     });

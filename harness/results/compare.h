@@ -3,8 +3,9 @@
 // samples pooled per cell and metric). Cells match on (id, system); every metric with raw
 // "samples" is tested with the two-sided Mann-Whitney U test (stats.h). A metric regresses
 // only when BOTH p < alpha AND its median moved in the bad direction (from "better") by at
-// least min_effect of the baseline median: significance alone flags harmless 1% shifts of
-// low-noise cells, effect size alone flags noise. The report formats (Markdown table, JSON
+// least min_effect of the baseline median, or by more than the baseline's own runs differ
+// (MetricComparison::baseline_run_spread) when that is larger: significance alone flags
+// harmless 1% shifts of low-noise cells, effect size alone flags noise. The report formats (Markdown table, JSON
 // "fsdpp.compare" version 1) are specified in results/README.md.
 #pragma once
 
@@ -48,6 +49,15 @@ struct MetricComparison {
   std::optional<double> ratio_low, ratio_high;  // bootstrap CI of that ratio
   std::optional<double> p;             // Mann-Whitney two-sided
   bool p_exact = false;
+  // How far the baseline's own runs (documents) sit apart: the largest |run median /
+  // median of the run medians - 1|, the farthest run left out when there are 4 or more;
+  // absent with fewer than 2 baseline runs. Steps within one run share its state (thread
+  // placement, a neighbour's load on a shared VM), so the test over pooled samples cannot
+  // see this run-to-run drift; the runs can.
+  std::optional<double> baseline_run_spread;
+  // The smallest move that counts here: max(min_effect, baseline_run_spread). Absent
+  // where no ratio was computed.
+  std::optional<double> min_effect_applied;
   Verdict verdict = Verdict::Unchanged;
   std::string note;                    // why a metric is missing, or empty
 };

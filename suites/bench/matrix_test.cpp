@@ -1,6 +1,7 @@
 // The benchmark matrix as a specification: ids, presets, filters, the commands a cell
 // runs, the document cells built from measurements, and the README table. Nothing here
 // trains a model (bench.smoke does, see smoke_document_test.cpp).
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -19,6 +20,7 @@ namespace fsdpp::harness {
 namespace {
 
 using json = nlohmann::json;
+using ::testing::ElementsAre;
 
 std::set<std::string> ids_of(const std::vector<BenchCell>& cells) {
   std::set<std::string> ids;
@@ -243,6 +245,36 @@ TEST(CellCommand, PeersRunTorchPeerWithTheSameShapeAndThreadBudget) {
   EXPECT_EQ(flag_value(single, "--batch-size"), "16");
   EXPECT_EQ(flag_value(single, "--mixed-precision"), "bf16");
   EXPECT_TRUE(has_flag(single, "--activation-checkpointing"));
+}
+
+TEST(CellCommand, OnCpuEveryRankOfBothSystemsIsPinnedToItsOwnCoresUnlessBindingIsOff) {
+  CellRunSetup setup;
+  setup.cores = 2;
+  setup.peer_script = "peer.py";
+  auto fs = fsdp_cell(tiny(), "full_shard", "fp32", 2, true, false, false, false);
+  auto ddp = peer_cell(System::PytorchDdp, ref(), "fp32", 2, false);
+  auto single = single_peer_cell(ref(), "fp32", 16, false);
+  ASSERT_TRUE(binds_cores(setup));  // the default on CPU
+  EXPECT_TRUE(has_flag(cell_command(fs, setup, "r.json", "c.json"), "--bind-cores"));
+  EXPECT_TRUE(has_flag(cell_command(ddp, setup, "r.json", "c.json"), "--bind-cores"));
+  // The single-process peer has no launcher: its OpenMP threads are bound by its environment.
+  auto single_argv = cell_command(single, setup, "r.json", "c.json");
+  EXPECT_THAT(std::vector<std::string>(single_argv.begin(), single_argv.begin() + 4),
+              ElementsAre("env", "OMP_PROC_BIND=close", "OMP_PLACES=threads", setup.python));
+  EXPECT_FALSE(has_flag(single_argv, "--bind-cores"));
+
+  CellRunSetup off = setup;
+  off.bind_cores = false;  // fsdpp bench --no-bind-cores
+  EXPECT_FALSE(binds_cores(off));
+  for (const auto& cell : {fs, ddp, single}) {
+    auto argv = cell_command(cell, off, "r.json", "c.json");
+    EXPECT_FALSE(has_flag(argv, "--bind-cores")) << cell.id();
+    EXPECT_NE(argv[0], "env") << cell.id();
+  }
+  CellRunSetup cuda;
+  cuda.device = "cuda";
+  EXPECT_FALSE(binds_cores(cuda));  // host threads only feed the GPU
+  EXPECT_FALSE(has_flag(cell_command(fs, cuda, "r.json", "c.json"), "--bind-cores"));
 }
 
 TEST(CellAvailability, Fp16IsUnavailableExactlyWhereTheCpuLacksItsKernels) {

@@ -101,6 +101,15 @@ TEST(SmokeDocument, PeerCellsAreMeasuredOrUnavailableForAReason) {
   }
 }
 
+TEST(SmokeDocument, CpuCellsOfBothSystemsRanPinnedToTheirOwnCores) {
+  REQUIRE_DOCUMENT();
+  for (const auto& c : doc["cells"]) {
+    if (c["status"] != "ok") continue;
+    SCOPED_TRACE(c["id"].get<std::string>());
+    EXPECT_EQ(c["config"]["cpu_binding"], c["config"]["device"] == "cpu" ? "cores" : "none");
+  }
+}
+
 TEST(SmokeDocument, EveryOkFsdppCellHasEveryMetric) {
   REQUIRE_DOCUMENT();
   auto cells = smoke_cells_by_id();

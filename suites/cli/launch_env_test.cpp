@@ -5,10 +5,13 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <sched.h>
 #include <unistd.h>
 #include <fstream>
 #include <regex>
+#include <sstream>
 
+#include "core/runtime/threads.h"
 #include "harness/launch/launcher.h"
 #include "harness/testing/temp_dir.h"
 
@@ -90,6 +93,79 @@ TEST(LaunchCommand, NprocSpawnsRanksThatPassTheSelfcheck) {
   EXPECT_EQ(code, 0) << output;
   EXPECT_THAT(output, HasSubstr("[rank 1] world: rank=1 world_size=2"));
   EXPECT_THAT(output, HasSubstr("selfcheck: all 31 collectives correct on 2 ranks"));
+}
+
+// --- --bind-cores ---------------------------------------------------------------------
+
+TEST(CoreBinding, RanksGetConsecutiveSlicesOfTheCpusAndShareThemOnlyWhenTheyRunOut) {
+  EXPECT_EQ(harness::rank_cpus({0, 1, 2, 3}, 0, 2), (std::vector<int>{0, 1}));
+  EXPECT_EQ(harness::rank_cpus({0, 1, 2, 3}, 1, 2), (std::vector<int>{2, 3}));
+  EXPECT_EQ(harness::rank_cpus({4, 6}, 1, 1), (std::vector<int>{6}));     // the allowed CPUs, not 0..n
+  EXPECT_EQ(harness::rank_cpus({0, 1}, 2, 1), (std::vector<int>{0}));     // a third rank on 2 CPUs wraps
+  EXPECT_EQ(harness::rank_cpus({0, 1, 2}, 1, 2), (std::vector<int>{0, 2}));  // wraps mid-slice
+  EXPECT_EQ(harness::rank_cpus({0, 1}, 0, 4), (std::vector<int>{0, 1}));  // more threads than CPUs: all
+  EXPECT_THROW(harness::rank_cpus({}, 0, 1), std::invalid_argument);
+  EXPECT_THROW(harness::rank_cpus({0}, 0, 0), std::invalid_argument);
+  EXPECT_EQ(runtime::cpu_list_text({0, 1, 2, 3, 6, 8, 9}), "0-3,6,8-9");
+  EXPECT_EQ(runtime::cpu_list_text({5}), "5");
+}
+
+// A child that checks its own CPU mask, pinned to `cpus`.
+harness::LaunchReport launch_pinned(const std::vector<int>& cpus) {
+  harness::LaunchOptions options;
+  options.budget = std::chrono::seconds(30);
+  options.echo_output = false;
+  return harness::launch(
+      1,
+      [&](int) {
+        harness::ProcessSpec spec;
+        spec.cpus = cpus;
+        spec.child_main = [cpus](int status_fd) {
+          const auto mask = runtime::affinity_cpus();
+          const bool pinned = mask == cpus;
+          harness::report_status(status_fd, pinned ? harness::Verdict::Ok : harness::Verdict::Failed,
+                                 "runs on CPUs " + runtime::cpu_list_text(mask));
+          return pinned ? 0 : 1;
+        };
+        return spec;
+      },
+      options);
+}
+
+TEST(CoreBinding, ALaunchedRankRunsOnlyOnItsCpusAndOneItCannotUseFailsTheRankNamingThem) {
+  const auto allowed = runtime::affinity_cpus();
+  ASSERT_FALSE(allowed.empty());
+  auto pinned = launch_pinned({allowed.back()});
+  EXPECT_TRUE(pinned.ok()) << pinned.summary();
+
+  auto impossible = launch_pinned({CPU_SETSIZE - 1});  // no such CPU online
+  ASSERT_FALSE(impossible.ok());
+  EXPECT_EQ(impossible.ranks[0].status, harness::RankStatus::Failed);
+  EXPECT_THAT(impossible.ranks[0].message,
+              HasSubstr("cannot pin rank 0 to CPUs " + std::to_string(CPU_SETSIZE - 1)));
+}
+
+// The "world: ..." line rank `rank` printed through the launcher, or "<none>".
+std::string rank_world_line(const std::string& output, int rank) {
+  const std::string prefix = "[rank " + std::to_string(rank) + "] world: ";
+  std::istringstream lines(output);
+  for (std::string line; std::getline(lines, line);)
+    if (line.rfind(prefix, 0) == 0) return line;
+  return "<none>";
+}
+
+TEST(CoreBinding, NprocWithBindCoresGivesEveryRankItsOwnSliceAndWithoutItNone) {
+  const auto allowed = runtime::affinity_cpus();
+  ASSERT_FALSE(allowed.empty());
+  auto [code, output] = run_shell(kFsdpp + " selfcheck --nproc 2 --threads 1 --bind-cores --numel 101 --iterations 1 2>&1");
+  ASSERT_EQ(code, 0) << output;
+  for (int rank : {0, 1}) {
+    const std::string cpus = runtime::cpu_list_text(harness::rank_cpus(allowed, rank, 1));
+    EXPECT_THAT(rank_world_line(output, rank), ::testing::EndsWith(" threads=1 cpus=" + cpus));
+  }
+  auto [free_code, free_output] = run_shell(kFsdpp + " selfcheck --nproc 2 --numel 101 --iterations 1 2>&1");
+  ASSERT_EQ(free_code, 0) << free_output;
+  EXPECT_THAT(rank_world_line(free_output, 0), ::testing::Not(HasSubstr("cpus=")));
 }
 
 TEST(LaunchCommand, UnknownFlagsAndBadValuesAreErrorsNamingTheFlag) {

@@ -38,8 +38,6 @@ std::vector<int64_t> padded_unit_bytes(fsdp::ShardedModel& m, int n) {
   return out;
 }
 
-harness::TrainBatch transformer_batch(const harness::EquivModel& model, int rank) { return model.batch(0, rank); }
-
 // Runs two training steps, measuring the second.
 void train_two_steps(fsdp::ShardedModel& sharded, torch::nn::Module& net, const harness::EquivModel& model,
                      int rank) {

@@ -141,9 +141,18 @@ eval_both "llama GQA/head_dim/tied/bias/llama3-rope, eval T=128" wide_llama_x 12
 train_flags=(--seq-len 32 --batch-size 2 --lr 1e-3 --weight-decay 0.1 --grad-clip 1.0 --seed 1234 --threads 1)
 run "$FSDPP" train --nproc 2 --model wide_llama --data t.tok --max-steps 3 --save-dir runs \
   --experiment-name train2_llama "${train_flags[@]}"
-run "$PY" "$PEER" --mode ddp --nproc 2 --weights wide_llama --tokens t.tok --warmup 0 --steps 3 \
+# --bind-cores (as `fsdpp bench` runs the peer) pins rank 0 to the first allowed CPU and
+# changes no number.
+run "$PY" "$PEER" --mode ddp --nproc 2 --bind-cores --weights wide_llama --tokens t.tok --warmup 0 --steps 3 \
   --device cpu --out peer2_llama.json "${train_flags[@]}"
 compare_training "llama tiny, 2 ranks (FSDP / DDP), train" runs/train2_llama peer2_llama.json
+if "$PY" -c 'import json, os, sys; sys.exit(json.load(open(sys.argv[1]))["cpu_affinity"] != [min(os.sched_getaffinity(0))])' \
+  peer2_llama.json; then
+  echo "ok   DDP --bind-cores: rank 0 ran on CPU $("$PY" -c 'import os; print(min(os.sched_getaffinity(0)))') only"
+else
+  echo "FAIL DDP --bind-cores: rank 0 ran on CPUs $("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1]))["cpu_affinity"])' peer2_llama.json)"
+  failures=$((failures + 1))
+fi
 
 if [ "$failures" -ne 0 ]; then
   echo "peer_same_model: $failures mismatch(es)"
