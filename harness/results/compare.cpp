@@ -99,7 +99,7 @@ void sort_by_verdict(std::vector<MetricComparison>& rows) {
 }
 
 // See MetricComparison::baseline_run_spread.
-std::optional<double> run_spread(std::vector<double> run_medians) {
+std::optional<double> run_spread(const std::vector<double>& run_medians) {
   if (run_medians.size() < 2) return std::nullopt;
   const double center = median(run_medians);
   if (!(center > 0)) return std::nullopt;
@@ -135,10 +135,10 @@ void test_metric(const MetricSamples& base, const MetricSamples& now, const Comp
   row->ratio_high = ci.high;
   row->baseline_run_spread = run_spread(base.run_medians);
   row->min_effect_applied = std::max(options.min_effect, row->baseline_run_spread.value_or(0.0));
+  // A metric without a direction (better: none) is never judged, whatever the minimum effect.
+  if (row->better != "lower" && row->better != "higher") return;
   // How much worse the median got (negative: better), relative to the baseline median.
-  double worse_by = 0;
-  if (row->better == "lower") worse_by = ci.ratio - 1;
-  if (row->better == "higher") worse_by = 1 - ci.ratio;
+  const double worse_by = row->better == "lower" ? ci.ratio - 1 : 1 - ci.ratio;
   const bool significant = mw.p < options.alpha;
   if (significant && worse_by >= row->min_effect_applied) row->verdict = Verdict::Regression;
   if (significant && -worse_by >= row->min_effect_applied) row->verdict = Verdict::Improvement;

@@ -269,6 +269,23 @@ TEST(Gate, AMoveWithinTheSpreadOfTheBaselinesOwnRunsIsNotARegression) {
   EXPECT_EQ(single.verdict, Verdict::Regression);
 }
 
+TEST(Gate, AMetricWithoutADirectionIsNeverJudgedEvenWithNoMinimumEffect) {
+  auto with_undirected = [](SourcedDocument d, double value) {
+    d.doc["cells"][0]["samples"]["threads_seen"] = {
+        {"unit", "threads"}, {"better", "none"}, {"values", noisy_samples(value, 0.01, 15, 800)}};
+    validate_results(d.doc, "synthetic");
+    return d;
+  };
+  auto base = with_undirected(document({cell(100, 2000, 0.01, 801)}, 0), 10);
+  auto now = with_undirected(document({cell(100, 2000, 0.01, 802)}, 1), 20);
+  CompareOptions no_minimum;
+  no_minimum.min_effect = 0;
+  const auto& r = row(compare_documents(now, {base}, no_minimum), "threads_seen");
+  EXPECT_LT(*r.p, 0.01);
+  EXPECT_EQ(r.verdict, Verdict::Unchanged);
+  EXPECT_EQ(r.note, "");
+}
+
 TEST(Gate, OneBaselineRunTakenUnderLoadDoesNotBlindTheGate) {
   // Four runs, one of them 3x slower: with 4 or more runs the farthest is left out of
   // the spread, so 15% slower is still a regression.
