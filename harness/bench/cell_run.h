@@ -33,7 +33,7 @@ struct CellRunSetup {
   // CPU cells: pin every rank to its own cores and its OpenMP threads to them, fsdpp and
   // PyTorch alike (`--bind-cores`; the single-process cells get OMP_PROC_BIND=close and
   // OMP_PLACES=threads). On this 2-core VM it removes the run-to-run noise of unpinned
-  // threads migrating onto a busy core (results/README.md, "CPU binding").
+  // threads stacking on one core (README.md, `--bind-cores` and the gate trials).
   bool bind_cores = true;
 };
 

@@ -92,11 +92,11 @@ std::vector<BenchCell> full_cells() {
 
 const std::vector<ModelShape>& model_shapes() {
   // vocab, seq_len, batch per rank, warm-up and timed steps: small enough that a CPU cell
-  // of the larger models still takes minutes, not hours. tiny's steps take ~20 ms, and a
-  // third of them are several ms off its median (Gloo loopback scheduling): it times 20,
-  // so that the median of one repetition moves ~5% from run to run, not ~10% as with 5.
+  // of the larger models still takes minutes, not hours. tiny's steps take ~17 ms and vary
+  // by ~20% one to the next (Gloo over loopback): it times 20, so that a run's median over
+  // 3 x 20 steps is uncertain by ~3% (bootstrap, README gate trials), not ~6% as over 3 x 5.
   static const std::vector<ModelShape> shapes = {
-      {"gpt2", "tiny", 2048, 64, 4, 3, 20},       {"gpt2", "mini", 8192, 128, 8, 2, 5},
+      {"gpt2", "tiny", 2048, 64, 4, 3, 20},      {"gpt2", "mini", 8192, 128, 8, 2, 5},
       {"gpt2", "mini256", 8192, 128, 8, 2, 5},   {"gpt2", "124M", 50257, 256, 4, 1, 3},
       {"gpt2", "355M", 50257, 256, 2, 1, 3},
   };

@@ -1010,8 +1010,8 @@ def launch(argv, nproc, budget_s, bind_threads=0):
                 "WORLD_SIZE": str(nproc), "LOCAL_WORLD_SIZE": str(nproc), LAUNCHED_ENV: "1"})
     children = []
     try:
-        allowed = sorted(os.sched_getaffinity(0))
         if bind_threads > 0:
+            allowed = sorted(os.sched_getaffinity(0))
             env.setdefault("OMP_PROC_BIND", "close")
             env.setdefault("OMP_PLACES", "threads")
         for r in range(nproc):

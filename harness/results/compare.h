@@ -5,7 +5,8 @@
 // only when BOTH p < alpha AND its median moved in the bad direction (from "better") by at
 // least min_effect of the baseline median, or by more than the baseline's own runs differ
 // (MetricComparison::baseline_run_spread) when that is larger: significance alone flags
-// harmless 1% shifts of low-noise cells, effect size alone flags noise. The report formats (Markdown table, JSON
+// harmless 1% shifts of low-noise cells, effect size alone flags noise. The report formats
+// (Markdown table, JSON
 // "fsdpp.compare" version 1) are specified in results/README.md.
 #pragma once
 
