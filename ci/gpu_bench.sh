@@ -4,8 +4,9 @@
 # fp32 gradient reduction, FULL_SHARD on every local GPU, with and without activation
 # checkpointing. The PyTorch side is harness/peers/torch_peer.py in fsdp2 mode
 # (fully_shard per block and root, MixedPrecisionPolicy(bf16, reduce fp32)) on the same
-# model config, batch, sequence length, AdamW (lr 3e-4, wd 0.1, PyTorch's default
-# implementation) and clipping (1.0). Cells alternate fsdpp / PyTorch so drift in clocks
+# model config, batch, sequence length, AdamW (lr 3e-4, wd 0.1, the fused kernel on both
+# sides: fsdpp's FusedAdamW, PyTorch's fused=True) and clipping (1.0). Cells alternate
+# fsdpp / PyTorch so drift in clocks
 # hits both. ci/gpu_results.py then writes one results document into OUT_DIR.
 #
 #   ci/gpu_bench.sh BUILD_DIR OUT_DIR
@@ -38,7 +39,7 @@ for cell in "${cells[@]}"; do
     "$python" "$repo/harness/peers/torch_peer.py" --mode fsdp2 --nproc "$gpus" --device cuda \
       --model-config "$out/cells/$name.config.json" --batch-size "$batch" --seq-len "$seq" --steps "$steps" \
       --warmup "$warmup" --lr 3e-4 --lr-schedule constant --weight-decay 0.1 --grad-clip 1.0 \
-      --mixed-precision bf16 "${ac_flag[@]}" --matmul-peak --out "$out/cells/torch-$tag.json" ||
+      --mixed-precision bf16 --adam-impl fused "${ac_flag[@]}" --matmul-peak --out "$out/cells/torch-$tag.json" ||
       echo "pytorch fsdp2 failed for $tag (recorded as missing)"
   done
 done

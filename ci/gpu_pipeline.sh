@@ -5,8 +5,10 @@
 #   ci/gpu_pipeline.sh build      configure + build against the machine's CUDA LibTorch (ci/gpu.sh build)
 #   ci/gpu_pipeline.sh test       every suite; tests needing more GPUs than present report SKIPPED with
 #                                 the reason; JUnit into $FSDPP_OUT/ctest.xml
-#   ci/gpu_pipeline.sh smoke      `fsdpp bench --preset smoke --device cuda` -> $FSDPP_OUT/smoke.json
-#                                 (results schema v1, validated on write)
+#   ci/gpu_pipeline.sh smoke      `fsdpp bench --preset gpu --device cuda` -> $FSDPP_OUT/smoke.json
+#                                 (results schema v1, validated on write): GPT-2 124M and Llama 1B
+#                                 beside PyTorch FSDP2 on as many GPUs as the cells need and the
+#                                 machine has; the others are recorded unavailable with the reason
 #   ci/gpu_pipeline.sh compare    regression gate (ci/gate.sh): smoke.json against the last
 #                                 $FSDPP_GATE_WINDOW runs of the same machine fingerprint in $FSDPP_HISTORY,
 #                                 regressed cells rerun once to confirm (Markdown + JSON into $FSDPP_OUT);
@@ -16,27 +18,32 @@
 #   ci/gpu_pipeline.sh all        the five in order (compare's verdict is the exit code, after publish)
 #
 # Environment: FSDPP_OUT (default out/), FSDPP_HISTORY (default results/history),
-# FSDPP_GATE_WINDOW (default 5), FSDPP_BUILD_DIR (default build-cuda), PYTHON.
+# FSDPP_GATE_WINDOW (default 5), FSDPP_BUILD_DIR (default build-cuda), PYTHON,
+# FSDPP_BENCH_FLAGS (default "--preset gpu --device cuda": what smoke and compare's reruns run).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 out=${FSDPP_OUT:-$repo/out}
 history=${FSDPP_HISTORY:-$repo/results/history}
 window=${FSDPP_GATE_WINDOW:-5}
 build=${FSDPP_BUILD_DIR:-$repo/build-cuda}
+bench_flags=${FSDPP_BENCH_FLAGS:---preset gpu --device cuda}
 export FSDPP_BUILD_DIR=$build
 fsdpp=$build/fsdpp
 mkdir -p "$out"
 
 stage_build() { "$repo/ci/gpu.sh" build; }
 stage_test() { FSDPP_CTEST_ARGS="--output-junit $out/ctest.xml" "$repo/ci/gpu.sh" test; }
-stage_smoke() { "$fsdpp" bench --preset smoke --device cuda --out "$out/smoke.json"; }
+stage_smoke() {
+  # shellcheck disable=SC2086  # the flags are words
+  "$fsdpp" bench $bench_flags --out "$out/smoke.json"
+}
 stage_compare() {
   if ! compgen -G "$history/*/*.json" >/dev/null; then
     echo "gpu_pipeline: no history in $history yet: nothing to compare against (first run)"
     return 0
   fi
   "$repo/ci/gate.sh" --fsdpp "$fsdpp" --new "$out/smoke.json" --history "$history" --window "$window" \
-    --report "$out/compare" --bench-flags "--preset smoke --device cuda"
+    --report "$out/compare" --bench-flags "$bench_flags"
 }
 stage_publish() {
   "$fsdpp" results append "$out/smoke.json" --history "$history"

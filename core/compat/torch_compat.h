@@ -20,6 +20,9 @@
 // CUDA); 1.13 has only a private variant, so callers use exact math there.
 #define FSDPP_HAS_SDPA FSDPP_TORCH_AT_LEAST(2, 0)
 
+// at::_fused_adamw_ (torch.optim.AdamW(fused=True)'s kernel, CUDA) arrived in 2.0.
+#define FSDPP_HAS_FUSED_ADAMW FSDPP_TORCH_AT_LEAST(2, 0)
+
 namespace fsdpp::compat {
 
 // The object that runs collectives. 2.x split ProcessGroup into a dispatching

@@ -1,5 +1,7 @@
 #include "core/optim/adamw.h"
 
+#include "core/optim/fused_adamw.h"
+
 namespace fsdpp::optim {
 
 bool decays(const at::Tensor& parameter) { return parameter.dim() >= 2; }
@@ -15,10 +17,14 @@ std::unique_ptr<torch::optim::AdamW> make_adamw(const std::vector<std::pair<std:
   std::vector<torch::optim::OptimizerParamGroup> groups;
   if (!decay.empty()) groups.emplace_back(decay, options(s.weight_decay));
   if (!no_decay.empty()) groups.emplace_back(no_decay, options(0.0));
-  return std::make_unique<torch::optim::AdamW>(groups, torch::optim::AdamWOptions(s.lr)
-                                                           .betas({s.beta1, s.beta2})
-                                                           .eps(s.eps)
-                                                           .weight_decay(s.weight_decay));
+  auto defaults = torch::optim::AdamWOptions(s.lr).betas({s.beta1, s.beta2}).eps(s.eps).weight_decay(s.weight_decay);
+  if (s.fused) return std::make_unique<FusedAdamW>(groups, defaults);
+  return std::make_unique<torch::optim::AdamW>(groups, defaults);
+}
+
+const char* step_implementation(const torch::optim::AdamW& optimizer) {
+  const auto* fused = dynamic_cast<const FusedAdamW*>(&optimizer);
+  return fused != nullptr && fused->last_step_fused() ? "fused" : "per-tensor";
 }
 
 void set_lr(torch::optim::Optimizer& optimizer, double lr) {

@@ -19,10 +19,17 @@ struct AdamWSettings {
   double beta1 = 0.9, beta2 = 0.999;  // PyTorch's defaults
   double eps = 1e-8;
   double weight_decay = 0.0;
+  // FusedAdamW (fused_adamw.h): PyTorch's fused kernel for CUDA parameters in LibTorch
+  // >= 2.0, torch::optim::AdamW's own step everywhere else. false: torch::optim::AdamW.
+  bool fused = true;
 };
 
 std::unique_ptr<torch::optim::AdamW> make_adamw(const std::vector<std::pair<std::string, at::Tensor>>& named,
                                                 const AdamWSettings& settings);
+
+// "fused" when the optimizer's last step ran PyTorch's fused kernel, else "per-tensor"
+// (torch::optim::AdamW's step), for benchmark records.
+const char* step_implementation(const torch::optim::AdamW& optimizer);
 
 // Sets every group's learning rate.
 void set_lr(torch::optim::Optimizer& optimizer, double lr);

@@ -82,6 +82,15 @@ Measured measure(const CellOutcome& o) {
   return m;
 }
 
+// Per repetition, the largest rank's peak memory during the timed steps: fsdpp's record,
+// or torch_peer.py's (peer_peak_bytes).
+std::vector<std::optional<double>> peak_bytes_per_repetition(const CellOutcome& o) {
+  if (o.cell.system == System::Fsdpp) return per_repetition(o, "/memory_bytes/max_over_ranks/peak_allocated");
+  std::vector<std::optional<double>> out;
+  for (const auto& r : o.repetitions) out.push_back(peer_peak_bytes(r.record, o.device));
+  return out;
+}
+
 json config_of(const CellOutcome& o, std::optional<double> parameters) {
   const auto& c = o.cell;
   json config = {{"model_type", c.model.model_type},
@@ -105,6 +114,15 @@ json config_of(const CellOutcome& o, std::optional<double> parameters) {
                  {"threads_per_rank", o.threads_per_rank},
                  {"cpu_binding", o.cores_bound ? "cores" : "none"},
                  {"injected_delay_pct", o.injected_delay_pct}};
+  // How AdamW stepped: fsdpp's record says "fused" or "per-tensor"; a peer's gives its
+  // --adam-impl ("fused", or "auto": PyTorch's default, foreach on CUDA, for-loop on CPU).
+  const auto* step_pointer = c.system == System::Fsdpp ? "/adamw_step" : "/config/adam_impl";
+  for (const auto& r : o.repetitions) {
+    if (r.record.contains(json::json_pointer(step_pointer))) {
+      config["adamw_step"] = r.record.at(json::json_pointer(step_pointer));
+      break;
+    }
+  }
   for (const auto& r : o.repetitions) {
     if (r.record.contains(json::json_pointer("/config/hybrid_shard_size")) && c.strategy.rfind("hybrid", 0) == 0) {
       config["hybrid_shard_size"] = r.record["config"]["hybrid_shard_size"];
@@ -172,14 +190,8 @@ json results_cells(const std::vector<CellOutcome>& outcomes) {
     std::optional<double> flops_per_token = lookup(flops_per_token_by_model, c.model.name());
     std::optional<double> achieved, peak, peak_bytes;
     if (flops_per_token) achieved = *flops_per_token * m.tokens_per_s_median / ranks;
-    std::vector<std::optional<double>> peak_bytes_per_rep;
-    if (c.system == System::Fsdpp) {
-      peak = median_of(per_repetition(o, "/matmul_peak_flops_per_s"));
-      peak_bytes_per_rep = per_repetition(o, "/memory_bytes/max_over_ranks/peak_allocated");
-    } else {
-      peak = median_of(per_repetition(o, "/matmul_peak/flops_per_s"));
-      for (const auto& r : o.repetitions) peak_bytes_per_rep.push_back(peer_peak_bytes(r.record, o.device));
-    }
+    const auto peak_bytes_per_rep = peak_bytes_per_repetition(o);
+    peak = median_of(per_repetition(o, c.system == System::Fsdpp ? "/matmul_peak_flops_per_s" : "/matmul_peak/flops_per_s"));
     peak_bytes = max_of(peak_bytes_per_rep);
     if (std::all_of(peak_bytes_per_rep.begin(), peak_bytes_per_rep.end(), [](const auto& v) { return v.has_value(); })) {
       std::vector<double> values;
@@ -215,14 +227,26 @@ json results_cells(const std::vector<CellOutcome>& outcomes) {
         if (it != measured.end()) overhead = m.step_ms_median / it->second.step_ms_median;
       }
       metrics["overhead_vs_unsharded"] = metric(overhead, "ratio", "lower");
-      std::optional<double> vs_ddp, vs_single;
+      std::optional<double> vs_ddp, vs_single, vs_fsdp2, peak_vs_fsdp2;
       for (const auto& peer : outcomes) {
         if (peer.status != "ok" || !peer_matches(peer.cell, c)) continue;
         double ratio = m.tokens_per_s_median / measured.at(peer.cell.id()).tokens_per_s_median;
-        (peer.cell.system == System::PytorchDdp ? vs_ddp : vs_single) = ratio;
+        switch (peer.cell.system) {
+          case System::PytorchDdp: vs_ddp = ratio; break;
+          case System::PytorchSingle: vs_single = ratio; break;
+          case System::PytorchFsdp2: {
+            vs_fsdp2 = ratio;
+            auto theirs = max_of(peak_bytes_per_repetition(peer));
+            if (peak_bytes && theirs && *theirs > 0) peak_vs_fsdp2 = *peak_bytes / *theirs;
+            break;
+          }
+          case System::Fsdpp: break;
+        }
       }
       metrics["tokens_per_s_ratio_vs_pytorch_ddp"] = metric(vs_ddp, "ratio", "higher");
       metrics["tokens_per_s_ratio_vs_pytorch_single"] = metric(vs_single, "ratio", "higher");
+      metrics["tokens_per_s_ratio_vs_pytorch_fsdp2"] = metric(vs_fsdp2, "ratio", "higher");
+      metrics["peak_bytes_ratio_vs_pytorch_fsdp2"] = metric(peak_vs_fsdp2, "ratio", "lower");
     }
     cells.push_back(cell);
   }

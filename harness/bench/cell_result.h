@@ -26,8 +26,9 @@
 //   overhead_vs_unsharded      step_ms_median / step_ms_median of the cell's unsharded
 //                              baseline (matrix.h: same model, global batch, precision,
 //                              AC, determinism), when that ran ok
-//   tokens_per_s_ratio_vs_pytorch_ddp / _single   tokens_per_s / the matching peer's
-//                              (matrix.h peer_matches), when that ran ok
+//   tokens_per_s_ratio_vs_pytorch_ddp / _single / _fsdp2   tokens_per_s / the matching
+//                              peer's (matrix.h peer_matches), when that ran ok
+//   peak_bytes_ratio_vs_pytorch_fsdp2   peak_bytes_per_rank / the matching FSDP2 cell's
 // A metric that cannot be measured for a cell is present with value null.
 // Samples: step_ms, tokens_per_s, peak_bytes_per_rank (per repetition) and, when
 // --inject-delay-pct is set, injected_delay_ms (rank 0's sleep inside each timed step).

@@ -11,6 +11,7 @@
 #include "core/io/atomic_file.h"
 #include "core/models/presets.h"
 #include "core/runtime/capabilities.h"
+#include "core/runtime/device.h"
 #include "core/runtime/threads.h"
 #include "harness/launch/launcher.h"
 #include "harness/testing/temp_dir.h"
@@ -99,6 +100,12 @@ int threads_per_rank(const BenchCell& cell, const CellRunSetup& setup) {
 }
 
 std::optional<std::string> unavailable_reason(const BenchCell& cell, const CellRunSetup& setup) {
+  if (setup.device == "cuda") {
+    const int gpus = setup.gpus >= 0 ? setup.gpus : runtime::cuda_device_count();
+    if (cell.world_size > gpus)
+      return "needs " + std::to_string(cell.world_size) + (cell.world_size == 1 ? " GPU" : " GPUs") +
+             ", one per rank; this machine has " + std::to_string(gpus);
+  }
   if (cell.system == System::Fsdpp) {
     if (cell.mixed_precision == "fp16" && setup.device == "cpu" && !runtime::cpu_has_fp16_kernels())
       return std::string("LibTorch ") + compat::torch_version_string() +
@@ -167,6 +174,11 @@ std::vector<std::string> cell_command(const BenchCell& cell, const CellRunSetup&
                            "--matmul-peak",
                            "--out", record_file.string()});
   if (cell.activation_checkpointing) argv.push_back("--activation-checkpointing");
+  // On CUDA both systems step AdamW with PyTorch's fused kernel (fsdpp: FusedAdamW,
+  // core/optim/fused_adamw.h; PyTorch: AdamW(fused=True), torchtitan's default), so that
+  // the comparison is of the sharding, not of two optimizer implementations. On the CPU
+  // both take the per-tensor step (1.13 has no fused CPU kernel).
+  if (setup.device == "cuda") argv.insert(argv.end(), {"--adam-impl", "fused"});
   return argv;
 }
 

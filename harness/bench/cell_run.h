@@ -35,6 +35,9 @@ struct CellRunSetup {
   // OMP_PLACES=threads). On this 2-core VM it removes the run-to-run noise of unpinned
   // threads stacking on one core (README.md, `--bind-cores` and the gate trials).
   bool bind_cores = true;
+  // CUDA cells: the GPUs a cell's ranks can use, one each (NCCL gives every rank its own
+  // GPU). -1: runtime::cuda_device_count().
+  int gpus = -1;
 };
 
 // Whether the cells of `setup` run pinned (bind_cores on a CPU device).
@@ -58,8 +61,8 @@ int threads_per_rank(const BenchCell& cell, const CellRunSetup& setup);
 
 // Why `cell` cannot run here, known before running it: fp16 fsdpp cells on a CPU whose
 // LibTorch has no fp16 kernels (runtime/capabilities.h), fp16 peer cells (the peer trains
-// in fp32 or bf16 only), peer cells without an interpreter that imports torch and numpy.
-// nullopt: try it.
+// in fp32 or bf16 only), peer cells without an interpreter that imports torch and numpy,
+// CUDA cells with more ranks than the machine has GPUs. nullopt: try it.
 std::optional<std::string> unavailable_reason(const BenchCell& cell, const CellRunSetup& setup);
 
 // The command line of one repetition, writing its record to `record_file`; peers read the

@@ -88,7 +88,33 @@ std::vector<BenchCell> full_cells() {
   return with_baselines(cells);
 }
 
+std::vector<BenchCell> gpu_cells() {
+  std::vector<BenchCell> cells;
+  for (const auto& model : gpu_model_shapes()) {
+    for (int n : {1, 2, 4, 8}) {
+      for (bool ac : {false, true}) {
+        // fsdpp and its peer next to each other, so that drift over the run hits both.
+        cells.push_back(fsdp_cell(model, "full_shard", "bf16", n, true, ac, false, false));
+        cells.push_back(peer_cell(System::PytorchFsdp2, model, "bf16", n, ac));
+        if (n == 1) {
+          cells.push_back(unsharded_cell(model, "bf16", model.batch_per_rank, ac, false));
+          cells.push_back(single_peer_cell(model, "bf16", model.batch_per_rank, ac));
+        }
+      }
+    }
+  }
+  return cells;
+}
+
 }  // namespace
+
+const std::vector<ModelShape>& gpu_model_shapes() {
+  static const std::vector<ModelShape> shapes = {
+      {"gpt2", "124M", 50257, 1024, 8, 3, 10, "s1024"},
+      {"llama", "1B", 128256, 2048, 4, 3, 10, "s2048"},
+  };
+  return shapes;
+}
 
 const std::vector<ModelShape>& model_shapes() {
   // vocab, seq_len, batch per rank, warm-up and timed steps: small enough that a CPU cell
@@ -96,18 +122,20 @@ const std::vector<ModelShape>& model_shapes() {
   // by ~20% one to the next (Gloo over loopback): it times 20, so that a run's median over
   // 3 x 20 steps is uncertain by ~3% (bootstrap, README gate trials), not ~6% as over 3 x 5.
   static const std::vector<ModelShape> shapes = {
-      {"gpt2", "tiny", 2048, 64, 4, 3, 20},      {"gpt2", "mini", 8192, 128, 8, 2, 5},
-      {"gpt2", "mini256", 8192, 128, 8, 2, 5},   {"gpt2", "124M", 50257, 256, 4, 1, 3},
-      {"gpt2", "355M", 50257, 256, 2, 1, 3},
+      {"gpt2", "tiny", 2048, 64, 4, 3, 20, ""},     {"gpt2", "mini", 8192, 128, 8, 2, 5, ""},
+      {"gpt2", "mini256", 8192, 128, 8, 2, 5, ""},  {"gpt2", "124M", 50257, 256, 4, 1, 3, ""},
+      {"gpt2", "355M", 50257, 256, 2, 1, 3, ""},
   };
   return shapes;
 }
 
 const ModelShape& model_shape(const std::string& name) {
   std::vector<std::string> names;
-  for (const auto& s : model_shapes()) {
-    if (s.name() == name) return s;
-    names.push_back(s.name());
+  for (const auto* shapes : {&model_shapes(), &gpu_model_shapes()}) {
+    for (const auto& s : *shapes) {
+      if (s.name() == name) return s;
+      names.push_back(s.name());
+    }
   }
   throw std::invalid_argument("benchmark model '" + name + "': expected one of " + join(names));
 }
@@ -190,20 +218,21 @@ bool peer_matches(const BenchCell& peer, const BenchCell& cell) {
   if (peer.model.name() != cell.model.name() || peer.mixed_precision != cell.mixed_precision ||
       peer.activation_checkpointing != cell.activation_checkpointing)
     return false;
-  if (peer.system == System::PytorchDdp)
+  if (peer.system == System::PytorchDdp || peer.system == System::PytorchFsdp2)
     return peer.world_size == cell.world_size && peer.batch_per_rank == cell.batch_per_rank;
   if (peer.system == System::PytorchSingle) return peer.global_batch() == cell.global_batch();
   return false;
 }
 
 const std::vector<std::string>& preset_names() {
-  static const std::vector<std::string> names = {"smoke", "full"};
+  static const std::vector<std::string> names = {"smoke", "full", "gpu"};
   return names;
 }
 
 std::vector<BenchCell> preset_cells(const std::string& preset) {
   if (preset == "smoke") return smoke_cells();
   if (preset == "full") return full_cells();
+  if (preset == "gpu") return gpu_cells();
   throw std::invalid_argument("--preset '" + preset + "': expected one of " + join(preset_names()));
 }
 
@@ -228,6 +257,24 @@ std::vector<BenchCell> with_baselines(const std::vector<BenchCell>& cells) {
   for (const auto& c : cells) {
     auto base = unsharded_baseline(c);
     if (base && ids.insert(base->id()).second) out.push_back(*base);
+  }
+  return out;
+}
+
+std::vector<BenchCell> select_cells(const std::vector<BenchCell>& preset, const std::string& regex) {
+  std::vector<BenchCell> out = filter_cells(preset, regex);
+  std::set<std::string> ids;
+  for (const auto& c : out) ids.insert(c.id());
+  const size_t selected = out.size();
+  for (size_t i = 0; i < selected; ++i) {
+    auto base = unsharded_baseline(out[i]);
+    if (!base || ids.count(base->id())) continue;
+    for (const auto& c : preset) {
+      if (c.id() != base->id()) continue;
+      out.push_back(c);
+      ids.insert(c.id());
+      break;
+    }
   }
   return out;
 }

@@ -41,14 +41,22 @@ struct ModelShape {
   int64_t batch_per_rank = 0;
   int warmup_steps = 2;
   int timed_steps = 5;
+  // Tells two shapes of one preset size apart ("s1024": the GPU shape of gpt2 124M, whose
+  // CPU shape trains 256-token sequences); empty for the CPU shapes.
+  std::string variant;
 
-  std::string name() const { return model_type + "-" + size; }  // "gpt2-mini256"
+  // "gpt2-mini256", "llama-1B-s2048"
+  std::string name() const { return model_type + "-" + size + (variant.empty() ? "" : "-" + variant); }
 };
 
-// The shapes the matrix knows, smallest first: tiny, mini, mini256 (the CPU reference:
-// 4 layers, d=256, vocab 8192, seq 128, batch 8 per rank), 124M, 355M. Throws
-// std::invalid_argument naming `name` and listing the known ones.
+// The CPU shapes, smallest first: tiny, mini, mini256 (the CPU reference: 4 layers,
+// d=256, vocab 8192, seq 128, batch 8 per rank), 124M, 355M.
 const std::vector<ModelShape>& model_shapes();
+// The GPU shapes (issue 9's benchmark): gpt2-124M-s1024 (batch 8 x 1024 tokens per rank)
+// and llama-1B-s2048 (Llama 3.2 1B, batch 4 x 2048), 3 warm-up and 10 timed steps.
+const std::vector<ModelShape>& gpu_model_shapes();
+// A CPU or GPU shape by name. Throws std::invalid_argument naming `name` and listing the
+// known ones.
 const ModelShape& model_shape(const std::string& name);
 
 enum class System { Fsdpp, PytorchSingle, PytorchDdp, PytorchFsdp2 };
@@ -87,7 +95,7 @@ BenchCell single_peer_cell(const ModelShape& model, const std::string& mp, int64
 std::optional<BenchCell> unsharded_baseline(const BenchCell& cell);
 // Whether `peer` (pytorch_ddp / pytorch_single) is the comparison for fsdpp cell `cell`:
 // same model and mixed precision and activation checkpointing; pytorch_ddp: same world
-// size and batch per rank; pytorch_single: same global batch.
+// size and batch per rank; pytorch_fsdp2 the same; pytorch_single: same global batch.
 bool peer_matches(const BenchCell& peer, const BenchCell& cell);
 
 // Presets, each a named list of cells with unique ids:
@@ -105,6 +113,13 @@ bool peer_matches(const BenchCell& peer, const BenchCell& cell);
 //          be 1). Plus the unsharded baseline of every FSDP cell and pytorch_ddp /
 //          pytorch_fsdp2 (N > 1) and pytorch_single for every model, N, precision and AC.
 //          Hours to days on a CPU; slice it with --filter.
+//   gpu    the GPU benchmark (`--device cuda`): the GPU shapes, bf16 compute (fp32 masters
+//          and reduction), full_shard at N in {1, 2, 4, 8}, with and without activation
+//          checkpointing, each beside pytorch_fsdp2 on the same N; at N=1 also the
+//          unsharded baseline and pytorch_single. Cells needing more GPUs than the
+//          machine has are unavailable (cell_run.h). No unsharded baseline at N > 1: one
+//          GPU does not hold N ranks' batch of a 1B model (overhead_vs_unsharded is null
+//          there).
 // Throws std::invalid_argument naming an unknown preset and listing the known ones.
 std::vector<BenchCell> preset_cells(const std::string& preset);
 const std::vector<std::string>& preset_names();
@@ -115,5 +130,10 @@ const std::vector<std::string>& preset_names();
 std::vector<BenchCell> filter_cells(const std::vector<BenchCell>& cells, const std::string& regex);
 // `cells` followed by the unsharded baselines they need and do not contain, once each.
 std::vector<BenchCell> with_baselines(const std::vector<BenchCell>& cells);
+// What `fsdpp bench --preset P --filter R` runs: the cells of `preset` whose id matches
+// `regex` (filter_cells), followed by the preset's unsharded baselines of them that the
+// regex left out, once each. A baseline the preset lacks (the gpu preset at N > 1) is not
+// added. Throws as filter_cells.
+std::vector<BenchCell> select_cells(const std::vector<BenchCell>& preset, const std::string& regex);
 
 }  // namespace fsdpp::harness

@@ -16,6 +16,17 @@ namespace fsdpp::harness {
 
 namespace {
 
+// Whether Google Benchmark marked a run as failed (SkipWithError): `error_occurred` up to
+// 1.7 (Debian 12's), `skipped` from 1.8 (the GPU runner's).
+template <typename Run>
+auto errored(const Run& run, int = 0) -> decltype(static_cast<bool>(run.error_occurred)) {
+  return run.error_occurred;
+}
+template <typename Run>
+bool errored(const Run& run, long = 0) {
+  return static_cast<int>(run.skipped) != 0;
+}
+
 // The console table, plus every per-repetition run kept by benchmark name.
 class CollectingReporter : public benchmark::ConsoleReporter {
  public:
@@ -139,7 +150,7 @@ std::vector<CellOutcome> run_matrix(const std::vector<BenchCell>& cells, const M
         double sum_ms = 0;
         for (double ms : o.repetitions[r].step_ms) sum_ms += ms;
         const double seconds = runs[r].real_accumulated_time;
-        if (runs[r].error_occurred || runs[r].iterations != static_cast<int64_t>(o.repetitions[r].step_ms.size()) ||
+        if (errored(runs[r], 0) || runs[r].iterations != static_cast<int64_t>(o.repetitions[r].step_ms.size()) ||
             std::abs(seconds - sum_ms / 1e3) > 1e-9 + 1e-9 * seconds)
           throw std::logic_error("bench: " + o.cell.id() + ": repetition " + std::to_string(r) +
                                  " as Google Benchmark reports it (" + std::to_string(runs[r].iterations) +

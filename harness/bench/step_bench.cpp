@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <set>
 #include <stdexcept>
 #include <thread>
 
@@ -251,7 +252,9 @@ nlohmann::json run_step_bench(comm::Communicator& comm, int local_rank, const St
   const double peak = measure_matmul_flops(device.str(), c.mixed_precision, device.is_cuda() ? 8192 : 1024,
                                            device.is_cuda() ? 10 : 3);
   int64_t params = 0;
-  for (const auto& p : lm.module->named_parameters(true)) params += p.value().numel();  // a tie once
+  std::set<const void*> counted;  // LibTorch's named_parameters lists a tie under each name: count it once
+  for (const auto& p : lm.module->named_parameters(true))
+    if (counted.insert(p.value().unsafeGetTensorImpl()).second) params += p.value().numel();
 
   // Communication: bytes are rank 0's (every rank sends the same); times are summed over
   // ranks here and reported as the mean rank's.
@@ -312,6 +315,7 @@ nlohmann::json run_step_bench(comm::Communicator& comm, int local_rank, const St
         {"device", device.str()}}},
       {"model_config", config},
       {"parameters", params},
+      {"adamw_step", optim::step_implementation(*optimizer)},
       {"step_ms", step_ms},
       {"injected_delay_ms", injected_ms},  // this rank's sleep inside each timed step (requested)
       {"step_ms_median", results::median(step_ms)},

@@ -44,7 +44,7 @@ void BenchCommand::add_to(CLI::App& app) {
   matrix_command_ = app.add_subcommand(
       "bench", "Run the benchmark matrix (a preset of cells, Google Benchmark underneath) into a results document");
   auto& m = matrix_;
-  matrix_command_->add_option("--preset", preset_, "smoke (CI, minutes) or full (the whole product; hours)")
+  matrix_command_->add_option("--preset", preset_, "smoke (CI, minutes), full (the whole product; hours) or gpu (with --device cuda)")
       ->check(CLI::IsMember(harness::preset_names()));
   matrix_command_->add_option("--filter", filter_, "Only the cells whose id matches this regex (their baselines too)");
   matrix_command_->add_option("--out", matrix_out_, "Write the fsdpp.results document here");
@@ -97,7 +97,7 @@ int BenchCommand::run_matrix(const std::vector<std::string>& argv) {
     return 0;
   }
   if (preset_.empty()) throw std::invalid_argument("bench: --preset is required (or --table FILE)");
-  auto cells = harness::with_baselines(harness::filter_cells(harness::preset_cells(preset_), filter_));
+  auto cells = harness::select_cells(harness::preset_cells(preset_), filter_);
   if (cells.empty()) throw std::invalid_argument("bench: --filter '" + filter_ + "' selects no cell of --preset " + preset_);
   if (list_) {
     for (const auto& c : cells) std::printf("%s\n", c.id().c_str());

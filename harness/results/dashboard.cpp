@@ -206,12 +206,12 @@ CellKey key_of(const json& cell) { return {cell.value("id", std::string()), cell
 
 // The PyTorch cell of `system` in `doc` that fsdpp `cell` compares against, by the bench
 // matrix's rule (harness/bench/matrix.h, peer_matches): same model, mixed precision,
-// activation checkpointing and device; pytorch_ddp also the same world size and batch per
-// rank, pytorch_single the same global batch (one process trains all of it).
+// activation checkpointing and device; pytorch_ddp and pytorch_fsdp2 also the same world
+// size and batch per rank, pytorch_single the same global batch (one process trains all of it).
 const json* peer_of(const json& doc, const json& cell, const std::string& system) {
   const auto& config = cell.value("config", json::object());
   std::vector<const char*> fields = {"model_type", "model_size", "mixed_precision", "activation_checkpointing", "device"};
-  if (system == "pytorch_ddp") fields.insert(fields.end(), {"world_size", "batch_per_rank"});
+  if (system == "pytorch_ddp" || system == "pytorch_fsdp2") fields.insert(fields.end(), {"world_size", "batch_per_rank"});
   if (system == "pytorch_single") fields.push_back("global_batch");
   for (const auto& other : cells_of(doc)) {
     if (other.value("system", std::string()) != system) continue;
@@ -355,7 +355,8 @@ std::string render_dashboard(const std::vector<SourcedDocument>& history, const 
           "regressions, improvements and problems</label></p>\n";
   html += "<table id=\"matrix\"><thead><tr><th>cell</th><th>system</th><th>ranks</th><th>dtype</th><th>status</th>"
           "<th>step ms<br>(median)</th><th>tokens/s<br>(median)</th><th>step ms<br>vs baseline</th>"
-          "<th>tokens/s<br>vs baseline</th><th>tokens/s vs<br>pytorch_ddp</th><th>tokens/s vs<br>pytorch_single</th></tr>"
+          "<th>tokens/s<br>vs baseline</th><th>tokens/s vs<br>pytorch_ddp</th><th>tokens/s vs<br>pytorch_single</th>"
+          "<th>tokens/s vs<br>pytorch_fsdp2</th></tr>"
           "</thead><tbody>\n";
   std::set<CellKey> in_latest;
   for (const auto& cell : cells_of(latest)) {
@@ -383,7 +384,7 @@ std::string render_dashboard(const std::vector<SourcedDocument>& history, const 
             "</td><td>" + status_text + "</td><td class=\"num\">" + value_text(cell_value(cell, "step_ms", "step_ms_median")) +
             "</td><td class=\"num\">" + value_text(cell_value(cell, "tokens_per_s", "tokens_per_s")) + "</td>" +
             ratio_cell(step) + ratio_cell(tokens) + peer_cell(latest, cell, "pytorch_ddp") +
-            peer_cell(latest, cell, "pytorch_single") + "</tr>\n";
+            peer_cell(latest, cell, "pytorch_single") + peer_cell(latest, cell, "pytorch_fsdp2") + "</tr>\n";
   }
   html += "</tbody></table>\n";
 

@@ -3,9 +3,10 @@
 // history of fsdpp.results documents:
 //   - the latest document's matrix as a table: medians, ratios against the baseline
 //     (compare.h verdicts; regressions get the CSS class "regression") and, for fsdpp
-//     cells, tokens/s against the PyTorch peer cells of the same document (pytorch_ddp:
-//     same model, dtype, AC, world size and batch per rank; pytorch_single: same model,
-//     dtype, AC and global batch; the bench matrix's peer_matches);
+//     cells, tokens/s against the PyTorch peer cells of the same document (pytorch_ddp
+//     and pytorch_fsdp2: same model, dtype, AC, world size and batch per rank;
+//     pytorch_single: same model, dtype, AC and global batch; the bench matrix's
+//     peer_matches);
 //   - per cell, trend charts over the history of the median tokens/s and step ms.
 // Every string taken from a document is HTML-escaped.
 #pragma once

@@ -32,7 +32,10 @@ nlohmann::json synthetic_cell(const SyntheticCell& cell) {
        {{"model_type", "gpt2"}, {"model_size", cell.model_size}, {"parameters", 7000000}, {"vocab_size", 8192},
         {"seq_len", 128}, {"batch_per_rank", cell.global_batch / cell.world_size}, {"global_batch", cell.global_batch},
         {"world_size", cell.world_size},
-        {"strategy", cell.system == "fsdpp" ? "full_shard" : single ? "single" : "ddp"},
+        {"strategy", cell.system == "fsdpp"           ? "full_shard"
+                     : single                          ? "single"
+                     : cell.system == "pytorch_fsdp2" ? "fsdp2"
+                                                       : "ddp"},
         {"mixed_precision", cell.mixed_precision}, {"prefetch", true}, {"activation_checkpointing", false},
         {"cpu_offload", false}, {"deterministic", false}, {"warmup_steps", 2}, {"timed_steps", 5},
         {"repetitions", 3}, {"device", "cpu"}, {"threads_per_rank", 1}}},

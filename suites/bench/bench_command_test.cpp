@@ -37,6 +37,26 @@ TEST(BenchCommand, InjectedDelayIsSleptInsideTheTimedStepsAndRecorded) {
   EXPECT_EQ(history[0]["run_id"], doc["run_id"]);
 }
 
+TEST(BenchCommand, GpuCellsNeedingMoreGpusThanTheMachineHasAreUnavailableWithTheReason) {
+  TempDir dir("bench-gpu");
+  const std::string command = std::string(FSDPP_CLI_PATH) +
+                              " bench --preset gpu --device cuda --filter '^llama-1B-s2048/.*/n8/' --out " +
+                              (dir / "doc.json").string();
+  auto [code, output] = run_shell(command);
+  ASSERT_EQ(code, 0) << output;
+  auto doc = results::load_results(dir / "doc.json");
+  ASSERT_EQ(doc["cells"].size(), 4u) << doc.dump(1);  // fsdpp and FSDP2, AC off and on: no baseline at N=8
+  const int gpus = doc["machine"]["gpu_count"].get<int>();
+  if (gpus >= 8) GTEST_SKIP() << "this machine has " << gpus << " GPUs: the N=8 cells ran";
+  for (const auto& cell : doc["cells"]) {
+    EXPECT_EQ(cell["status"], "unavailable") << cell["id"];
+    EXPECT_EQ(cell["reason"], "needs 8 GPUs, one per rank; this machine has " + std::to_string(gpus)) << cell["id"];
+    EXPECT_EQ(cell["config"]["seq_len"], 2048);
+    EXPECT_EQ(cell["config"]["mixed_precision"], "bf16");
+  }
+  EXPECT_NE(output.find("4 unavailable"), std::string::npos) << output;
+}
+
 TEST(BenchCommand, AFilterThatSelectsNothingIsAnError) {
   auto [code, output] = run_shell(std::string(FSDPP_CLI_PATH) + " bench --preset smoke --filter 'no-such-cell' --list");
   EXPECT_NE(code, 0);

@@ -92,7 +92,9 @@ TEST(MatrixPresets, EveryFsdpCellComesWithItsUnshardedBaseline) {
     auto ids = ids_of(cells);
     for (const auto& c : cells) {
       auto base = unsharded_baseline(c);
-      if (base) {
+      if (base && preset == "gpu" && c.world_size > 1) {  // documented: one GPU cannot hold N ranks' batch
+        EXPECT_EQ(ids.count(base->id()), 0u) << c.id();
+      } else if (base) {
         EXPECT_EQ(ids.count(base->id()), 1u) << preset << ": " << c.id() << " lacks " << base->id();
       }
     }
@@ -124,6 +126,31 @@ TEST(MatrixPresets, FullIsTheProductLessTheDocumentedExclusions) {
   EXPECT_EQ(ids.count(fsdp_cell(tiny(), "hybrid_shard", "fp32", 2, true, false, false, false).id()), 0u);
   EXPECT_EQ(ids.count(fsdp_cell(tiny(), "no_shard", "fp32", 1, true, false, false, false).id()), 0u);
   EXPECT_EQ(ids.count(peer_cell(System::PytorchDdp, model_shape("gpt2-355M"), "bf16", 4, true).id()), 1u);
+}
+
+TEST(MatrixPresets, GpuRunsBothGpuModelsInBf16AtEveryWorldSizeBesideFsdp2) {
+  auto gpu = preset_cells("gpu");
+  for (const char* model : {"gpt2-124M-s1024", "llama-1B-s2048"}) {
+    for (int n : {1, 2, 4, 8}) {
+      for (bool ac : {false, true}) {
+        const auto& shape = model_shape(model);
+        EXPECT_TRUE(contains(gpu, fsdp_cell(shape, "full_shard", "bf16", n, true, ac, false, false).id()));
+        EXPECT_TRUE(contains(gpu, peer_cell(System::PytorchFsdp2, shape, "bf16", n, ac).id()));
+        EXPECT_EQ(contains(gpu, single_peer_cell(shape, "bf16", shape.batch_per_rank, ac).id()), true);
+      }
+    }
+  }
+  EXPECT_EQ(gpu.size(), 2u * (4 * 2 * 2 + 2 * 2));  // per model: 4 N x 2 AC x (fsdpp, fsdp2) + N=1's two
+  for (const auto& c : gpu) EXPECT_EQ(c.mixed_precision, "bf16") << c.id();
+  // Each fsdpp cell is followed by its FSDP2 peer, so that drift in clocks hits both.
+  for (size_t i = 0; i + 1 < gpu.size(); ++i) {
+    if (gpu[i].system == System::Fsdpp && !gpu[i].is_unsharded()) {
+      EXPECT_TRUE(gpu[i + 1].system == System::PytorchFsdp2 && gpu[i + 1].world_size == gpu[i].world_size) << gpu[i].id();
+    }
+  }
+  EXPECT_EQ(model_shape("llama-1B-s2048").seq_len, 2048);
+  EXPECT_EQ(model_shape("gpt2-124M-s1024").batch_per_rank, 8);
+  EXPECT_EQ(model_shape("gpt2-124M").seq_len, 256);  // the CPU shape keeps its name
 }
 
 TEST(MatrixPresets, UnknownPresetIsAnErrorListingTheKnownOnes) {
@@ -171,6 +198,28 @@ TEST(MatrixFilter, WithBaselinesAddsEachMissingBaselineOnce) {
   EXPECT_EQ(all[2].id(), "gpt2-tiny/unsharded/fp32/n1-gb8/ac0-det0");
   EXPECT_EQ(all[2].batch_per_rank, 8);
   EXPECT_EQ(with_baselines(all).size(), 3u);
+}
+
+TEST(MatrixFilter, SelectingKeepsThePresetsBaselinesAndAddsNoOther) {
+  auto smoke = preset_cells("smoke");
+  const std::string tiny_fs = "^gpt2-tiny/fsdp-full_shard/fp32/n2/pf[01]-ac0-off0-det0$";
+  EXPECT_EQ(ids_of(select_cells(smoke, tiny_fs)), ids_of(with_baselines(filter_cells(smoke, tiny_fs))));
+  auto gpu = preset_cells("gpu");
+  auto n1 = select_cells(gpu, "^llama-1B-s2048/fsdp-full_shard/bf16/n1/pf1-ac0");
+  ASSERT_EQ(n1.size(), 2u);
+  EXPECT_EQ(n1[1].id(), "llama-1B-s2048/unsharded/bf16/n1-gb4/ac0-det0");
+  auto n2 = select_cells(gpu, "^llama-1B-s2048/fsdp-full_shard/bf16/n2/");
+  ASSERT_EQ(n2.size(), 2u);  // AC off and on; the preset has no baseline for them
+  for (const auto& c : n2) EXPECT_FALSE(c.is_unsharded()) << c.id();
+}
+
+TEST(MatrixPeers, Fsdp2MatchesSameRanksAndBatchPerRank) {
+  const auto& llama = model_shape("llama-1B-s2048");
+  auto fs = fsdp_cell(llama, "full_shard", "bf16", 2, true, true, false, false);
+  EXPECT_TRUE(peer_matches(peer_cell(System::PytorchFsdp2, llama, "bf16", 2, true), fs));
+  EXPECT_FALSE(peer_matches(peer_cell(System::PytorchFsdp2, llama, "bf16", 1, true), fs));
+  EXPECT_FALSE(peer_matches(peer_cell(System::PytorchFsdp2, llama, "bf16", 2, false), fs));
+  EXPECT_FALSE(peer_matches(peer_cell(System::PytorchFsdp2, model_shape("gpt2-124M-s1024"), "bf16", 2, true), fs));
 }
 
 TEST(MatrixPeers, DdpMatchesSameRanksAndBatchSingleMatchesSameGlobalBatch) {
@@ -245,6 +294,12 @@ TEST(CellCommand, PeersRunTorchPeerWithTheSameShapeAndThreadBudget) {
   EXPECT_EQ(flag_value(single, "--batch-size"), "16");
   EXPECT_EQ(flag_value(single, "--mixed-precision"), "bf16");
   EXPECT_TRUE(has_flag(single, "--activation-checkpointing"));
+  EXPECT_FALSE(has_flag(single, "--adam-impl"));  // CPU: PyTorch's default, the for-loop step like fsdpp's
+  setup.device = "cuda";
+  for (auto system : {System::PytorchFsdp2, System::PytorchSingle}) {
+    auto on_gpu = cell_command(peer_cell(system, ref(), "bf16", 1, false), setup, "r.json", "c.json");
+    EXPECT_EQ(flag_value(on_gpu, "--adam-impl"), "fused");  // as fsdpp's FusedAdamW on CUDA
+  }
 }
 
 TEST(CellCommand, OnCpuEveryRankOfBothSystemsIsPinnedToItsOwnCoresUnlessBindingIsOff) {
@@ -277,7 +332,7 @@ TEST(CellCommand, OnCpuEveryRankOfBothSystemsIsPinnedToItsOwnCoresUnlessBindingI
   EXPECT_FALSE(has_flag(cell_command(fs, cuda, "r.json", "c.json"), "--bind-cores"));
 }
 
-TEST(CellAvailability, Fp16IsUnavailableExactlyWhereTheCpuLacksItsKernels) {
+TEST(CellAvailability, Fp16WhereTheCpuLacksItsKernelsAndRanksBeyondTheGpusAreUnavailable) {
   CellRunSetup cpu;
   auto fp16 = fsdp_cell(tiny(), "full_shard", "fp16", 2, true, false, false, false);
   auto reason = unavailable_reason(fp16, cpu);
@@ -287,10 +342,21 @@ TEST(CellAvailability, Fp16IsUnavailableExactlyWhereTheCpuLacksItsKernels) {
   }
   CellRunSetup cuda;
   cuda.device = "cuda";
+  cuda.gpus = 8;
   EXPECT_FALSE(unavailable_reason(fp16, cuda).has_value());
   EXPECT_FALSE(unavailable_reason(fsdp_cell(tiny(), "full_shard", "bf16", 2, true, false, false, false), cpu));
   auto peer_fp16 = unavailable_reason(peer_cell(System::PytorchDdp, tiny(), "fp16", 2, false), cuda);
   ASSERT_TRUE(peer_fp16.has_value());
+  CellRunSetup one_gpu = cuda;
+  one_gpu.gpus = 1;
+  for (auto system : {System::Fsdpp, System::PytorchFsdp2}) {
+    auto two_ranks = system == System::Fsdpp ? fsdp_cell(tiny(), "full_shard", "bf16", 2, true, false, false, false)
+                                             : peer_cell(system, tiny(), "bf16", 2, false);
+    auto needs_two = unavailable_reason(two_ranks, one_gpu);
+    ASSERT_TRUE(needs_two.has_value()) << two_ranks.id();
+    EXPECT_EQ(*needs_two, "needs 2 GPUs, one per rank; this machine has 1");
+    EXPECT_FALSE(unavailable_reason(fsdp_cell(tiny(), "full_shard", "bf16", 1, true, false, false, false), one_gpu));
+  }
   CellRunSetup no_python;
   no_python.python = "/nonexistent/python3";
   auto missing = unavailable_reason(peer_cell(System::PytorchDdp, tiny(), "fp32", 2, false), no_python);
@@ -305,6 +371,7 @@ RepetitionResult fsdpp_repetition(std::vector<double> step_ms, double peak_bytes
   RepetitionResult r;
   r.step_ms = step_ms;
   r.record = {{"parameters", 5000000},
+              {"adamw_step", "per-tensor"},
               {"model_flops_per_token", 3.0e7},
               {"matmul_peak_flops_per_s", 1.0e11},
               {"memory_bytes", {{"max_over_ranks", {{"persistent_between_steps", 4.0e8}, {"peak_allocated", peak_bytes}}}}},
@@ -321,6 +388,7 @@ RepetitionResult peer_repetition(std::vector<double> step_ms) {
   RepetitionResult r;
   r.step_ms = step_ms;
   r.record = {{"parameters", 5000000},
+              {"config", {{"adam_impl", "fused"}}},
               {"matmul_peak", {{"flops_per_s", 2.0e11}}},
               {"memory", {{"per_rank", json::array({{{"peak_rss_measured_bytes", 6.0e8}},
                                                      {{"peak_rss_measured_bytes", 7.0e8}}})}}}};
@@ -400,6 +468,19 @@ TEST_F(DocumentCells, ComparisonsAreRatiosToTheBaselineAndThePeersMeasuredInTheS
   EXPECT_DOUBLE_EQ(value(b, "tokens_per_s_ratio_vs_pytorch_single"), 64.0 / 80.0);
 }
 
+TEST_F(DocumentCells, Fsdp2OnTheSameRanksGivesTokensAndPeakMemoryRatios) {
+  EXPECT_TRUE(cell_with_id(results_cells(outcomes), fs.id())["metrics"]["tokens_per_s_ratio_vs_pytorch_fsdp2"]["value"]
+                  .is_null());  // no FSDP2 cell ran
+  outcomes.push_back(outcome(peer_cell(System::PytorchFsdp2, ref(), "fp32", 2, false), {peer_repetition({50, 50, 50, 50, 50})}));
+  outcomes.push_back(outcome(peer_cell(System::PytorchFsdp2, ref(), "fp32", 4, false), {peer_repetition({5, 5, 5, 5, 5})}));
+  auto cells = results_cells(outcomes);
+  const auto& c = cell_with_id(cells, fs.id());
+  EXPECT_DOUBLE_EQ(value(c, "tokens_per_s_ratio_vs_pytorch_fsdp2"), value(c, "tokens_per_s") / (16.0 * 128 * 5 / 0.25));
+  EXPECT_DOUBLE_EQ(value(c, "peak_bytes_ratio_vs_pytorch_fsdp2"), 9.5e8 / 7.0e8);  // larger repetition / larger rank
+  EXPECT_EQ(c["metrics"]["peak_bytes_ratio_vs_pytorch_fsdp2"]["better"], "lower");
+  EXPECT_TRUE(cell_with_id(cells, base.id())["metrics"]["tokens_per_s_ratio_vs_pytorch_fsdp2"]["value"].is_null());
+}
+
 TEST_F(DocumentCells, MemoryAndCommunicationComeFromTheRecords) {
   auto cells = results_cells(outcomes);
   const auto& c = cell_with_id(cells, fs.id());
@@ -415,6 +496,8 @@ TEST_F(DocumentCells, MemoryAndCommunicationComeFromTheRecords) {
   // Peers' FLOPs per token are fsdpp's formula for the same model (from its cells).
   EXPECT_DOUBLE_EQ(value(d, "achieved_flops_per_s"), 3.0e7 * (16.0 * 128 * 5 / 1.0) / 2);
   EXPECT_EQ(d["config"]["parameters"], 5000000);
+  EXPECT_EQ(d["config"]["adamw_step"], "fused");  // the peer's --adam-impl
+  EXPECT_EQ(c["config"]["adamw_step"], "per-tensor");  // what bench-step's optimizer ran
 }
 
 TEST_F(DocumentCells, AFailedBaselineOrPeerLeavesTheComparisonNull) {

@@ -10,6 +10,7 @@
 
 #include <cstdlib>
 #include <map>
+#include <set>
 
 #include "core/fsdp/sharded_model.h"
 #include "core/models/presets.h"
@@ -150,17 +151,15 @@ TEST(SmokeDocument, EveryOkFsdppCellHasEveryMetric) {
     }
     // Comparisons: present, and a number exactly when the other side ran ok.
     for (const char* name : {"overhead_vs_unsharded", "tokens_per_s_ratio_vs_pytorch_ddp",
-                             "tokens_per_s_ratio_vs_pytorch_single"})
+                             "tokens_per_s_ratio_vs_pytorch_single", "tokens_per_s_ratio_vs_pytorch_fsdp2"})
       ASSERT_TRUE(c["metrics"].contains(name)) << name;
     auto base = unsharded_baseline(cell);
     EXPECT_EQ(metric_is_number(c, "overhead_vs_unsharded"), base && is_ok(find_cell(doc, base->id())));
-    bool ddp_ok = false, single_ok = false;
-    for (const auto& [peer_id, peer] : cells) {
-      if (!peer_matches(peer, cell) || !is_ok(find_cell(doc, peer_id))) continue;
-      (peer.system == System::PytorchDdp ? ddp_ok : single_ok) = true;
-    }
-    EXPECT_EQ(metric_is_number(c, "tokens_per_s_ratio_vs_pytorch_ddp"), ddp_ok);
-    EXPECT_EQ(metric_is_number(c, "tokens_per_s_ratio_vs_pytorch_single"), single_ok);
+    std::set<std::string> peers_ok;
+    for (const auto& [peer_id, peer] : cells)
+      if (peer_matches(peer, cell) && is_ok(find_cell(doc, peer_id))) peers_ok.insert(to_string(peer.system));
+    for (const char* peer : {"pytorch_ddp", "pytorch_single", "pytorch_fsdp2"})
+      EXPECT_EQ(metric_is_number(c, std::string("tokens_per_s_ratio_vs_") + peer), peers_ok.count(peer) == 1) << peer;
   }
   EXPECT_GE(checked, 10);
 }

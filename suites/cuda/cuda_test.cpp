@@ -1,6 +1,6 @@
 // The CUDA path: NCCL collectives with stream semantics, ranks sharing one GPU through
 // host-staged Gloo, FSDP on CUDA against the unsharded CUDA reference (fp32 and bf16),
-// caching-allocator telemetry, SDPA, pinned offload. Every test needs a GPU and says so
+// caching-allocator telemetry, SDPA, pinned offload, the fused AdamW step. Every test needs a GPU and says so
 // when skipped (CPU builds, machines without one); multi-rank NCCL needs one GPU per rank.
 //
 // The parent test process never touches CUDA before run_ranks forks (a CUDA context does
@@ -16,6 +16,8 @@
 #include "core/comm/communicator.h"
 #include "core/fsdp/sharded_model.h"
 #include "core/models/attention.h"
+#include "core/optim/adamw.h"
+#include "core/optim/fused_adamw.h"
 #include "core/runtime/device.h"
 #include "harness/testing/equivalence_check.h"
 #include "harness/testing/multirank.h"
@@ -231,5 +233,67 @@ TEST(CudaModels, FusedAttentionMatchesExactAttention) {
     scores = scores.masked_fill(torch::ones({128, 128}, torch::kBool).triu(1), -INFINITY);
     auto exact = torch::matmul(torch::softmax(scores, -1), vd);
     EXPECT_LT((fused - exact).abs().max().item<double>(), 2e-2);
+  });
+}
+
+// The fused AdamW kernel against torch::optim::AdamW's per-tensor step on the same CUDA
+// tensors and gradients, both groups (decayed matrix, undecayed bias), 20 steps: fp32
+// within assert_close's defaults (rtol 1.3e-6, atol 1e-5; the kernel evaluates the same
+// formula in another order, so they differ by round-off). Twice from the same start it
+// gives the same bits, and its state is AdamW's, under the keys checkpoints look up.
+TEST(CudaOptim, FusedAdamWStepsLikeTorchAdamWWithinRoundOffAndKeepsItsState) {
+  REQUIRE_GPUS(1);
+  harness::expect_ranks_pass(1, [](harness::RankContext&) {
+    ASSERT_TRUE(optim::fused_adamw_available());
+    runtime::set_current_device(gpu());
+    auto f32 = torch::TensorOptions().device(gpu()).dtype(torch::kFloat);
+    torch::manual_seed(11);
+    const auto w0 = torch::randn({64, 33}, f32), b0 = torch::randn({33}, f32);
+    std::vector<std::pair<torch::Tensor, torch::Tensor>> grads;
+    for (int step = 0; step < 20; ++step) grads.emplace_back(torch::randn({64, 33}, f32), torch::randn({33}, f32));
+    optim::AdamWSettings s{3e-3, 0.9, 0.95, 1e-8, 0.1};
+
+    auto train = [&](bool fused) {
+      auto w = w0.clone().requires_grad_(), b = b0.clone().requires_grad_();
+      s.fused = fused;
+      auto opt = optim::make_adamw({{"w", w}, {"b", b}}, s);
+      for (const auto& [gw, gb] : grads) {
+        w.mutable_grad() = gw.clone();
+        b.mutable_grad() = gb.clone();
+        opt->step();
+        EXPECT_STREQ(optim::step_implementation(*opt), fused ? "fused" : "per-tensor");
+      }
+      return std::make_tuple(w.detach(), b.detach(), std::move(opt));
+    };
+    auto [w_fused, b_fused, fused] = train(true);
+    auto [w_ref, b_ref, ref] = train(false);
+    auto close = [](const torch::Tensor& a, const torch::Tensor& e) {
+      return torch::allclose(a.cpu(), e.cpu(), /*rtol=*/1.3e-6, /*atol=*/1e-5);
+    };
+    EXPECT_TRUE(close(w_fused, w_ref)) << (w_fused - w_ref).abs().max().item<double>();
+    EXPECT_TRUE(close(b_fused, b_ref)) << (b_fused - b_ref).abs().max().item<double>();
+    EXPECT_FALSE(torch::equal(w_fused, w0));  // it moved
+    auto [w_again, b_again, again] = train(true);
+    EXPECT_TRUE(torch::equal(w_again, w_fused));
+    EXPECT_TRUE(torch::equal(b_again, b_fused));
+
+    // State: one AdamWParamState per parameter, keyed as torch::optim::AdamW keys it.
+    ASSERT_EQ(fused->state().size(), 2u);
+    for (const auto& group : fused->param_groups()) {
+      for (const auto& p : group.params()) {
+        auto it = fused->state().find(p.unsafeGetTensorImpl());
+        ASSERT_NE(it, fused->state().end());
+        const auto& st = static_cast<const torch::optim::AdamWParamState&>(*it->second);
+        EXPECT_EQ(st.step(), 20);
+        EXPECT_EQ(st.exp_avg().sizes(), p.sizes());
+        EXPECT_EQ(st.exp_avg_sq().sizes(), p.sizes());
+      }
+    }
+    const auto& m_fused = static_cast<const torch::optim::AdamWParamState&>(
+        *fused->state().at(fused->param_groups()[0].params()[0].unsafeGetTensorImpl()));
+    const auto& m_ref = static_cast<const torch::optim::AdamWParamState&>(
+        *ref->state().at(ref->param_groups()[0].params()[0].unsafeGetTensorImpl()));
+    EXPECT_TRUE(close(m_fused.exp_avg(), m_ref.exp_avg()));
+    EXPECT_TRUE(close(m_fused.exp_avg_sq(), m_ref.exp_avg_sq()));
   });
 }

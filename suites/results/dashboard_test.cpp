@@ -86,6 +86,33 @@ TEST(Dashboard, ComparesFsdppCellsWithTheirPyTorchPeers) {
   EXPECT_THAT(matrix_row(html, "gpt2-mini/pytorch_ddp/fp32/n2/ac0"), Not(HasSubstr("tokens/s against")));
 }
 
+TEST(Dashboard, ComparesFsdppCellsWithFsdp2OnTheSameRanksAndBatchPerRank) {
+  harness::TempDir dir;
+  for (auto doc : harness::trend_history(kMachine)) {
+    harness::SyntheticCell fsdp2;
+    fsdp2.id = "gpt2-mini/pytorch_fsdp2/fp32/n2/ac0";
+    fsdp2.system = "pytorch_fsdp2";
+    fsdp2.step_ms = {100, 100, 100};
+    doc["cells"].push_back(harness::synthetic_cell(fsdp2));
+    harness::SyntheticCell other_ranks = fsdp2;  // 4 ranks: not the n2 cells' peer
+    other_ranks.id = "gpt2-mini/pytorch_fsdp2/fp32/n4/ac0";
+    other_ranks.world_size = 4;
+    other_ranks.step_ms = {10, 10, 10};
+    doc["cells"].push_back(harness::synthetic_cell(other_ranks));
+    append_to_history(dir.path(), doc);
+  }
+  DashboardOptions options;
+  options.history_dir = dir.path();
+  const std::string html = build_dashboard(options);
+  EXPECT_THAT(html, HasSubstr("<th>tokens/s vs<br>pytorch_fsdp2</th>"));
+  // The steady cell: 80 ms against FSDP2's 100 ms on the same 2 ranks: 100 / 80.
+  std::smatch match;
+  const std::string row = matrix_row(html, harness::kSteadyCellId);
+  ASSERT_TRUE(std::regex_search(row, match, std::regex("against gpt2-mini/pytorch_fsdp2/fp32/n2/ac0\">([0-9.]+)&times;")))
+      << row;
+  EXPECT_NEAR(std::stod(match[1]), 100.0 / 80, 0.1);  // the fsdpp medians carry 3% noise
+}
+
 TEST(Dashboard, EscapesEveryStringFromTheDocuments) {
   auto runs = harness::trend_history(kMachine);
   auto& latest = runs.back();
