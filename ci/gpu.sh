@@ -29,7 +29,9 @@ configure_and_build() {
   command -v ninja >/dev/null && generator=(-G Ninja)
   cmake -S "$repo" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix" \
     -DCMAKE_CUDA_ARCHITECTURES=native -DFSDPP_BUILD_TESTS=ON
-  cmake --build "$build" -j "$jobs"
+  # FSDPP_BUILD_TARGETS (e.g. "fsdpp"): only those targets, for a runner that only benchmarks.
+  # shellcheck disable=SC2086  # the targets are words
+  cmake --build "$build" -j "$jobs" ${FSDPP_BUILD_TARGETS:+--target $FSDPP_BUILD_TARGETS}
 }
 
 run_tests() {

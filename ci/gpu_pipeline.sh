@@ -19,14 +19,17 @@
 #
 # Environment: FSDPP_OUT (default out/), FSDPP_HISTORY (default results/history),
 # FSDPP_GATE_WINDOW (default 5), FSDPP_BUILD_DIR (default build-cuda), PYTHON,
-# FSDPP_BENCH_FLAGS (default "--preset gpu --device cuda": what smoke and compare's reruns run).
+# FSDPP_BENCH_FLAGS (default "--preset gpu --device cuda --python <PYTHON's path>": what
+# smoke and compare's reruns run).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 out=${FSDPP_OUT:-$repo/out}
 history=${FSDPP_HISTORY:-$repo/results/history}
 window=${FSDPP_GATE_WINDOW:-5}
 build=${FSDPP_BUILD_DIR:-$repo/build-cuda}
-bench_flags=${FSDPP_BENCH_FLAGS:---preset gpu --device cuda}
+python=$(command -v "${PYTHON:-python3}" || echo "${PYTHON:-python3}")
+# The PyTorch peers run on the interpreter whose torch fsdpp was built against.
+bench_flags=${FSDPP_BENCH_FLAGS:---preset gpu --device cuda --python $python}
 export FSDPP_BUILD_DIR=$build
 fsdpp=$build/fsdpp
 mkdir -p "$out"

@@ -4,10 +4,10 @@
 #include <ATen/core/grad_mode.h>
 
 #include <set>
-#include <sstream>
 #include <stdexcept>
-#include <type_traits>
 #include <unordered_set>
+
+#include "core/compat/torch_compat.h"
 
 namespace fsdpp::checkpoint {
 namespace {
@@ -41,20 +41,6 @@ std::vector<Place> places(fsdp::ShardedModel& model) {
                      replica, replicas});
   }
   return out;
-}
-
-// The optimizer's state map is keyed by the parameter's TensorImpl: as a string in
-// LibTorch 1.13 (c10::guts::to_string of the pointer), as the pointer in 2.x.
-template <typename Map>
-typename Map::key_type state_key(const Map&, const at::Tensor& param) {
-  using Key = typename Map::key_type;
-  if constexpr (std::is_same_v<Key, std::string>) {
-    std::ostringstream s;
-    s << param.unsafeGetTensorImpl();
-    return s.str();
-  } else {
-    return static_cast<Key>(param.unsafeGetTensorImpl());
-  }
 }
 
 // Rows [begin, end) of a shard (relative to the shard) of a parameter of `shape`, as a
@@ -96,7 +82,7 @@ CheckpointContent sharded_state(fsdp::ShardedModel& model, const torch::optim::A
     add(model_name(p.name()), p.sharded());
     if (optimizer == nullptr) continue;
     const auto& states = optimizer->state();
-    auto it = states.find(state_key(states, p.sharded()));
+    auto it = states.find(compat::optimizer_state_key(states, p.sharded()));
     if (it == states.end()) continue;
     const auto& s = static_cast<const AdamWParamState&>(*it->second);
     add(optim_name(p.name(), "exp_avg"), s.exp_avg());
@@ -172,7 +158,7 @@ void restore_sharded_state(const CheckpointReader& reader, fsdp::ShardedModel& m
     fsdp::FsdpParam& p = *place.param;
     const at::Tensor& shard = p.sharded();
     if (!optimized.count(shard.unsafeGetTensorImpl())) continue;
-    const auto key = state_key(states, shard);
+    const auto key = compat::optimizer_state_key(states, shard);
     if (!reader.contains(optim_name(p.name(), "exp_avg"))) {
       states.erase(key);  // the checkpoint's optimizer never stepped this parameter
       continue;

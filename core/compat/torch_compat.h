@@ -2,7 +2,12 @@
 // for fsdpp. Everything else includes this header instead of testing versions itself.
 #pragma once
 
+#include <ATen/core/Tensor.h>
 #include <torch/version.h>
+
+#include <sstream>
+#include <string>
+#include <type_traits>
 
 #define FSDPP_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) ||        \
@@ -23,6 +28,9 @@
 // at::_fused_adamw_ (torch.optim.AdamW(fused=True)'s kernel, CUDA) arrived in 2.0.
 #define FSDPP_HAS_FUSED_ADAMW FSDPP_TORCH_AT_LEAST(2, 0)
 
+// 2.4 made autocast's calls per device type; before, each device had its own functions.
+#define FSDPP_AUTOCAST_PER_DEVICE FSDPP_TORCH_AT_LEAST(2, 4)
+
 namespace fsdpp::compat {
 
 // The object that runs collectives. 2.x split ProcessGroup into a dispatching
@@ -40,5 +48,45 @@ using CollectiveBackend = c10d::ProcessGroup;
 using C10dWork = c10d::Work;
 
 inline const char* torch_version_string() { return TORCH_VERSION; }
+
+// Autocast's thread-local state on the CPU and CUDA (FSDPP_AUTOCAST_PER_DEVICE).
+struct AutocastState {
+  bool cpu_enabled = false, cuda_enabled = false;
+  at::ScalarType cpu_dtype = at::kBFloat16, cuda_dtype = at::kHalf;
+
+  bool any() const { return cpu_enabled || cuda_enabled; }
+  // Autocast to `dtype` on `device` only.
+  static AutocastState only(at::DeviceType device, at::ScalarType dtype);
+};
+AutocastState autocast_state();
+void set_autocast_state(const AutocastState& state);
+
+// Enters `state` while alive and then restores the state before it. Leaving the outermost
+// autocast region clears the cast cache, as torch.autocast's __exit__ does.
+class AutocastGuard {
+ public:
+  explicit AutocastGuard(const AutocastState& state);
+  ~AutocastGuard();
+  AutocastGuard(const AutocastGuard&) = delete;
+  AutocastGuard& operator=(const AutocastGuard&) = delete;
+
+ private:
+  AutocastState previous_;
+  bool nested_ = false;
+};
+
+// The key of a parameter in torch::optim::Optimizer::state(): c10::guts::to_string of its
+// TensorImpl pointer in 1.13, the pointer itself in 2.x. `Map` is the state map's type.
+template <typename Map>
+typename Map::key_type optimizer_state_key(const Map&, const at::Tensor& param) {
+  using Key = typename Map::key_type;
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream s;
+    s << param.unsafeGetTensorImpl();
+    return s.str();
+  } else {
+    return static_cast<Key>(param.unsafeGetTensorImpl());
+  }
+}
 
 }  // namespace fsdpp::compat

@@ -7,6 +7,8 @@
 
 #include <utility>
 
+#include "core/compat/torch_compat.h"
+
 namespace fsdpp::nn {
 namespace {
 
@@ -26,8 +28,12 @@ struct DepthScope {
 // The function to recompute, held by the autograd node (saved_data holds IValues, so it
 // travels as a capsule).
 struct Recompute : torch::CustomClassHolder {
-  explicit Recompute(std::function<at::Tensor(at::Tensor)> f) : fn(std::move(f)) {}
+  Recompute(std::function<at::Tensor(at::Tensor)> f, compat::AutocastState a) : fn(std::move(f)), autocast(a) {}
   std::function<at::Tensor(at::Tensor)> fn;
+  // The forward's autocast: the backward runs without one (on CUDA, on the engine's device
+  // thread), and the recomputation must cast as the forward did, as torch.utils.checkpoint
+  // re-enters the forward's torch.autocast.
+  compat::AutocastState autocast;
 };
 
 // Inputs: x, the anchor, the function. Autograd creates no node for a call none of whose
@@ -56,6 +62,7 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     at::Tensor y;
     {
       at::AutoGradMode grad_mode(true);  // the engine runs backward with grad mode off
+      compat::AutocastGuard autocast(recompute->autocast);
       DepthScope scope(recompute_depth);
       y = recompute->fn(x);
     }
@@ -69,7 +76,7 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
 at::Tensor checkpoint(std::function<at::Tensor(at::Tensor)> fn, at::Tensor x) {
   if (!at::GradMode::is_enabled()) return fn(std::move(x));
   at::Tensor anchor = at::empty({0}, at::TensorOptions().dtype(at::kFloat)).requires_grad_(!x.requires_grad());
-  return CheckpointFunction::apply(std::move(x), std::move(anchor), c10::make_intrusive<Recompute>(std::move(fn)));
+  return CheckpointFunction::apply(std::move(x), std::move(anchor), c10::make_intrusive<Recompute>(std::move(fn), compat::autocast_state()));
 }
 
 bool in_checkpointed_forward() { return checkpointed_forward_depth > 0; }

@@ -4,6 +4,9 @@
 // LibTorch lacks: the recomputed graph is run by a nested autograd backward, so gradients
 // reach the parameters used inside fn through their .grad, as without checkpointing.
 //
+// The recomputation runs under the autocast state of the forward call (as
+// torch.utils.checkpoint restores the forward's torch.autocast).
+//
 // Promises: the same ops on the same values in the same order as the call without
 // checkpointing, hence bitwise-equal outputs and gradients, provided fn is deterministic
 // (the RNG state is not saved and restored: fn must draw no random numbers, e.g. no

@@ -51,8 +51,8 @@ torch::Tensor FusedAdamW::step(LossClosure closure) {
     std::map<std::tuple<at::Device::Type, int, at::ScalarType, int64_t>, Bucket> buckets;
     for (auto& p : group.params()) {
       if (!p.grad().defined()) continue;
-      // The state the per-tensor step would create (2.x keys it by the TensorImpl).
-      auto& slot = state_[p.unsafeGetTensorImpl()];
+      // The state the per-tensor step would create, under its key.
+      auto& slot = state_[compat::optimizer_state_key(state_, p)];
       if (!slot) {
         auto fresh = std::make_unique<torch::optim::AdamWParamState>();
         fresh->step(0);

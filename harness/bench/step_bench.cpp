@@ -2,11 +2,10 @@
 
 #include <torch/torch.h>
 
-#include <ATen/autocast_mode.h>
-#include <torch/version.h>
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <thread>
@@ -73,52 +72,6 @@ double measure_matmul_flops(const std::string& device_text, const std::string& d
 }
 
 namespace {
-
-// Autocast to `dtype` on `device` while alive (the unsharded baseline's mixed precision).
-// Leaving it clears the cast cache, as torch.autocast's __exit__ does.
-class AutocastScope {
- public:
-  AutocastScope(at::Device device, at::ScalarType dtype, bool enabled) : enabled_(enabled) {
-    if (!enabled_) return;
-#if TORCH_VERSION_MAJOR >= 3 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
-    type_ = device.type();
-    at::autocast::set_autocast_dtype(type_, dtype);
-    at::autocast::set_autocast_enabled(type_, true);
-#else
-    cuda_ = device.is_cuda();
-    if (cuda_) {
-      at::autocast::set_autocast_gpu_dtype(dtype);
-      at::autocast::set_enabled(true);
-    } else {
-      at::autocast::set_autocast_cpu_dtype(dtype);
-      at::autocast::set_cpu_enabled(true);
-    }
-#endif
-    at::autocast::increment_nesting();
-  }
-  ~AutocastScope() {
-    if (!enabled_) return;
-#if TORCH_VERSION_MAJOR >= 3 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
-    at::autocast::set_autocast_enabled(type_, false);
-#else
-    if (cuda_)
-      at::autocast::set_enabled(false);
-    else
-      at::autocast::set_cpu_enabled(false);
-#endif
-    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-  }
-  AutocastScope(const AutocastScope&) = delete;
-  AutocastScope& operator=(const AutocastScope&) = delete;
-
- private:
-  bool enabled_;
-#if TORCH_VERSION_MAJOR >= 3 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
-  at::DeviceType type_ = at::kCPU;
-#else
-  bool cuda_ = false;
-#endif
-};
 
 std::vector<std::pair<std::string, at::Tensor>> named_parameter_list(const torch::nn::Module& module) {
   std::vector<std::pair<std::string, at::Tensor>> out;
@@ -212,7 +165,10 @@ nlohmann::json run_step_bench(comm::Communicator& comm, int local_rank, const St
     optimizer->zero_grad();
     at::Tensor loss;
     {
-      AutocastScope scope(device, compute_dtype, autocast);
+      // The unsharded baseline's mixed precision: autocast (the sharded model casts its
+      // parameters itself).
+      std::optional<compat::AutocastGuard> scope;
+      if (autocast) scope.emplace(compat::AutocastState::only(device.type(), compute_dtype));
       auto logits = lm.logits(inputs);
       loss = torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}).to(at::kFloat),
                                                   targets.reshape({-1}));

@@ -14,6 +14,7 @@
 #include <regex>
 
 #include "core/comm/communicator.h"
+#include "core/compat/torch_compat.h"
 #include "core/fsdp/sharded_model.h"
 #include "core/models/attention.h"
 #include "core/optim/adamw.h"
@@ -281,7 +282,7 @@ TEST(CudaOptim, FusedAdamWStepsLikeTorchAdamWWithinRoundOffAndKeepsItsState) {
     ASSERT_EQ(fused->state().size(), 2u);
     for (const auto& group : fused->param_groups()) {
       for (const auto& p : group.params()) {
-        auto it = fused->state().find(p.unsafeGetTensorImpl());
+        auto it = fused->state().find(compat::optimizer_state_key(fused->state(), p));
         ASSERT_NE(it, fused->state().end());
         const auto& st = static_cast<const torch::optim::AdamWParamState&>(*it->second);
         EXPECT_EQ(st.step(), 20);
@@ -290,9 +291,9 @@ TEST(CudaOptim, FusedAdamWStepsLikeTorchAdamWWithinRoundOffAndKeepsItsState) {
       }
     }
     const auto& m_fused = static_cast<const torch::optim::AdamWParamState&>(
-        *fused->state().at(fused->param_groups()[0].params()[0].unsafeGetTensorImpl()));
+        *fused->state().at(compat::optimizer_state_key(fused->state(), fused->param_groups()[0].params()[0])));
     const auto& m_ref = static_cast<const torch::optim::AdamWParamState&>(
-        *ref->state().at(ref->param_groups()[0].params()[0].unsafeGetTensorImpl()));
+        *ref->state().at(compat::optimizer_state_key(ref->state(), ref->param_groups()[0].params()[0])));
     EXPECT_TRUE(close(m_fused.exp_avg(), m_ref.exp_avg()));
     EXPECT_TRUE(close(m_fused.exp_avg_sq(), m_ref.exp_avg_sq()));
   });

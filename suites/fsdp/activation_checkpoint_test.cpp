@@ -6,10 +6,12 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <tuple>
 
+#include "core/compat/torch_compat.h"
 #include "core/fsdp/activation_checkpointing.h"
 #include "core/fsdp/sharded_model.h"
 #include "core/nn/module_hooks.h"
@@ -44,12 +46,19 @@ struct Pass {
   Named grads;
 };
 
-// One forward and backward of the unsharded tiny transformer, checkpointed by `ac` if given.
-Pass forward_backward(const CheckpointPolicy* ac) {
+// One forward and backward of the unsharded tiny transformer, checkpointed by `ac` if
+// given; the forward under bf16 CPU autocast when `autocast` (backward outside it, as a
+// training loop does).
+Pass forward_backward(const CheckpointPolicy* ac, bool autocast = false) {
   auto model = harness::tiny_transformer_case();
   auto net = model.build(1);
   if (ac != nullptr) fsdp::apply_activation_checkpointing(*net, *ac);
-  auto loss = model.loss(*net, model.batch(0, 0));
+  torch::Tensor loss;
+  {
+    std::optional<compat::AutocastGuard> scope;
+    if (autocast) scope.emplace(compat::AutocastState::only(at::kCPU, at::kBFloat16));
+    loss = model.loss(*net, model.batch(0, 0));
+  }
   loss.backward();
   Pass out{loss.item<double>(), {}};
   for (const auto& item : net->named_parameters()) out.grads.emplace_back(item.key(), item.value().grad().clone());
@@ -70,6 +79,19 @@ TEST(ActivationCheckpointing, LossAndGradientsAreBitwiseEqualWithoutFsdp) {
   auto root_checkpointed = forward_backward(&whole_model);
   EXPECT_EQ(plain.loss, root_checkpointed.loss);
   expect_bitwise_equal(plain.grads, root_checkpointed.grads);
+}
+
+// The recomputation in backward casts as the forward did: under the forward's autocast,
+// though backward runs outside it (without that it recomputes in fp32 and the gradients
+// come from other activations than the forward's).
+TEST(ActivationCheckpointing, RecomputesUnderTheForwardsAutocast) {
+  auto plain = forward_backward(nullptr, /*autocast=*/true);
+  auto policy = every_kth_block(1);
+  auto checkpointed = forward_backward(&policy, /*autocast=*/true);
+  EXPECT_EQ(plain.loss, checkpointed.loss);
+  expect_bitwise_equal(plain.grads, checkpointed.grads);
+  EXPECT_NE(plain.loss, forward_backward(nullptr).loss);  // autocast did change the computation
+  EXPECT_FALSE(compat::autocast_state().any());            // and ended with its scope
 }
 
 TEST(ActivationCheckpointing, PolicySelectsEveryKthMatchingModuleAndRejectsBadInput) {
