@@ -6,7 +6,8 @@
 #   ci/gpu.sh build          configure + build into $FSDPP_BUILD_DIR (default build-cuda)
 #   ci/gpu.sh test           ctest, every suite; CUDA tests that need more GPUs than the
 #                            machine has are reported as skipped with the reason
-#   ci/gpu.sh bench OUT_DIR  the GPU cells (ci/gpu_bench.sh), results JSON into OUT_DIR
+#   ci/gpu.sh bench OUT_DIR  the GPU benchmark (`fsdpp bench --preset gpu --device cuda`,
+#                            README "GPU"): OUT_DIR/gpu.json, an fsdpp.results document
 #   ci/gpu.sh all OUT_DIR    all three
 #
 # Needs: python3 with torch (CUDA), cmake, a C++17 compiler, NCCL (the wheel's or the
@@ -43,14 +44,20 @@ run_tests() {
     ${FSDPP_CTEST_ARGS:-}
 }
 
+run_bench() {
+  # The PyTorch peers run on the interpreter whose torch fsdpp was built against.
+  mkdir -p "$1"
+  "$build/fsdpp" bench --preset gpu --device cuda --python "$(command -v "$python")" --out "$1/gpu.json"
+}
+
 case "$step" in
   build) configure_and_build ;;
   test) run_tests ;;
-  bench) "$repo/ci/gpu_bench.sh" "$build" "${2:?ci/gpu.sh bench OUT_DIR}" ;;
+  bench) run_bench "${2:?ci/gpu.sh bench OUT_DIR}" ;;
   all)
     configure_and_build
     run_tests
-    "$repo/ci/gpu_bench.sh" "$build" "${2:?ci/gpu.sh all OUT_DIR}"
+    run_bench "${2:?ci/gpu.sh all OUT_DIR}"
     ;;
   *) echo "ci/gpu.sh: unknown step '$step': expected build, test, bench or all" >&2; exit 2 ;;
 esac

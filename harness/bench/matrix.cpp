@@ -219,7 +219,7 @@ bool peer_matches(const BenchCell& peer, const BenchCell& cell) {
       peer.activation_checkpointing != cell.activation_checkpointing)
     return false;
   if (peer.system == System::PytorchDdp || peer.system == System::PytorchFsdp2)
-    return peer.world_size == cell.world_size && peer.batch_per_rank == cell.batch_per_rank;
+    return !cell.is_unsharded() && peer.world_size == cell.world_size && peer.batch_per_rank == cell.batch_per_rank;
   if (peer.system == System::PytorchSingle) return peer.global_batch() == cell.global_batch();
   return false;
 }

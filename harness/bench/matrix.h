@@ -93,9 +93,10 @@ BenchCell single_peer_cell(const ModelShape& model, const std::string& mp, int64
 // The unsharded cell an FSDP cell is measured against: same model, global batch, mixed
 // precision, activation checkpointing and determinism. None for cells that are not FSDP.
 std::optional<BenchCell> unsharded_baseline(const BenchCell& cell);
-// Whether `peer` (pytorch_ddp / pytorch_single) is the comparison for fsdpp cell `cell`:
-// same model and mixed precision and activation checkpointing; pytorch_ddp: same world
-// size and batch per rank; pytorch_fsdp2 the same; pytorch_single: same global batch.
+// Whether `peer` (pytorch_ddp / _fsdp2 / _single) is the comparison for fsdpp cell `cell`:
+// same model and mixed precision and activation checkpointing; pytorch_ddp and
+// pytorch_fsdp2: an FSDP cell (not unsharded) of the same world size and batch per rank;
+// pytorch_single: same global batch.
 bool peer_matches(const BenchCell& peer, const BenchCell& cell);
 
 // Presets, each a named list of cells with unique ids:

@@ -211,7 +211,10 @@ CellKey key_of(const json& cell) { return {cell.value("id", std::string()), cell
 const json* peer_of(const json& doc, const json& cell, const std::string& system) {
   const auto& config = cell.value("config", json::object());
   std::vector<const char*> fields = {"model_type", "model_size", "mixed_precision", "activation_checkpointing", "device"};
-  if (system == "pytorch_ddp" || system == "pytorch_fsdp2") fields.insert(fields.end(), {"world_size", "batch_per_rank"});
+  if (system == "pytorch_ddp" || system == "pytorch_fsdp2") {
+    if (config.value("strategy", std::string()) == "unsharded") return nullptr;  // its peer is pytorch_single
+    fields.insert(fields.end(), {"world_size", "batch_per_rank"});
+  }
   if (system == "pytorch_single") fields.push_back("global_batch");
   for (const auto& other : cells_of(doc)) {
     if (other.value("system", std::string()) != system) continue;

@@ -212,7 +212,7 @@ std::string source_tree_commit() {
   return "unknown";
 }
 
-// FSDPP_COMMIT / FSDPP_DIRTY (as CI runners set them, ci/gpu_results.py reads the same),
+// FSDPP_COMMIT / FSDPP_DIRTY (as CI runners set them),
 // else the source tree's HEAD with dirty unknown: telling requires running git.
 json git_info() {
   json git;

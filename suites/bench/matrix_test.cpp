@@ -220,6 +220,9 @@ TEST(MatrixPeers, Fsdp2MatchesSameRanksAndBatchPerRank) {
   EXPECT_FALSE(peer_matches(peer_cell(System::PytorchFsdp2, llama, "bf16", 1, true), fs));
   EXPECT_FALSE(peer_matches(peer_cell(System::PytorchFsdp2, llama, "bf16", 2, false), fs));
   EXPECT_FALSE(peer_matches(peer_cell(System::PytorchFsdp2, model_shape("gpt2-124M-s1024"), "bf16", 2, true), fs));
+  // The unsharded baseline is compared with pytorch_single, not with FSDP2 on one rank.
+  EXPECT_FALSE(peer_matches(peer_cell(System::PytorchFsdp2, llama, "bf16", 1, false),
+                            unsharded_cell(llama, "bf16", llama.batch_per_rank, false, false)));
 }
 
 TEST(MatrixPeers, DdpMatchesSameRanksAndBatchSingleMatchesSameGlobalBatch) {
