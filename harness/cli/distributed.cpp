@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "core/runtime/host_memory.h"
 #include "core/runtime/threads.h"
 #include "harness/launch/launcher.h"
 #include "harness/launch/run_ranks.h"
@@ -23,6 +24,9 @@ void add_distributed_flags(CLI::App& command, DistributedFlags& flags) {
   command.add_flag("--bind-cores", flags.bind_cores,
                    "With --nproc: pin each rank to its own cores (threads-per-rank of them) and its OpenMP "
                    "threads to those cores (OMP_PROC_BIND=close, OMP_PLACES=threads unless set)");
+  command.add_flag("--release-host-memory", flags.release_host_memory,
+                   "Return freed large host blocks to the OS (glibc's default) instead of keeping them for the "
+                   "next step (fsdpp's default: faster, the resident set keeps a step's peak)");
   command.add_option("--timeout-s", flags.timeout_s, "Limit for each collective, seconds")
       ->check(CLI::Range(0.1, 86400.0));
   command.add_option("--budget-s", flags.budget_s, "With --nproc: wall-clock limit for the whole run, seconds")
@@ -123,6 +127,8 @@ int run_distributed(const std::vector<std::string>& argv, const DistributedFlags
       std::fprintf(stderr, "fsdpp: warning: %d local ranks x %d threads exceed the %d available cores\n",
                    world.local_world_size, threads, runtime::available_cores());
     runtime::configure_threads(threads);
+    if (!flags.release_host_memory && !runtime::keep_freed_host_memory())
+      std::fprintf(stderr, "fsdpp: warning: glibc refused the heap thresholds; freed host blocks go back to the OS\n");
     const char* bound = std::getenv("FSDPP_BOUND_CPUS");  // set by --bind-cores
     std::printf("%s threads=%d%s%s\n", world.describe().c_str(), threads, bound ? " cpus=" : "", bound ? bound : "");
     std::fflush(stdout);

@@ -4,13 +4,18 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <sched.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <fstream>
 #include <regex>
 #include <sstream>
 
+#include "core/runtime/host_memory.h"
 #include "core/runtime/threads.h"
 #include "harness/launch/launcher.h"
 #include "harness/testing/temp_dir.h"
@@ -196,6 +201,40 @@ TEST(LaunchCommand, SelfcheckWritesVersionedJson) {
   EXPECT_THAT(text, HasSubstr("\"version\": 1"));
   EXPECT_THAT(text, HasSubstr("\"all_correct\": true"));
   std::filesystem::remove(path);
+}
+
+// Minor page faults of allocating, touching and freeing one 64 MiB block (16384 pages).
+long faults_of_one_large_block() {
+  rusage before{}, after{};
+  ::getrusage(RUSAGE_SELF, &before);
+  const size_t bytes = size_t{64} << 20;
+  char* block = static_cast<char*>(std::malloc(bytes));
+  std::memset(block, 1, bytes);
+  asm volatile("" : : "g"(block) : "memory");  // the block escapes: nothing above is elided
+  std::free(block);
+  ::getrusage(RUSAGE_SELF, &after);
+  return after.ru_minflt - before.ru_minflt;
+}
+
+// The heap policy every rank applies (runtime/host_memory.h), in a child process since it
+// is process-wide: with glibc's defaults a freed 64 MiB block is unmapped, so allocating it
+// again page-faults every page in again; once freed blocks are kept, it does not.
+TEST(HostMemory, AKeptLargeBlockIsReusedWithoutPageFaultingItInAgain) {
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    faults_of_one_large_block();
+    const long by_default = faults_of_one_large_block();
+    if (!runtime::keep_freed_host_memory()) ::_exit(3);
+    faults_of_one_large_block();  // the heap grows to hold it once
+    const long kept = faults_of_one_large_block();
+    ::_exit(by_default < 8192 ? 4 : kept > 512 ? 5 : 0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "3: glibc refused the thresholds; 4: by default the block did not fault "
+                                       "(glibc kept it anyway); 5: a kept block still faulted";
 }
 
 }  // namespace
