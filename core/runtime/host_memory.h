@@ -20,4 +20,8 @@ namespace fsdpp::runtime {
 // for that one).
 bool keep_freed_host_memory(std::size_t bytes = std::size_t{1} << 30);
 
+// Whether keep_freed_host_memory() succeeded in this process: "kept", else "glibc" (for
+// benchmark records).
+const char* host_heap_policy();
+
 }  // namespace fsdpp::runtime

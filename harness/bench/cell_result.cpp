@@ -123,6 +123,13 @@ json config_of(const CellOutcome& o, std::optional<double> parameters) {
       break;
     }
   }
+  // fsdpp's heap policy (runtime/host_memory.h): "kept" or "glibc"; peers run glibc's.
+  for (const auto& r : o.repetitions) {
+    if (r.record.contains("host_heap")) {
+      config["host_heap"] = r.record["host_heap"];
+      break;
+    }
+  }
   for (const auto& r : o.repetitions) {
     if (r.record.contains(json::json_pointer("/config/hybrid_shard_size")) && c.strategy.rfind("hybrid", 0) == 0) {
       config["hybrid_shard_size"] = r.record["config"]["hybrid_shard_size"];

@@ -18,6 +18,7 @@
 #include "core/nn/deferred_init.h"
 #include "core/optim/adamw.h"
 #include "core/runtime/device.h"
+#include "core/runtime/host_memory.h"
 #include "harness/results/stats.h"
 
 namespace fsdpp::harness {
@@ -272,6 +273,7 @@ nlohmann::json run_step_bench(comm::Communicator& comm, int local_rank, const St
       {"model_config", config},
       {"parameters", params},
       {"adamw_step", optim::step_implementation(*optimizer)},
+      {"host_heap", runtime::host_heap_policy()},
       {"step_ms", step_ms},
       {"injected_delay_ms", injected_ms},  // this rank's sleep inside each timed step (requested)
       {"step_ms_median", results::median(step_ms)},

@@ -375,6 +375,7 @@ RepetitionResult fsdpp_repetition(std::vector<double> step_ms, double peak_bytes
   r.step_ms = step_ms;
   r.record = {{"parameters", 5000000},
               {"adamw_step", "per-tensor"},
+              {"host_heap", "kept"},
               {"model_flops_per_token", 3.0e7},
               {"matmul_peak_flops_per_s", 1.0e11},
               {"memory_bytes", {{"max_over_ranks", {{"persistent_between_steps", 4.0e8}, {"peak_allocated", peak_bytes}}}}},
@@ -501,6 +502,8 @@ TEST_F(DocumentCells, MemoryAndCommunicationComeFromTheRecords) {
   EXPECT_EQ(d["config"]["parameters"], 5000000);
   EXPECT_EQ(d["config"]["adamw_step"], "fused");  // the peer's --adam-impl
   EXPECT_EQ(c["config"]["adamw_step"], "per-tensor");  // what bench-step's optimizer ran
+  EXPECT_EQ(c["config"]["host_heap"], "kept");
+  EXPECT_FALSE(d["config"].contains("host_heap"));  // the peers' is glibc's, not ours to report
 }
 
 TEST_F(DocumentCells, AFailedBaselineOrPeerLeavesTheComparisonNull) {

@@ -111,6 +111,14 @@ TEST(SmokeDocument, CpuCellsOfBothSystemsRanPinnedToTheirOwnCores) {
   }
 }
 
+TEST(SmokeDocument, FsdppRanksKeptFreedHostBlocksAndSaySo) {
+  REQUIRE_DOCUMENT();
+  for (const auto& c : doc["cells"]) {
+    if (c["status"] != "ok" || c["system"] != "fsdpp") continue;
+    EXPECT_EQ(c["config"].value("host_heap", std::string("absent")), "kept") << c["id"];
+  }
+}
+
 TEST(SmokeDocument, EveryOkFsdppCellHasEveryMetric) {
   REQUIRE_DOCUMENT();
   auto cells = smoke_cells_by_id();
