@@ -2,7 +2,6 @@
 
 #include <torch/torch.h>
 
-
 #include <algorithm>
 #include <chrono>
 #include <optional>
