@@ -1,5 +1,7 @@
 #include "core/optim/adamw.h"
 
+#include <unordered_set>
+
 #include "core/optim/fused_adamw.h"
 
 namespace fsdpp::optim {
@@ -8,8 +10,12 @@ bool decays(const at::Tensor& parameter) { return parameter.dim() >= 2; }
 
 std::unique_ptr<torch::optim::AdamW> make_adamw(const std::vector<std::pair<std::string, at::Tensor>>& named,
                                                 const AdamWSettings& s) {
+  // A tied weight appears under each of its names (LibTorch's named_parameters lists it
+  // twice); torch::optim::AdamW would step it once per appearance.
   std::vector<at::Tensor> decay, no_decay;
-  for (const auto& [name, p] : named) (decays(p) ? decay : no_decay).push_back(p);
+  std::unordered_set<const c10::TensorImpl*> seen;
+  for (const auto& [name, p] : named)
+    if (seen.insert(p.unsafeGetTensorImpl()).second) (decays(p) ? decay : no_decay).push_back(p);
   auto options = [&](double wd) {
     return std::make_unique<torch::optim::AdamWOptions>(
         torch::optim::AdamWOptions(s.lr).betas({s.beta1, s.beta2}).eps(s.eps).weight_decay(wd));

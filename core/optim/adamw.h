@@ -24,6 +24,7 @@ struct AdamWSettings {
   bool fused = true;
 };
 
+// A tensor listed under several names (a tied weight) is one parameter, stepped once.
 std::unique_ptr<torch::optim::AdamW> make_adamw(const std::vector<std::pair<std::string, at::Tensor>>& named,
                                                 const AdamWSettings& settings);
 

@@ -46,6 +46,19 @@ TEST(AdamWGroups, EachGroupStepsExactlyLikeTorchAdamW) {
   EXPECT_TRUE(torch::equal(b, b_ref));
 }
 
+TEST(AdamWGroups, ATiedWeightListedUnderTwoNamesIsSteppedOnce) {
+  auto tied = torch::ones({2, 3}, torch::requires_grad()), alone = torch::ones({2, 3}, torch::requires_grad());
+  AdamWSettings s{0.1, 0.9, 0.999, 1e-8, 0.0};
+  auto opt = make_adamw({{"wte.weight", tied}, {"lm_head.weight", tied}}, s);
+  auto ref = make_adamw({{"w", alone}}, s);
+  tied.mutable_grad() = torch::ones({2, 3});
+  alone.mutable_grad() = torch::ones({2, 3});
+  opt->step();
+  ref->step();
+  EXPECT_TRUE(torch::equal(tied, alone)) << tied << alone;  // stepped twice it would be 0.8, not 0.9
+  EXPECT_EQ(opt->param_groups()[0].params().size(), 1u);
+}
+
 TEST(FromScratchInit, MatricesAreNormalBiasesZeroNormsOne) {
   auto lm = models::build_causal_lm(models::from_scratch_config("gpt2", "tiny", 1000), "tiny");
   models::init_from_scratch(lm, 7);
