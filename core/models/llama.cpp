@@ -148,20 +148,12 @@ torch::Tensor rope_inverse_frequencies(const LlamaConfig& c) {
   return inv.to(torch::kFloat);
 }
 
-namespace {
-
-torch::Tensor rotate_half(const torch::Tensor& x) {
-  auto halves = x.chunk(2, -1);
-  return torch::cat({-halves[1], halves[0]}, -1);
-}
-
-}  // namespace
-
-LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& c)
+LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& c, std::shared_ptr<RotaryTable> rotary_)
     : heads(c.num_attention_heads),
       kv_heads(c.num_key_value_heads),
       head_dim(c.dim_per_head()),
-      sliding_window(c.sliding_window) {
+      sliding_window(c.sliding_window),
+      rotary(std::move(rotary_)) {
   auto linear = [&](const char* name, int64_t in, int64_t out) {
     return register_module(name, torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(c.attention_bias)));
   };
@@ -169,7 +161,6 @@ LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& c)
   k_proj = linear("k_proj", c.hidden_size, kv_heads * head_dim);
   v_proj = linear("v_proj", c.hidden_size, kv_heads * head_dim);
   o_proj = linear("o_proj", heads * head_dim, c.hidden_size);  // HF: same bias switch as q/k/v
-  inv_freq = register_buffer("inv_freq", rope_inverse_frequencies(c));
 }
 
 torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x) {
@@ -180,15 +171,9 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x) {
   auto q = split_heads(nn::call(q_proj, x), heads);
   auto k = split_heads(nn::call(k_proj, x), kv_heads);
   auto v = split_heads(nn::call(v_proj, x), kv_heads);
-  // Rotary embedding, HF's rotate_half convention: angles t * inv_freq, duplicated.
-  // The buffer follows the activations' device once (FSDP moves parameters, not buffers).
-  if (inv_freq.device() != x.device()) inv_freq.set_data(inv_freq.to(x.device()));
-  auto t = torch::arange(s, x.options().dtype(torch::kFloat));
-  auto freqs = torch::outer(t, inv_freq.to(torch::kFloat));
-  auto emb = torch::cat({freqs, freqs}, -1);
-  auto cos = emb.cos().to(x.scalar_type()), sin = emb.sin().to(x.scalar_type());
-  q = q * cos + rotate_half(q) * sin;
-  k = k * cos + rotate_half(k) * sin;
+  auto [cos, sin] = rotary->cos_sin(s, x.device(), q.scalar_type());
+  q = apply_rotary(q, cos, sin);
+  k = apply_rotary(k, cos, sin);
   if (kv_heads != heads) {  // grouped-query attention: each KV head serves heads/kv_heads queries
     k = k.repeat_interleave(heads / kv_heads, 1);
     v = v.repeat_interleave(heads / kv_heads, 1);
@@ -209,9 +194,9 @@ torch::Tensor LlamaMlpImpl::forward(const torch::Tensor& x) {
   return nn::call(down_proj, torch::silu(nn::call(gate_proj, x)) * nn::call(up_proj, x));
 }
 
-LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const LlamaConfig& c) {
+LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const LlamaConfig& c, std::shared_ptr<RotaryTable> rotary) {
   input_layernorm = register_module("input_layernorm", RmsNorm(c.hidden_size, c.rms_norm_eps));
-  self_attn = register_module("self_attn", LlamaAttention(c));
+  self_attn = register_module("self_attn", LlamaAttention(c, std::move(rotary)));
   post_attention_layernorm = register_module("post_attention_layernorm", RmsNorm(c.hidden_size, c.rms_norm_eps));
   mlp = register_module("mlp", LlamaMlp(c));
 }
@@ -222,14 +207,15 @@ torch::Tensor LlamaDecoderLayerImpl::forward(torch::Tensor x) {
 }
 
 // Each part goes to the meta device as soon as it is built under nn::DeferredInit.
-LlamaModelImpl::LlamaModelImpl(const LlamaConfig& c) {
+LlamaModelImpl::LlamaModelImpl(const LlamaConfig& c)
+    : rotary(std::make_shared<RotaryTable>(rope_inverse_frequencies(c))) {
   embed_tokens = register_module("embed_tokens", torch::nn::Embedding(c.vocab_size, c.hidden_size));
   nn::release_to_meta(*embed_tokens);
   layers = register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    layer_list.push_back(LlamaDecoderLayer(c));
+    layer_list.push_back(LlamaDecoderLayer(c, rotary));
     layers->push_back(layer_list.back());
-    nn::release_to_meta(*layer_list.back());  // the rotary buffer stays real
+    nn::release_to_meta(*layer_list.back());
   }
   norm = register_module("norm", RmsNorm(c.hidden_size, c.rms_norm_eps));
   nn::release_to_meta(*norm);

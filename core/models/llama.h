@@ -8,11 +8,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "core/models/layers.h"
+#include "core/models/rotary.h"
 
 namespace fsdpp::models {
 
@@ -54,11 +56,12 @@ const std::vector<std::string>& llama_preset_names();
 // Inverse frequencies of the rotary embedding, [head_dim / 2], with Llama-3 scaling.
 torch::Tensor rope_inverse_frequencies(const LlamaConfig& c);
 
+// Reads its rotary angles from `rotary`, the table its model shares among all layers.
 struct LlamaAttentionImpl : torch::nn::Module {
-  explicit LlamaAttentionImpl(const LlamaConfig& c);
+  LlamaAttentionImpl(const LlamaConfig& c, std::shared_ptr<RotaryTable> rotary);
   torch::Tensor forward(const torch::Tensor& x);
   int64_t heads, kv_heads, head_dim, sliding_window;
-  torch::Tensor inv_freq;  // buffer, not a parameter
+  std::shared_ptr<RotaryTable> rotary;
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
 };
 TORCH_MODULE(LlamaAttention);
@@ -71,7 +74,7 @@ struct LlamaMlpImpl : torch::nn::Module {
 TORCH_MODULE(LlamaMlp);
 
 struct LlamaDecoderLayerImpl : torch::nn::Module {
-  explicit LlamaDecoderLayerImpl(const LlamaConfig& c);
+  LlamaDecoderLayerImpl(const LlamaConfig& c, std::shared_ptr<RotaryTable> rotary);
   torch::Tensor forward(torch::Tensor x);
   RmsNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
   LlamaAttention self_attn{nullptr};
@@ -86,6 +89,7 @@ struct LlamaModelImpl : torch::nn::Module {
   torch::nn::ModuleList layers;
   std::vector<LlamaDecoderLayer> layer_list;
   RmsNorm norm{nullptr};
+  std::shared_ptr<RotaryTable> rotary;  // every layer's angles (not a parameter or buffer)
 };
 TORCH_MODULE(LlamaModel);
 

@@ -274,6 +274,42 @@ TEST(Llama, Llama3RopeScalingAndTiedEmbeddingsMatchThePublishedFormulas) {
   EXPECT_TRUE(torch::allclose(inv, ref, 1e-6, 1e-12));
 }
 
+TEST(Llama, EveryLayerReadsOneRotaryTableComputedOncePerShape) {
+  auto c = llama_preset("tiny");
+  LlamaForCausalLM model(c);
+  const auto& table = model->model->rotary;
+  for (auto& layer : model->model->layer_list) EXPECT_EQ(layer->self_attn->rotary.get(), table.get());
+
+  auto [cos, sin] = table->cos_sin(6, torch::kCPU, torch::kFloat);
+  auto [cos_again, sin_again] = table->cos_sin(6, torch::kCPU, torch::kFloat);
+  EXPECT_TRUE(cos_again.is_same(cos));
+  EXPECT_TRUE(sin_again.is_same(sin));
+  // Position 0 does not rotate; [seq, head_dim], the angles duplicated along the last dim.
+  EXPECT_EQ(cos.sizes(), (std::vector<int64_t>{6, c.dim_per_head()}));
+  EXPECT_TRUE(torch::equal(cos[0], torch::ones({c.dim_per_head()})));
+  const int64_t half = c.dim_per_head() / 2;
+  EXPECT_TRUE(torch::equal(sin.narrow(1, 0, half), sin.narrow(1, half, half)));
+
+  EXPECT_FALSE(table->cos_sin(7, torch::kCPU, torch::kFloat).first.is_same(cos));
+  auto bf16 = table->cos_sin(7, torch::kCPU, torch::kBFloat16).first;
+  EXPECT_EQ(bf16.scalar_type(), torch::kBFloat16);
+}
+
+TEST(Llama, ARotaryTableMadeUnderInferenceModeIsNotReusedForTraining) {
+  // Autograd may not save inference tensors for backward: training after an inference
+  // forward of the same shape must get a table of its own.
+  auto c = llama_preset("tiny");
+  LlamaForCausalLM model(c);
+  auto tokens = tokens_for(c.vocab_size, 8);
+  {
+    c10::InferenceMode inference;
+    model->forward(tokens);
+  }
+  auto loss = model->forward(tokens).square().mean();
+  EXPECT_NO_THROW(loss.backward());
+  EXPECT_TRUE(model->model->layer_list[0]->self_attn->q_proj->weight.grad().defined());
+}
+
 TEST(Llama, PresetParameterCountsAreThePublishedOnes) {
   // Hugging Face model cards / safetensors totals of the reference checkpoints.
   EXPECT_EQ(llama_preset("7B").parameter_count(), 6738415616);

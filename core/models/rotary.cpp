@@ -1,0 +1,35 @@
+#include "core/models/rotary.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+
+namespace fsdpp::models {
+
+RotaryTable::RotaryTable(at::Tensor inv_freq) : inv_freq_(std::move(inv_freq)) {}
+
+std::pair<at::Tensor, at::Tensor> RotaryTable::cos_sin(int64_t seq, c10::Device device, c10::ScalarType dtype) {
+  // A table made under InferenceMode is an inference tensor, which autograd may not save
+  // for backward: such a table is not reused outside that mode, nor the other way round.
+  const bool inference = c10::InferenceMode::is_enabled();
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (seq != seq_ || device != device_ || dtype != dtype_ || inference != inference_ || !cos_.defined()) {
+    at::NoGradGuard no_grad;
+    auto options = at::TensorOptions().device(device).dtype(at::kFloat);
+    auto freqs = at::outer(at::arange(seq, options), inv_freq_.to(options));
+    auto angles = at::cat({freqs, freqs}, -1);
+    cos_ = angles.cos().to(dtype);
+    sin_ = angles.sin().to(dtype);
+    seq_ = seq;
+    device_ = device;
+    dtype_ = dtype;
+    inference_ = inference;
+  }
+  return {cos_, sin_};
+}
+
+at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  auto halves = x.chunk(2, -1);
+  return x * cos + at::cat({-halves[1], halves[0]}, -1) * sin;
+}
+
+}  // namespace fsdpp::models
