@@ -8,7 +8,12 @@
 #                            machine has are reported as skipped with the reason
 #   ci/gpu.sh bench OUT_DIR  the GPU benchmark (`fsdpp bench --preset gpu --device cuda`,
 #                            README "GPU"): OUT_DIR/gpu.json, an fsdpp.results document
-#   ci/gpu.sh all OUT_DIR    all three
+#   ci/gpu.sh profile OUT_DIR [FILTER]
+#                            the GPU cells matching FILTER (default: Llama 1B at N=1
+#                            without AC) once each, profiled: OUT_DIR/profile/*.trace.json
+#                            and OUT_DIR/profile/kernels.md, fsdpp's kernels beside
+#                            PyTorch's (`fsdpp results profile`); not a benchmark
+#   ci/gpu.sh all OUT_DIR    build, test and bench
 #
 # Needs: python3 with torch (CUDA), cmake, a C++17 compiler, NCCL (the wheel's or the
 # system's). Missing CLI11 / RapidCheck / gloo headers come from .deps (ci/vendor_deps.sh,
@@ -50,14 +55,27 @@ run_bench() {
   "$build/fsdpp" bench --preset gpu --device cuda --python "$(command -v "$python")" --out "$1/gpu.json"
 }
 
+run_profile() {
+  local dir=$1/profile filter=${2:-'^llama-1B-s2048/.*/n1.*ac0'}
+  mkdir -p "$dir"
+  "$build/fsdpp" bench --preset gpu --device cuda --python "$(command -v "$python")" --filter "$filter" \
+    --repetitions 1 --profile-dir "$dir" --out "$dir/profiled.json"
+  # fsdpp's FULL_SHARD cell first, then whatever else was profiled (FSDP2, unsharded, PyTorch).
+  local traces=()
+  mapfile -t traces < <(ls "$dir"/*fsdp-full_shard*.trace.json "$dir"/*.trace.json 2>/dev/null | awk '!seen[$0]++')
+  [ "${#traces[@]}" -gt 0 ] || { echo "ci/gpu.sh profile: no trace written under $dir" >&2; exit 1; }
+  "$build/fsdpp" results profile "${traces[@]}" --top 40 | tee "$dir/kernels.md"
+}
+
 case "$step" in
   build) configure_and_build ;;
   test) run_tests ;;
   bench) run_bench "${2:?ci/gpu.sh bench OUT_DIR}" ;;
+  profile) run_profile "${2:?ci/gpu.sh profile OUT_DIR [FILTER]}" "${3:-}" ;;
   all)
     configure_and_build
     run_tests
     run_bench "${2:?ci/gpu.sh all OUT_DIR}"
     ;;
-  *) echo "ci/gpu.sh: unknown step '$step': expected build, test, bench or all" >&2; exit 2 ;;
+  *) echo "ci/gpu.sh: unknown step '$step': expected build, test, bench, profile or all" >&2; exit 2 ;;
 esac

@@ -89,4 +89,34 @@ typename Map::key_type optimizer_state_key(const Map&, const at::Tensor& param) 
   }
 }
 
+namespace detail {
+template <typename Event>
+auto start_us(const Event& e, int) -> decltype(static_cast<double>(e.startNs())) {
+  return static_cast<double>(e.startNs()) / 1e3;
+}
+template <typename Event>
+double start_us(const Event& e, long) {
+  return static_cast<double>(e.startUs());
+}
+template <typename Event>
+auto duration_us(const Event& e, int) -> decltype(static_cast<double>(e.durationNs())) {
+  return static_cast<double>(e.durationNs()) / 1e3;
+}
+template <typename Event>
+double duration_us(const Event& e, long) {
+  return static_cast<double>(e.durationUs());
+}
+}  // namespace detail
+
+// A profiler event's (torch::autograd::profiler::KinetoEvent's) start and duration in
+// microseconds: 1.13 has startUs()/durationUs(), later versions startNs()/durationNs().
+template <typename Event>
+double profiler_event_start_us(const Event& e) {
+  return detail::start_us(e, 0);
+}
+template <typename Event>
+double profiler_event_duration_us(const Event& e) {
+  return detail::duration_us(e, 0);
+}
+
 }  // namespace fsdpp::compat

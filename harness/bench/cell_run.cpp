@@ -119,6 +119,23 @@ std::optional<std::string> unavailable_reason(const BenchCell& cell, const CellR
 
 bool binds_cores(const CellRunSetup& setup) { return setup.bind_cores && setup.device == "cpu"; }
 
+std::string profile_trace_name(const BenchCell& cell) {
+  std::string name;
+  for (char c : cell.id()) name += (c == '/') ? std::string("__") : std::string(1, c);
+  return name + ".trace.json";
+}
+
+namespace {
+
+// Both systems take the same flag (bench-step and torch_peer.py --profile-trace).
+void append_profile_flag(std::vector<std::string>& argv, const BenchCell& cell, const CellRunSetup& setup) {
+  if (setup.profile_dir.empty()) return;
+  argv.push_back("--profile-trace");
+  argv.push_back((std::filesystem::path(setup.profile_dir) / profile_trace_name(cell)).string());
+}
+
+}  // namespace
+
 std::vector<std::string> cell_command(const BenchCell& cell, const CellRunSetup& setup,
                                       const std::filesystem::path& record_file,
                                       const std::filesystem::path& model_config_file) {
@@ -150,6 +167,7 @@ std::vector<std::string> cell_command(const BenchCell& cell, const CellRunSetup&
     if (!cell.prefetch && !cell.is_unsharded()) argv.push_back("--no-prefetch");
     if (cell.deterministic) argv.push_back("--deterministic");
     if (binds_cores(setup)) argv.push_back("--bind-cores");
+    append_profile_flag(argv, cell, setup);
     return argv;
   }
   // The single-process peer has no launcher to bind it: its OpenMP threads are bound by
@@ -179,6 +197,7 @@ std::vector<std::string> cell_command(const BenchCell& cell, const CellRunSetup&
   // the comparison is of the sharding, not of two optimizer implementations. On the CPU
   // both take the per-tensor step (1.13 has no fused CPU kernel).
   if (setup.device == "cuda") argv.insert(argv.end(), {"--adam-impl", "fused"});
+  append_profile_flag(argv, cell, setup);
   return argv;
 }
 

@@ -38,7 +38,13 @@ struct CellRunSetup {
   // CUDA cells: the GPUs a cell's ranks can use, one each (NCCL gives every rank its own
   // GPU). -1: runtime::cuda_device_count().
   int gpus = -1;
+  // Non-empty: every cell's rank 0 records its timed steps with PyTorch's profiler into
+  // profile_dir / profile_trace_name(cell) (bench-step and torch_peer.py --profile-trace).
+  std::string profile_dir;
 };
+
+// "<cell id, '/' replaced by '__'>.trace.json".
+std::string profile_trace_name(const BenchCell& cell);
 
 // Whether the cells of `setup` run pinned (bind_cores on a CPU device).
 bool binds_cores(const CellRunSetup& setup);

@@ -18,6 +18,7 @@
 #include "core/optim/adamw.h"
 #include "core/runtime/device.h"
 #include "core/runtime/host_memory.h"
+#include "harness/bench/step_profiler.h"
 #include "harness/results/stats.h"
 
 namespace fsdpp::harness {
@@ -151,6 +152,7 @@ nlohmann::json run_step_bench(comm::Communicator& comm, int local_rank, const St
 
   std::vector<double> step_ms, losses, injected_ms;
   int64_t persistent_between_steps = 0;
+  StepProfiler profiler(comm.rank() == 0 ? c.profile_trace : "", device.is_cuda());
   for (int step = -c.warmup_steps; step < c.steps; ++step) {
     if (step == 0) {
       if (sharded) sharded->reset_comm_stats();
@@ -158,9 +160,11 @@ nlohmann::json run_step_bench(comm::Communicator& comm, int local_rank, const St
       // What stays between steps: parameters (shards), optimizer state, kept buffers.
       persistent_between_steps = runtime::device_memory(device).allocated_bytes;
       runtime::reset_peak_memory(device);
+      profiler.start();
     }
     runtime::synchronize(device);
     comm.barrier();
+    RECORD_USER_SCOPE(kStepScope);
     auto t0 = Clock::now();
     optimizer->zero_grad();
     at::Tensor loss;
@@ -194,6 +198,7 @@ nlohmann::json run_step_bench(comm::Communicator& comm, int local_rank, const St
       injected_ms.push_back(delay_ms);
     }
   }
+  profiler.stop_and_save();
   auto memory = runtime::device_memory(device);
 
   const double tokens_per_step = static_cast<double>(c.batch_size * c.seq_len * comm.size());

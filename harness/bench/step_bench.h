@@ -47,6 +47,10 @@ struct StepBenchConfig {
   // region (a synthetic slowdown for testing regression gates). 0: none.
   double inject_delay_pct = 0;
   uint64_t seed = 0;
+  // Rank 0 records its timed steps with PyTorch's profiler and writes the Chrome trace
+  // here (step_profiler.h). Profiling slows the steps: such a run's times are not a
+  // benchmark. Empty: off.
+  std::string profile_trace;
 };
 
 // Collective over `comm`. Returns the cell's numbers (same on every rank), format

@@ -40,6 +40,9 @@ void BenchCommand::add_to(CLI::App& app) {
       ->check(CLI::Range(0.0, 10000.0));
   command_->add_option("--seed", c.seed, "Initial weights and data");
   command_->add_option("--out", out_, "Write the cell's JSON here (rank 0)");
+  command_->add_option("--profile-trace", c.profile_trace,
+                       "Rank 0 records the timed steps with PyTorch's profiler into this Chrome trace "
+                       "(slows them; read it with `fsdpp results profile`)");
 
   matrix_command_ = app.add_subcommand(
       "bench", "Run the benchmark matrix (a preset of cells, Google Benchmark underneath) into a results document");
@@ -48,7 +51,11 @@ void BenchCommand::add_to(CLI::App& app) {
       ->check(CLI::IsMember(harness::preset_names()));
   matrix_command_->add_option("--filter", filter_, "Only the cells whose id matches this regex (their baselines too)");
   matrix_command_->add_option("--out", matrix_out_, "Write the fsdpp.results document here");
-  matrix_command_->add_option("--history", history_, "Also append the document to this history directory");
+  auto* history = matrix_command_->add_option("--history", history_, "Also append the document to this history directory");
+  matrix_command_->add_option("--profile-dir", m.setup.profile_dir,
+                              "Every cell's rank 0 (fsdpp and PyTorch) also writes a profiler trace here, "
+                              "<cell id with / as __>.trace.json (profiled steps are slower: not for the history)")
+      ->excludes(history);
   matrix_command_->add_option("--device", m.setup.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   matrix_command_->add_option("--inject-delay-pct", m.setup.inject_delay_pct,
                               "fsdpp cells sleep this % of each step's duration inside the timed region")

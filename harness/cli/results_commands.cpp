@@ -5,6 +5,7 @@
 
 #include "core/io/atomic_file.h"
 #include "harness/results/dashboard.h"
+#include "harness/results/op_profile.h"
 #include "harness/results/results_document.h"
 
 namespace fsdpp::cli {
@@ -32,7 +33,7 @@ void add_gate_flags(CLI::App& command, results::CompareOptions& options) {
 }  // namespace
 
 void ResultsCommands::add_to(CLI::App& app) {
-  group_ = app.add_subcommand("results", "Benchmark results documents: validate, compare (regression gate), dashboard");
+  group_ = app.add_subcommand("results", "Benchmark results documents: validate, compare (regression gate), dashboard; profile traces");
   group_->require_subcommand(1);
 
   validate_ = group_->add_subcommand("validate", "Check fsdpp.results documents against the schema (results/README.md)");
@@ -69,6 +70,13 @@ void ResultsCommands::add_to(CLI::App& app) {
   append_ = group_->add_subcommand("append", "Store a document in the history as <dir>/<fingerprint>/<run_id>.json");
   append_->add_option("file", file_, "The document")->required();
   append_->add_option("--history", history_, "History directory")->required();
+
+  profile_ = group_->add_subcommand(
+      "profile", "Where profiled steps spend their time: --profile-trace Chrome traces side by side, per step (Markdown)");
+  profile_->add_option("traces", files_, "Traces of fsdpp bench-step or torch_peer.py --profile-trace; ratios are to the first")
+      ->required();
+  profile_->add_option("--category", category_, "Event category to list by name (default: kernel if any, else cpu_op)");
+  profile_->add_option("--top", top_, "Names listed (default 30)")->check(CLI::Range(1, 100000));
 }
 
 int ResultsCommands::parse_error_code(int code) const {
@@ -82,6 +90,7 @@ int ResultsCommands::run_parsed() {
     if (compare_->parsed()) return compare();
     if (dashboard_->parsed()) return dashboard();
     if (append_->parsed()) return append();
+    if (profile_->parsed()) return profile();
   } catch (const std::exception& error) {
     print_error(error);
     return 2;
@@ -145,6 +154,14 @@ int ResultsCommands::dashboard() const {
 int ResultsCommands::append() const {
   const auto path = results::append_to_history(history_, results::load_results(file_));
   std::printf("%s\n", path.string().c_str());
+  return 0;
+}
+
+int ResultsCommands::profile() const {
+  std::vector<results::OpProfile> profiles;
+  for (const auto& file : files_) profiles.push_back(results::read_op_profile(file));
+  const std::string category = category_.empty() ? results::default_profile_category(profiles) : category_;
+  std::fputs(results::profile_table(profiles, category, top_).c_str(), stdout);
   return 0;
 }
 

@@ -35,6 +35,7 @@ FORMAT_VERSION = 1
 EXIT_USAGE = 2
 EXIT_FSDP2_UNAVAILABLE = 3
 LAUNCHED_ENV = "TORCH_PEER_LAUNCHED"  # set by --nproc for its children
+STEP_SCOPE = "fsdpp.step"  # the profiler annotation of a step (harness/bench/step_profiler.h)
 
 
 class PeerError(Exception):
@@ -949,6 +950,9 @@ def parse_args(argv):
     p.add_argument("--export-init", metavar="DIR", help="write the initial model as an HF folder (config.json, model.safetensors) and exit")
     p.add_argument("--matmul-peak", action="store_true", help="also time a large matmul (8192^3 CUDA, 1024^3 CPU) in the run's dtype")
     p.add_argument("--log-freq", type=int, default=0, help="print a line every N steps (rank 0; 0: first and last)")
+    p.add_argument("--profile-trace", metavar="FILE",
+                   help="rank 0 records the measured steps with torch.profiler into this Chrome trace, each step "
+                   "annotated '%s' as fsdpp bench-step --profile-trace (slows them)" % STEP_SCOPE)
     a = p.parse_args(argv)
     for name in ("batch_size", "steps"):
         if getattr(a, name) < 1:
@@ -1067,6 +1071,26 @@ def launch(argv, nproc, budget_s, bind_threads=0):
 def synchronize(device):
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def start_profiler(device):
+    """torch.profiler over CPU operators, and on CUDA the device activity, as fsdpp's
+    StepProfiler (harness/bench/step_profiler.h) records."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    profiler = torch.profiler.profile(activities=activities)
+    profiler.start()
+    return profiler
+
+
+def save_profile(profiler, path):
+    profiler.stop()
+    partial = path + ".partial"
+    if os.path.dirname(path):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+    profiler.export_chrome_trace(partial)
+    os.replace(partial, path)
 
 
 def matmul_peak(device, dtype):
@@ -1353,6 +1377,7 @@ def run_train(args, c):
     step_s, losses, norms, lrs = [], [], [], []
     rss_reset = False
     t_start = None
+    profiler = None
     for step in range(total_steps):
         if step == args.warmup:
             synchronize(device)
@@ -1361,32 +1386,37 @@ def run_train(args, c):
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
             rss_reset = reset_peak_rss()
+            if args.profile_trace and lead:
+                profiler = start_profiler(device)
             t_start = time.perf_counter()
-        t0 = time.perf_counter()
-        xs, ys = data.windows(sampler.step_windows(step), seq_len)
-        check_vocab(xs, c["vocab_size"], data.source)
-        check_vocab(ys, c["vocab_size"], data.source)
-        x = torch.from_numpy(xs).to(device, non_blocking=True)
-        y = torch.from_numpy(ys).to(device, non_blocking=True)
-        loss = compute_loss(x, y)
-        loss.backward()
-        norm = grad_norm_and_clip(params, args.grad_clip, sharded_group, device)
-        lr = lr_at(step, args.lr, args.min_lr, args.lr_warmup_steps, total_steps, args.lr_schedule)
-        for g in optimizer.param_groups:
-            g["lr"] = lr
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        synchronize(device)
-        step_s.append(time.perf_counter() - t0)
-        losses.append(loss.detach())
-        norms.append(norm.detach())
-        lrs.append(lr)
-        if lead and (step == 0 or step + 1 == total_steps or (args.log_freq and (step + 1) % args.log_freq == 0)):
-            log("step %d/%d | loss%s %.4f | %.1f ms%s" % (step + 1, total_steps, " (rank 0)" if distributed else "",
-                                                       loss.item(), step_s[-1] * 1e3,
-                                                       " (warmup)" if step < args.warmup else ""))
+        with torch.profiler.record_function(STEP_SCOPE):
+            t0 = time.perf_counter()
+            xs, ys = data.windows(sampler.step_windows(step), seq_len)
+            check_vocab(xs, c["vocab_size"], data.source)
+            check_vocab(ys, c["vocab_size"], data.source)
+            x = torch.from_numpy(xs).to(device, non_blocking=True)
+            y = torch.from_numpy(ys).to(device, non_blocking=True)
+            loss = compute_loss(x, y)
+            loss.backward()
+            norm = grad_norm_and_clip(params, args.grad_clip, sharded_group, device)
+            lr = lr_at(step, args.lr, args.min_lr, args.lr_warmup_steps, total_steps, args.lr_schedule)
+            for g in optimizer.param_groups:
+                g["lr"] = lr
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            synchronize(device)
+            step_s.append(time.perf_counter() - t0)
+            losses.append(loss.detach())
+            norms.append(norm.detach())
+            lrs.append(lr)
+            if lead and (step == 0 or step + 1 == total_steps or (args.log_freq and (step + 1) % args.log_freq == 0)):
+                log("step %d/%d | loss%s %.4f | %.1f ms%s" % (step + 1, total_steps, " (rank 0)" if distributed else "",
+                                                           loss.item(), step_s[-1] * 1e3,
+                                                           " (warmup)" if step < args.warmup else ""))
     synchronize(device)
     total_local = time.perf_counter() - t_start
+    if profiler is not None:
+        save_profile(profiler, args.profile_trace)
 
     # Across ranks: the slowest rank's step times and total, the mean loss, peaks per rank.
     red_device = device if device.type == "cuda" else torch.device("cpu")

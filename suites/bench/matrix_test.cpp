@@ -305,6 +305,20 @@ TEST(CellCommand, PeersRunTorchPeerWithTheSameShapeAndThreadBudget) {
   }
 }
 
+TEST(CellCommand, WithAProfileDirEveryCellOfBothSystemsTracesIntoItsOwnFile) {
+  CellRunSetup setup;
+  setup.peer_script = "peer.py";
+  auto fs = fsdp_cell(tiny(), "full_shard", "fp32", 2, true, false, false, false);
+  auto ddp = peer_cell(System::PytorchDdp, ref(), "fp32", 2, false);
+  EXPECT_FALSE(has_flag(cell_command(fs, setup, "r.json", "c.json"), "--profile-trace"));
+  setup.profile_dir = "prof";
+  const auto fs_trace = flag_value(cell_command(fs, setup, "r.json", "c.json"), "--profile-trace");
+  const auto ddp_trace = flag_value(cell_command(ddp, setup, "r.json", "c.json"), "--profile-trace");
+  EXPECT_EQ(fs_trace, "prof/gpt2-tiny__fsdp-full_shard__fp32__n2__pf1-ac0-off0-det0.trace.json");
+  EXPECT_EQ(ddp_trace, "prof/" + profile_trace_name(ddp));
+  EXPECT_NE(fs_trace, ddp_trace);
+}
+
 TEST(CellCommand, OnCpuEveryRankOfBothSystemsIsPinnedToItsOwnCoresUnlessBindingIsOff) {
   CellRunSetup setup;
   setup.cores = 2;
