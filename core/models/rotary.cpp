@@ -1,6 +1,7 @@
 #include "core/models/rotary.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <c10/core/InferenceMode.h>
 
 namespace fsdpp::models {
@@ -13,7 +14,7 @@ std::pair<at::Tensor, at::Tensor> RotaryTable::cos_sin(int64_t seq, c10::Device 
   const bool inference = c10::InferenceMode::is_enabled();
   std::lock_guard<std::mutex> lock(mutex_);
   if (seq != seq_ || device != device_ || dtype != dtype_ || inference != inference_ || !cos_.defined()) {
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     auto options = at::TensorOptions().device(device).dtype(at::kFloat);
     auto freqs = at::outer(at::arange(seq, options), inv_freq_.to(options));
     auto angles = at::cat({freqs, freqs}, -1);

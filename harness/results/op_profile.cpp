@@ -160,7 +160,11 @@ std::string profile_table(const std::vector<OpProfile>& profiles, const std::str
   out << "\n";
   for (size_t i = 0; i < profiles.size(); ++i)
     out << "[" << i + 1 << "] " << profiles[i].source << ": " << profiles[i].steps << " steps\n";
-  return out.str();
+  // Every row above ends "| ": drop the trailing blanks.
+  std::string text = out.str(), trimmed;
+  for (size_t i = 0; i < text.size(); ++i)
+    if (!(text[i] == ' ' && (i + 1 == text.size() || text[i + 1] == '\n'))) trimmed += text[i];
+  return trimmed;
 }
 
 }  // namespace fsdpp::results

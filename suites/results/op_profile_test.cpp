@@ -62,9 +62,9 @@ TEST(OpProfile, TheTablePutsEachProfilesTimePerStepSideBySideWithRatiosToTheFirs
   auto b = read_op_profile(write_trace(dir, "torch.json", 4500).string());
   const std::string table = profile_table({a, b}, "kernel", 1);
   // gemm: 2 x 3 ms = 6 ms per step against 9 ms: 1.50; listed alone (--top 1).
-  EXPECT_THAT(table, HasSubstr("| `sm90_gemm` | 6.000 (2) | 9.000 (2) | 1.50 |"));
+  EXPECT_THAT(table, HasSubstr("| `sm90_gemm` | 6.000 (2) | 9.000 (2) | 1.50 |\n"));
   EXPECT_THAT(table, ::testing::Not(HasSubstr("softmax")));
-  EXPECT_THAT(table, HasSubstr("| all kernel | 7.00 | 10.00 | 1.43 |"));
+  EXPECT_THAT(table, HasSubstr("| all kernel | 7.00 | 10.00 | 1.43 |\n"));
   EXPECT_THAT(table, HasSubstr("| step (fsdpp.step) | 10.00 | 10.00 | 1.00 |"));
 }
 
