@@ -136,7 +136,16 @@ std::string self_executable() {
   ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
   if (n <= 0) throw std::runtime_error("cannot resolve /proc/self/exe");
   buf[n] = '\0';
-  return buf;
+  return runnable_executable(buf, static_cast<int>(::getpid()));
+}
+
+std::string runnable_executable(const std::string& exe_link_target, int pid) {
+  // The kernel marks the link of an unlinked executable with this suffix.
+  const std::string deleted = " (deleted)";
+  const std::string& path = exe_link_target;
+  if (path.size() > deleted.size() && path.compare(path.size() - deleted.size(), deleted.size(), deleted) == 0)
+    return "/proc/" + std::to_string(pid) + "/exe";
+  return path;
 }
 
 namespace {

@@ -97,7 +97,12 @@ int status_fd_from_env();
 // A TCP port on 127.0.0.1 that was free a moment ago (bind to port 0, read it, close).
 int reserve_free_port();
 
-// Absolute path of the running executable (/proc/self/exe).
+// A path that runs this process's own executable: its absolute path (/proc/self/exe), or,
+// when that file was replaced or removed since the process started (a rebuild during a
+// long `fsdpp bench`), /proc/<pid>/exe, which still runs the image this process runs as
+// long as it lives. Ranks and benchmark cells so always run the same build as their parent.
 std::string self_executable();
+// That rule for process `pid` whose /proc/<pid>/exe link reads `exe_link_target`.
+std::string runnable_executable(const std::string& exe_link_target, int pid);
 
 }  // namespace fsdpp::harness

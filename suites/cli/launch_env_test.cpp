@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -219,6 +220,41 @@ long faults_of_one_large_block() {
 // The heap policy every rank applies (runtime/host_memory.h), in a child process since it
 // is process-wide: with glibc's defaults a freed 64 MiB block is unmapped, so allocating it
 // again page-faults every page in again; once freed blocks are kept, it does not.
+// A rebuild during a long `fsdpp bench` replaces the binary the cells are launched from:
+// the launcher then runs its own image through /proc/<pid>/exe, which outlives the file.
+TEST(SelfExecutable, AReplacedExecutableStillRunsThroughProcPidExe) {
+  EXPECT_EQ(harness::runnable_executable("/opt/fsdpp", 42), "/opt/fsdpp");
+  EXPECT_EQ(harness::runnable_executable("/opt/fsdpp (deleted)", 42), "/proc/42/exe");
+
+  harness::TempDir dir("self-exe");
+  const auto copy = dir / "sleep-copy";
+  std::filesystem::copy_file("/bin/sleep", copy);
+  std::filesystem::permissions(copy, std::filesystem::perms::owner_all);
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::execl(copy.c_str(), "sleep-copy", "30", static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  // Wait until the child runs the copy, then remove the file under it.
+  const std::string link = "/proc/" + std::to_string(pid) + "/exe";
+  std::string target;
+  for (int i = 0; i < 500 && target.find("sleep-copy") == std::string::npos; ++i) {
+    std::error_code ec;
+    target = std::filesystem::read_symlink(link, ec).string();
+    if (target.find("sleep-copy") == std::string::npos) ::usleep(10000);
+  }
+  ASSERT_THAT(target, HasSubstr("sleep-copy"));
+  std::filesystem::remove(copy);
+  target = std::filesystem::read_symlink(link).string();
+  EXPECT_THAT(target, ::testing::EndsWith(" (deleted)"));
+  const std::string runnable = harness::runnable_executable(target, pid);
+  EXPECT_EQ(runnable, link);
+  EXPECT_EQ(std::system((runnable + " 0").c_str()), 0) << runnable;  // sleep 0, from the removed file
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+}
+
 TEST(HostMemory, AKeptLargeBlockIsReusedWithoutPageFaultingItInAgain) {
   pid_t pid = ::fork();
   ASSERT_GE(pid, 0);
