@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <fstream>
 #include <set>
-#include <sstream>
 #include <stdexcept>
 
 #include "harness/bench/step_profiler.h"
@@ -90,29 +89,44 @@ std::string default_profile_category(const std::vector<OpProfile>& profiles) {
   return "cpu_op";
 }
 
+namespace {
+
+// "| first | [1] unit | [2] unit | [2]/[1] |" and the alignment row, for n profiles.
+std::string table_head(const std::string& first, size_t n, const std::string& unit) {
+  std::string head = "| " + first + " |", rule = "|---|";
+  for (size_t i = 0; i < n; ++i) head += " [" + std::to_string(i + 1) + "] " + unit + " |";
+  for (size_t i = 1; i < n; ++i) head += " [" + std::to_string(i + 1) + "]/[1] |";
+  for (size_t i = 0; i < 2 * n - 1; ++i) rule += "---:|";
+  return head + "\n" + rule + "\n";
+}
+
+// One row: each profile's `shown` text, then each profile's value over the first's.
+std::string table_row(const std::string& label, const std::vector<std::string>& shown,
+                      const std::vector<double>& values) {
+  std::string row = "| " + label + " |";
+  for (const auto& text : shown) row += " " + text + " |";
+  for (size_t i = 1; i < values.size(); ++i)
+    row += " " + (values[0] > 0 ? format("%.2f", values[i] / values[0]) : std::string("-")) + " |";
+  return row + "\n";
+}
+
+std::vector<std::string> formatted(const std::vector<double>& values) {
+  std::vector<std::string> shown;
+  for (double v : values) shown.push_back(format("%.2f", v));
+  return shown;
+}
+
+}  // namespace
+
 std::string profile_table(const std::vector<OpProfile>& profiles, const std::string& category, int top) {
   if (profiles.empty()) throw std::invalid_argument("profile_table: no profile");
+  const size_t n = profiles.size();
   auto per_step_ms = [](const OpProfile& p, double us) { return us / 1e3 / p.steps; };
-  std::ostringstream out;
+  std::string out = table_head("", n, "ms/step");
 
-  out << "| | ";
-  for (size_t i = 0; i < profiles.size(); ++i) out << "[" << i + 1 << "] ms/step | ";
-  if (profiles.size() > 1)
-    for (size_t i = 1; i < profiles.size(); ++i) out << "[" << i + 1 << "]/[1] | ";
-  out << "\n|---|";
-  for (size_t i = 0; i < 2 * profiles.size() - 1; ++i) out << "---:|";
-  out << "\n";
-  auto ratio_cells = [&](const std::vector<double>& values) {
-    std::string s;
-    for (size_t i = 1; i < values.size(); ++i)
-      s += (values[0] > 0 ? format("%.2f", values[i] / values[0]) : std::string("-")) + " | ";
-    return s;
-  };
   std::vector<double> steps;
   for (const auto& p : profiles) steps.push_back(per_step_ms(p, p.steps_us));
-  out << "| step (" << harness::kStepScope << ") | ";
-  for (double v : steps) out << format("%.2f", v) << " | ";
-  out << ratio_cells(steps) << "\n";
+  out += table_row("step (" + std::string(harness::kStepScope) + ")", formatted(steps), steps);
   std::set<std::string> categories;
   for (const auto& p : profiles)
     for (const auto& [c, us] : p.category_us) categories.insert(c);
@@ -122,49 +136,38 @@ std::string profile_table(const std::vector<OpProfile>& profiles, const std::str
       auto it = p.category_us.find(c);
       values.push_back(it == p.category_us.end() ? 0.0 : per_step_ms(p, it->second));
     }
-    out << "| all " << c << " | ";
-    for (double v : values) out << format("%.2f", v) << " | ";
-    out << ratio_cells(values) << "\n";
+    out += table_row("all " + c, formatted(values), values);
   }
 
   // The names with the most time per step in any profile.
   std::map<std::string, std::vector<double>> ms, calls;
-  for (size_t i = 0; i < profiles.size(); ++i)
+  for (size_t i = 0; i < n; ++i)
     for (const auto& op : profiles[i].ops) {
       if (op.category != category) continue;
       auto& m = ms[op.name];
       auto& k = calls[op.name];
-      m.resize(profiles.size(), 0.0);
-      k.resize(profiles.size(), 0.0);
+      m.resize(n, 0.0);
+      k.resize(n, 0.0);
       m[i] = per_step_ms(profiles[i], op.total_us);
       k[i] = static_cast<double>(op.count) / profiles[i].steps;
     }
   std::vector<std::string> names;
   for (const auto& [name, values] : ms) names.push_back(name);
-  auto largest = [&](const std::string& n) { return *std::max_element(ms[n].begin(), ms[n].end()); };
+  auto largest = [&](const std::string& name) { return *std::max_element(ms[name].begin(), ms[name].end()); };
   std::sort(names.begin(), names.end(), [&](const auto& a, const auto& b) { return largest(a) > largest(b); });
   if (static_cast<int>(names.size()) > top) names.resize(static_cast<size_t>(top));
 
-  out << "\nTop " << names.size() << " " << category << " names by time per step:\n\n| " << category << " | ";
-  for (size_t i = 0; i < profiles.size(); ++i) out << "[" << i + 1 << "] ms/step (calls) | ";
-  for (size_t i = 1; i < profiles.size(); ++i) out << "[" << i + 1 << "]/[1] | ";
-  out << "\n|---|";
-  for (size_t i = 0; i < 2 * profiles.size() - 1; ++i) out << "---:|";
-  out << "\n";
-  for (const auto& n : names) {
-    out << "| " << cell_text(n) << " | ";
-    for (size_t i = 0; i < profiles.size(); ++i)
-      out << format("%.3f", ms[n][i]) << " (" << format("%.0f", calls[n][i]) << ") | ";
-    out << ratio_cells(ms[n]) << "\n";
+  out += "\nTop " + std::to_string(names.size()) + " " + category + " names by time per step:\n\n";
+  out += table_head(category, n, "ms/step (calls)");
+  for (const auto& name : names) {
+    std::vector<std::string> shown;
+    for (size_t i = 0; i < n; ++i) shown.push_back(format("%.3f", ms[name][i]) + " (" + format("%.0f", calls[name][i]) + ")");
+    out += table_row(cell_text(name), shown, ms[name]);
   }
-  out << "\n";
-  for (size_t i = 0; i < profiles.size(); ++i)
-    out << "[" << i + 1 << "] " << profiles[i].source << ": " << profiles[i].steps << " steps\n";
-  // Every row above ends "| ": drop the trailing blanks.
-  std::string text = out.str(), trimmed;
-  for (size_t i = 0; i < text.size(); ++i)
-    if (!(text[i] == ' ' && (i + 1 == text.size() || text[i + 1] == '\n'))) trimmed += text[i];
-  return trimmed;
+  out += "\n";
+  for (size_t i = 0; i < n; ++i)
+    out += "[" + std::to_string(i + 1) + "] " + profiles[i].source + ": " + std::to_string(profiles[i].steps) + " steps\n";
+  return out;
 }
 
 }  // namespace fsdpp::results
