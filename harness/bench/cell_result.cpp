@@ -91,6 +91,17 @@ std::vector<std::optional<double>> peak_bytes_per_repetition(const CellOutcome& 
   return out;
 }
 
+// config[key] = the first repetition record's value at `pointer`, if any record has one.
+void copy_first_recorded(const CellOutcome& o, const char* pointer, const char* key, json& config) {
+  const json::json_pointer at(pointer);
+  for (const auto& r : o.repetitions) {
+    if (r.record.contains(at)) {
+      config[key] = r.record.at(at);
+      return;
+    }
+  }
+}
+
 json config_of(const CellOutcome& o, std::optional<double> parameters) {
   const auto& c = o.cell;
   json config = {{"model_type", c.model.model_type},
@@ -116,26 +127,11 @@ json config_of(const CellOutcome& o, std::optional<double> parameters) {
                  {"injected_delay_pct", o.injected_delay_pct}};
   // How AdamW stepped: fsdpp's record says "fused" or "per-tensor"; a peer's gives its
   // --adam-impl ("fused", or "auto": PyTorch's default, foreach on CUDA, for-loop on CPU).
-  const auto* step_pointer = c.system == System::Fsdpp ? "/adamw_step" : "/config/adam_impl";
-  for (const auto& r : o.repetitions) {
-    if (r.record.contains(json::json_pointer(step_pointer))) {
-      config["adamw_step"] = r.record.at(json::json_pointer(step_pointer));
-      break;
-    }
-  }
+  copy_first_recorded(o, c.system == System::Fsdpp ? "/adamw_step" : "/config/adam_impl", "adamw_step", config);
   // fsdpp's heap policy (runtime/host_memory.h): "kept" or "glibc"; peers run glibc's.
-  for (const auto& r : o.repetitions) {
-    if (r.record.contains("host_heap")) {
-      config["host_heap"] = r.record["host_heap"];
-      break;
-    }
-  }
-  for (const auto& r : o.repetitions) {
-    if (r.record.contains(json::json_pointer("/config/hybrid_shard_size")) && c.strategy.rfind("hybrid", 0) == 0) {
-      config["hybrid_shard_size"] = r.record["config"]["hybrid_shard_size"];
-      break;
-    }
-  }
+  copy_first_recorded(o, "/host_heap", "host_heap", config);
+  if (c.strategy.rfind("hybrid", 0) == 0)
+    copy_first_recorded(o, "/config/hybrid_shard_size", "hybrid_shard_size", config);
   return config;
 }
 
