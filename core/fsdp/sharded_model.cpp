@@ -37,6 +37,7 @@
 #include "core/nn/checkpoint.h"
 #include "core/nn/deferred_init.h"
 #include "core/nn/module_hooks.h"
+#include "core/optim/gradients.h"
 
 #include <torch/nn/modules/container/moduledict.h>
 #include <torch/nn/modules/container/modulelist.h>
@@ -404,6 +405,13 @@ double row_ordered_power_sum(const std::vector<std::shared_ptr<FsdpUnit>>& units
   return total;
 }
 
+std::vector<at::Tensor> sharded_gradients(const std::vector<std::shared_ptr<FsdpUnit>>& units) {
+  std::vector<at::Tensor> grads;
+  for (auto& unit : units)
+    for (auto& p : unit->params()) grads.push_back(p.sharded().grad());
+  return grads;
+}
+
 }  // namespace
 
 double ShardedModel::grad_norm(double norm_type) {
@@ -411,24 +419,7 @@ double ShardedModel::grad_norm(double norm_type) {
   bool inf = std::isinf(norm_type);
   // The maximum does not depend on the order; sums do.
   if (comms_.world && !inf) return std::pow(row_ordered_power_sum(units_, *comms_.shard, norm_type), 1.0 / norm_type);
-  double local = 0;
-  std::vector<at::Tensor> device_norms;  // gradients on an accelerator: one sync, not one per tensor
-  for (auto& unit : units_)
-    for (auto& p : unit->params()) {
-      const auto& g = p.sharded().grad();
-      if (!g.defined() || g.numel() == 0) continue;
-      if (!g.is_cpu())
-        device_norms.push_back(inf ? g.abs().max().to(at::kDouble) : g.norm(norm_type).to(at::kDouble));
-      else if (inf)
-        local = std::max(local, g.abs().max().item<double>());
-      else
-        local += std::pow(g.norm(norm_type).item<double>(), norm_type);
-    }
-  if (!device_norms.empty()) {
-    auto norms = at::stack(device_norms);
-    double part = inf ? norms.max().item<double>() : norms.pow(norm_type).sum().item<double>();
-    local = inf ? std::max(local, part) : local + part;
-  }
+  double local = optim::gradient_power_sum(sharded_gradients(units_), norm_type);
   // Shards of one replica partition the gradients; replicas hold the same values.
   auto t = at::tensor({local}, at::kDouble);
   if (comms_.shard->size() > 1) comms_.shard->all_reduce(t, inf ? comm::ReduceOp::Max : comm::ReduceOp::Sum);
@@ -439,10 +430,7 @@ double ShardedModel::grad_norm(double norm_type) {
 double ShardedModel::clip_grad_norm(double max_norm, double norm_type) {
   double total = grad_norm(norm_type);
   double coef = max_norm / (total + 1e-6);  // as torch.nn.utils.clip_grad_norm_
-  if (coef < 1)
-    for (auto& unit : units_)
-      for (auto& p : unit->params())
-        if (p.sharded().grad().defined()) p.sharded().mutable_grad().mul_(coef);
+  if (coef < 1) optim::scale_gradients(sharded_gradients(units_), coef);
   return total;
 }
 

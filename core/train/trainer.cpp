@@ -18,6 +18,7 @@
 #include "core/models/presets.h"
 #include "core/nn/deferred_init.h"
 #include "core/optim/grad_scaler.h"
+#include "core/optim/gradients.h"
 #include "core/runtime/capabilities.h"
 #include "core/runtime/device.h"
 #include "core/runtime/stopwatch.h"
@@ -374,7 +375,7 @@ TrainResult train(comm::Communicator& comm, const TrainConfig& c, int local_rank
     } else {
       optimizer->step();
     }
-    optimizer->zero_grad();
+    optim::clear_gradients(*optimizer);
     const double optimizer_ms = ms_since(t);
     sampler.advance();
     double loss_sum = 0;

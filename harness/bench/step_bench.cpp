@@ -16,6 +16,7 @@
 #include "core/models/presets.h"
 #include "core/nn/deferred_init.h"
 #include "core/optim/adamw.h"
+#include "core/optim/gradients.h"
 #include "core/runtime/device.h"
 #include "core/runtime/host_memory.h"
 #include "harness/bench/step_profiler.h"
@@ -166,7 +167,7 @@ nlohmann::json run_step_bench(comm::Communicator& comm, int local_rank, const St
     comm.barrier();
     RECORD_USER_SCOPE(kStepScope);
     auto t0 = Clock::now();
-    optimizer->zero_grad();
+    optim::clear_gradients(*optimizer);
     at::Tensor loss;
     {
       // The unsharded baseline's mixed precision: autocast (the sharded model casts its
@@ -181,7 +182,7 @@ nlohmann::json run_step_bench(comm::Communicator& comm, int local_rank, const St
     if (sharded)
       sharded->clip_grad_norm(1.0);
     else
-      torch::nn::utils::clip_grad_norm_(full_parameters, 1.0);
+      optim::clip_grad_norm(full_parameters, 1.0);
     optimizer->step();
     runtime::synchronize(device);
     double delay_ms = 0;
