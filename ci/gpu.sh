@@ -7,7 +7,9 @@
 #   ci/gpu.sh test           ctest, every suite; CUDA tests that need more GPUs than the
 #                            machine has are reported as skipped with the reason
 #   ci/gpu.sh bench OUT_DIR  the GPU benchmark (`fsdpp bench --preset gpu --device cuda`,
-#                            README "GPU"): OUT_DIR/gpu.json, an fsdpp.results document
+#                            README "GPU"): OUT_DIR/gpu.json, an fsdpp.results document;
+#                            a run stopped part-way (a runner's time limit) continues when
+#                            the same command runs again on the same OUT_DIR (--resume)
 #   ci/gpu.sh profile OUT_DIR [FILTER]
 #                            the GPU cells matching FILTER (default: Llama 1B at N=1
 #                            without AC) once each, profiled: OUT_DIR/profile/*.trace.json
@@ -52,7 +54,7 @@ run_tests() {
 run_bench() {
   # The PyTorch peers run on the interpreter whose torch fsdpp was built against.
   mkdir -p "$1"
-  "$build/fsdpp" bench --preset gpu --device cuda --python "$(command -v "$python")" --out "$1/gpu.json"
+  "$build/fsdpp" bench --preset gpu --device cuda --python "$(command -v "$python")" --out "$1/gpu.json" --resume
 }
 
 run_profile() {

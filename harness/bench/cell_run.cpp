@@ -79,6 +79,8 @@ std::string peer_mode(System system) {
   throw std::logic_error("peer_mode: fsdpp is not a peer");
 }
 
+}  // namespace
+
 nlohmann::json read_json_file(const std::filesystem::path& file) {
   std::ifstream in(file);
   if (!in) throw std::runtime_error(file.string() + ": cannot read");
@@ -88,8 +90,6 @@ nlohmann::json read_json_file(const std::filesystem::path& file) {
     throw std::runtime_error(file.string() + ": not JSON: " + e.what());
   }
 }
-
-}  // namespace
 
 int threads_per_rank(const BenchCell& cell, const CellRunSetup& setup) {
   int cores = setup.cores > 0 ? setup.cores : runtime::available_cores();

@@ -56,6 +56,10 @@ struct RepetitionResult {
   nlohmann::json record;
 };
 
+// The JSON in `file`; throws std::runtime_error naming the file when it cannot be read or
+// is not JSON.
+nlohmann::json read_json_file(const std::filesystem::path& file);
+
 // Thrown by run_cell_once when the system says it cannot run this cell here (the PyTorch
 // peer's exit code 3: FSDP2 not available); what() is its reason.
 class CellUnavailable : public std::runtime_error {

@@ -75,6 +75,24 @@ std::vector<CellOutcome> run_matrix(const std::vector<BenchCell>& cells, const M
     }
     outcomes.push_back(std::move(o));
   }
+  std::vector<bool> earlier(outcomes.size(), false);  // settled by an interrupted run
+  for (size_t i = 0; i < outcomes.size(); ++i) {
+    auto it = options.finished.find(outcomes[i].cell.id());
+    if (it == options.finished.end()) continue;
+    CellOutcome& o = outcomes[i];
+    o.status = it->second.status;
+    o.reason = it->second.reason;
+    o.repetitions = it->second.repetitions;
+    o.repetition_seconds = it->second.repetition_seconds;
+    if (o.status == "ok" && o.repetitions.size() != static_cast<size_t>(options.repetitions))
+      throw std::invalid_argument("bench: " + o.cell.id() + ": the interrupted run measured " +
+                                  std::to_string(o.repetitions.size()) + " repetitions, this one asks for " +
+                                  std::to_string(options.repetitions));
+    earlier[i] = true;
+  }
+  auto settled = [&options](const CellOutcome& o) {
+    if (options.on_cell_settled) options.on_cell_settled(o);
+  };
 
   initialize_benchmark_once();
   benchmark::ClearRegisteredBenchmarks();
@@ -84,13 +102,18 @@ std::vector<CellOutcome> run_matrix(const std::vector<BenchCell>& cells, const M
   size_t registered = 0;
   for (size_t i = 0; i < total; ++i) {
     CellOutcome& o = outcomes[i];
+    if (earlier[i]) {
+      std::fprintf(stderr, "bench: [%zu/%zu] %s: %s in the interrupted run\n", i + 1, total, o.cell.id().c_str(),
+                   o.status.c_str());
+      continue;
+    }
     if (o.status != "ok") {
       std::fprintf(stderr, "bench: [%zu/%zu] %s: %s: %s\n", i + 1, total, o.cell.id().c_str(), o.status.c_str(),
                    o.reason.c_str());
       continue;
     }
     ++registered;
-    auto body = [&o, &options, i, total, elapsed_s](benchmark::State& state) {
+    auto body = [&o, &options, i, total, elapsed_s, settled](benchmark::State& state) {
       if (o.status != "ok") {  // an earlier repetition settled it
         state.SkipWithError(("skipped: " + o.status + " in an earlier repetition").c_str());
         return;
@@ -107,11 +130,13 @@ std::vector<CellOutcome> run_matrix(const std::vector<BenchCell>& cells, const M
         o.status = "unavailable";
         o.reason = e.what();
         state.SkipWithError(("unavailable: " + o.reason).c_str());
+        settled(o);
         return;
       } catch (const std::exception& e) {
         o.status = "failed";
         o.reason = exception_message(e);
         state.SkipWithError(("failed: " + o.reason).c_str());
+        settled(o);
         return;
       }
       size_t k = 0;
@@ -124,6 +149,7 @@ std::vector<CellOutcome> run_matrix(const std::vector<BenchCell>& cells, const M
       state.counters["tokens_per_s"] =
           static_cast<double>(o.cell.global_batch() * o.cell.model.seq_len) * static_cast<double>(k) / seconds;
       o.repetitions.push_back(std::move(result));
+      if (o.repetitions.size() == static_cast<size_t>(options.repetitions)) settled(o);
     };
     benchmark::RegisterBenchmark(o.cell.id().c_str(), body)
         ->UseManualTime()
@@ -136,7 +162,9 @@ std::vector<CellOutcome> run_matrix(const std::vector<BenchCell>& cells, const M
     CollectingReporter reporter;
     benchmark::RunSpecifiedBenchmarks(&reporter, ".");
     benchmark::ClearRegisteredBenchmarks();
-    for (auto& o : outcomes) {
+    for (size_t i = 0; i < total; ++i) {
+      CellOutcome& o = outcomes[i];
+      if (earlier[i]) continue;
       if (o.status != "ok") {
         o.repetitions.clear();  // a cell is measured in full or not at all
         continue;

@@ -23,11 +23,15 @@
 // Benchmark's own timing overhead, which manual time does not include.)
 //
 // Cells known to be unavailable (cell_run.h unavailable_reason) are recorded without
-// running. A repetition that fails, or finds its system unavailable (CellUnavailable),
+// running; so are the cells in `finished` (their repetition times are the sums of their
+// step times, which Google Benchmark's manual times are checked to equal when they ran). A repetition that fails, or finds its system unavailable (CellUnavailable),
 // settles the cell's status and reason, and its remaining repetitions are skipped
 // (SkipWithError), so a broken cell costs one launch.
 #pragma once
 
+#include <functional>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "harness/bench/cell_result.h"
@@ -39,6 +43,12 @@ namespace fsdpp::harness {
 struct MatrixRunOptions {
   CellRunSetup setup;
   int repetitions = 3;
+  // Outcomes an interrupted run of the same command finished (BenchProgress::finished), by
+  // cell id: taken as they are and not run again.
+  std::map<std::string, CellOutcome> finished;
+  // Called once for every cell this run settles, as soon as it is settled: after its last
+  // repetition, or when a repetition found it failed or unavailable (BenchProgress::record).
+  std::function<void(const CellOutcome&)> on_cell_settled;
 };
 
 // Runs `cells` in order (ids must be unique: throws std::invalid_argument naming a

@@ -2,9 +2,11 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <stdexcept>
 
 #include "core/io/atomic_file.h"
+#include "harness/bench/bench_progress.h"
 #include "harness/bench/cell_result.h"
 #include "harness/bench/matrix.h"
 #include "harness/results/baseline_table.h"
@@ -68,6 +70,10 @@ void BenchCommand::add_to(CLI::App& app) {
                             "CPU: let ranks' threads float over all cores (default: each rank pinned to its own)");
   matrix_command_->add_option("--python", m.setup.python, "Interpreter with torch and numpy for the PyTorch peers");
   matrix_command_->add_option("--peer-script", m.setup.peer_script, "torch_peer.py (default: the source tree's)");
+  matrix_command_->add_flag("--resume", resume_,
+                            "Continue the interrupted run of this same command recorded in <out>.progress.json "
+                            "(rewritten after every cell; removed once --out is written): its finished cells are "
+                            "kept, the rest run. Without that file the run starts from the beginning");
   matrix_command_->add_flag("--list", list_, "Print the selected cells' ids and exit");
   matrix_command_->add_option("--table", table_, "Print the README baseline table of this results document and exit");
 }
@@ -115,12 +121,28 @@ int BenchCommand::run_matrix(const std::vector<std::string>& argv) {
 
   // The parent only launches commands: it never computes with LibTorch itself.
   const auto t0 = std::chrono::steady_clock::now();
-  std::vector<std::string> command = argv;
-  command[0] = "fsdpp";
+  std::vector<std::string> command{"fsdpp"};  // as given, less --resume: what a rerun must repeat
+  for (size_t i = 1; i < argv.size(); ++i)
+    if (argv[i] != "--resume") command.push_back(argv[i]);
   auto doc = results::new_document(command, preset_);
+  const auto progress_path = harness::BenchProgress::path_for(matrix_out_);
+  const bool interrupted = std::filesystem::exists(progress_path);
+  auto progress = resume_ && interrupted ? harness::BenchProgress::resume(progress_path, doc)
+                                         : harness::BenchProgress(progress_path, doc);
+  if (resume_ && interrupted) {
+    doc.update(progress.header());  // the same run: its run id, start time, commit and machine
+    matrix_.finished = progress.finished(cells);
+    std::fprintf(stderr, "bench: resuming %s: %zu of %zu cells settled before\n", progress_path.c_str(),
+                 matrix_.finished.size(), cells.size());
+  } else if (interrupted) {
+    std::fprintf(stderr, "bench: %s (an interrupted run) will be replaced: --resume continues it\n",
+                 progress_path.c_str());
+  }
+  matrix_.on_cell_settled = [&progress](const harness::CellOutcome& o) { progress.record(o); };
   auto outcomes = harness::run_matrix(cells, matrix_);
   doc["cells"] = harness::results_cells(outcomes);
   results::write_results(matrix_out_, doc);
+  progress.remove();
   std::string where = matrix_out_;
   if (!history_.empty()) where += " and " + results::append_to_history(history_, doc).string();
 

@@ -40,6 +40,7 @@ class BenchCommand {
   harness::MatrixRunOptions matrix_;
   std::string preset_, filter_, matrix_out_, history_, table_;
   bool list_ = false;
+  bool resume_ = false;
   bool no_bind_cores_ = false;
 };
 
