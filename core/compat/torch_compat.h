@@ -28,6 +28,17 @@
 // at::_fused_adamw_ (torch.optim.AdamW(fused=True)'s kernel, CUDA) arrived in 2.0.
 #define FSDPP_HAS_FUSED_ADAMW FSDPP_TORCH_AT_LEAST(2, 0)
 
+// at::_fused_rms_norm (CUDA kernel with its own backward; torch.nn.RMSNorm's on CUDA) is in
+// recent 2.x releases only: present exactly when its operator header is.
+#if defined(__has_include)
+#if __has_include(<ATen/ops/_fused_rms_norm.h>)
+#define FSDPP_HAS_FUSED_RMS_NORM 1
+#endif
+#endif
+#ifndef FSDPP_HAS_FUSED_RMS_NORM
+#define FSDPP_HAS_FUSED_RMS_NORM 0
+#endif
+
 // 2.4 made autocast's calls per device type; before, each device had its own functions.
 #define FSDPP_AUTOCAST_PER_DEVICE FSDPP_TORCH_AT_LEAST(2, 4)
 

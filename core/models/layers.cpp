@@ -1,5 +1,9 @@
 #include "core/models/layers.h"
 
+#include <atomic>
+
+#include "core/compat/torch_compat.h"
+
 namespace fsdpp::models {
 
 Conv1DImpl::Conv1DImpl(int64_t in, int64_t out) {
@@ -27,7 +31,27 @@ RmsNormImpl::RmsNormImpl(int64_t dim, double eps_) : eps(eps_) {
   weight = register_parameter("weight", torch::ones({dim}));
 }
 
+namespace {
+
+std::atomic<RmsNormKernel> rms_norm_setting{RmsNormKernel::Fused};
+
+bool fused_rms_norm_runs(const at::Device& device) {
+  return FSDPP_HAS_FUSED_RMS_NORM && device.is_cuda() && rms_norm_setting.load() == RmsNormKernel::Fused;
+}
+
+}  // namespace
+
+void set_rms_norm_kernel(RmsNormKernel kernel) { rms_norm_setting.store(kernel); }
+RmsNormKernel rms_norm_kernel() { return rms_norm_setting.load(); }
+const char* rms_norm_kernel_name(const at::Device& device) {
+  return fused_rms_norm_runs(device) ? "fused" : "eager";
+}
+
 torch::Tensor RmsNormImpl::forward(const torch::Tensor& x) {
+#if FSDPP_HAS_FUSED_RMS_NORM
+  if (fused_rms_norm_runs(x.device()) && x.scalar_type() == weight.scalar_type())
+    return std::get<0>(at::_fused_rms_norm(x, {weight.size(0)}, weight, eps));
+#endif
   auto x32 = x.to(torch::kFloat);
   auto normed = x32 * torch::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps);
   return weight * normed.to(x.scalar_type());

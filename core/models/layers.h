@@ -23,7 +23,23 @@ struct LmHeadImpl : torch::nn::Module {
 };
 TORCH_MODULE(LmHead);
 
-// Llama's RMSNorm: x / sqrt(mean(x^2) + eps) * weight, computed in fp32 as HF does.
+// Llama's RMSNorm: x / sqrt(mean(x^2) + eps) * weight, computed in fp32. The eager formula
+// is HF's LlamaRMSNorm op by op (normalised in fp32, rounded to x's dtype, then scaled).
+// The fused kernel (PyTorch's at::_fused_rms_norm, what torch.nn.RMSNorm runs on CUDA)
+// computes the same in one pass, rounding once at the end, and keeps only x and 1/rms for
+// backward instead of every intermediate.
+enum class RmsNormKernel { Fused, Eager };
+
+// Which one RmsNorm runs where it can choose: on CUDA, in LibTorch builds that have the
+// kernel, when x and the weight share a dtype; everywhere else it runs the eager formula.
+// Process-wide (like torch.backends flags); default Fused. Thread-safe.
+void set_rms_norm_kernel(RmsNormKernel kernel);
+RmsNormKernel rms_norm_kernel();
+
+// "fused" or "eager": what RmsNorm runs for x of this device and dtype with a weight of
+// the same dtype, under the current setting.
+const char* rms_norm_kernel_name(const at::Device& device);
+
 struct RmsNormImpl : torch::nn::Module {
   RmsNormImpl(int64_t dim, double eps);
   torch::Tensor forward(const torch::Tensor& x);

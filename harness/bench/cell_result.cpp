@@ -130,6 +130,8 @@ json config_of(const CellOutcome& o, std::optional<double> parameters) {
   copy_first_recorded(o, c.system == System::Fsdpp ? "/adamw_step" : "/config/adam_impl", "adamw_step", config);
   // fsdpp's heap policy (runtime/host_memory.h): "kept" or "glibc"; peers run glibc's.
   copy_first_recorded(o, "/host_heap", "host_heap", config);
+  // Llama's RMSNorm, as each system recorded it: "fused" (PyTorch's kernel) or "eager".
+  copy_first_recorded(o, "/rms_norm", "rms_norm", config);
   if (c.strategy.rfind("hybrid", 0) == 0)
     copy_first_recorded(o, "/config/hybrid_shard_size", "hybrid_shard_size", config);
   return config;

@@ -13,6 +13,7 @@
 #include "core/fsdp/activation_checkpointing.h"
 #include "core/fsdp/sharded_model.h"
 #include "core/models/causal_lm.h"
+#include "core/models/layers.h"
 #include "core/models/presets.h"
 #include "core/nn/deferred_init.h"
 #include "core/optim/adamw.h"
@@ -100,6 +101,7 @@ nlohmann::json run_step_bench(comm::Communicator& comm, int local_rank, const St
                                 std::to_string(comm.size()) + " ranks");
   if (c.inject_delay_pct < 0) throw std::invalid_argument("--inject-delay-pct must be >= 0");
   if (c.deterministic) at::globalContext().setDeterministicAlgorithms(true, false);
+  models::set_rms_norm_kernel(c.eager_rms_norm ? models::RmsNormKernel::Eager : models::RmsNormKernel::Fused);
 
   // The model: sharded, built on the meta device, each rank materialising its own rows on
   // `device`; unsharded, built whole with the same values (init_rows = init_from_scratch).
@@ -253,7 +255,7 @@ nlohmann::json run_step_bench(comm::Communicator& comm, int local_rank, const St
     for (const auto& p : full_parameters) bytes += p.numel() * static_cast<int64_t>(p.element_size());
     return bytes;
   }();
-  return {
+  nlohmann::json record = {
       {"format", "fsdpp.bench-cell"},
       {"version", 1},
       {"config",
@@ -306,6 +308,8 @@ nlohmann::json run_step_bench(comm::Communicator& comm, int local_rank, const St
       {"device_name", runtime::device_name(device)},
       {"libtorch", compat::torch_version_string()},
   };
+  if (c.model_type == "llama") record["rms_norm"] = models::rms_norm_kernel_name(device);
+  return record;
 }
 
 }  // namespace fsdpp::harness

@@ -47,6 +47,8 @@ struct StepBenchConfig {
   // region (a synthetic slowdown for testing regression gates). 0: none.
   double inject_delay_pct = 0;
   uint64_t seed = 0;
+  // Llama's RMSNorm on CUDA: PyTorch's fused kernel or HF's eager formula (models/layers.h).
+  bool eager_rms_norm = false;
   // Rank 0 records its timed steps with PyTorch's profiler and writes the Chrome trace
   // here (step_profiler.h). Profiling slows the steps: such a run's times are not a
   // benchmark. Empty: off.
@@ -59,7 +61,8 @@ struct StepBenchConfig {
 // memory (bytes: persistent after setup and between steps, peak allocated/reserved over
 // the measured steps; rank 0's, and the maximum over ranks), comm bytes per step by kind
 // with the communication thread's busy time and the part callers waited for (exposed),
-// the sleep injected into each timed step (injected_delay_ms, this rank's), losses,
+// the sleep injected into each timed step (injected_delay_ms, this rank's), which RMSNorm
+// ran (rms_norm: "fused" or "eager"; Llama only), losses,
 // versions and device name.
 nlohmann::json run_step_bench(comm::Communicator& comm, int local_rank, const StepBenchConfig& config);
 

@@ -216,6 +216,22 @@ class LayerNorm(nn.Module):
         return F.layer_norm(x, (x.shape[-1],), self.weight, self.bias, self.eps)
 
 
+# Llama's RMSNorm kernel (fsdpp: models/layers.h RmsNormKernel): PyTorch's fused CUDA kernel
+# (torch._fused_rms_norm, what torch.nn.RMSNorm runs on CUDA) when True, else HF's eager
+# formula. Set by --rms-norm; the fused kernel runs only on CUDA with x and the weight in
+# one dtype, as in fsdpp.
+FUSED_RMS_NORM = False
+
+
+def choose_rms_norm(choice, device):
+    """--rms-norm: auto is fused where this PyTorch has the kernel (CUDA), eager elsewhere."""
+    available = device.type == "cuda" and hasattr(torch, "_fused_rms_norm")
+    if choice == "fused" and not available:
+        raise PeerError("--rms-norm fused: PyTorch %s on %s has no fused RMSNorm kernel (torch._fused_rms_norm, CUDA)"
+                        % (torch.__version__, device.type))
+    return available if choice == "auto" else choice == "fused"
+
+
 class RMSNorm(nn.Module):
     def __init__(self, dim, eps, device):
         super().__init__()
@@ -223,6 +239,8 @@ class RMSNorm(nn.Module):
         self.weight = _empty((dim,), device)
 
     def forward(self, x):  # as fsdpp's RmsNormImpl and HF's LlamaRMSNorm
+        if FUSED_RMS_NORM and x.is_cuda and x.dtype == self.weight.dtype:
+            return torch._fused_rms_norm(x, [x.shape[-1]], self.weight, self.eps)[0]
         x32 = x.float()
         normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * normed.to(x.dtype)
@@ -932,6 +950,9 @@ def parse_args(argv):
     p.add_argument("--adam-eps", type=float, default=1e-8)
     p.add_argument("--adam-impl", choices=["auto", "forloop", "foreach", "fused"], default="auto",
                    help="torch.optim.AdamW implementation (auto: PyTorch's default)")
+    p.add_argument("--rms-norm", choices=["auto", "eager", "fused"], default="auto",
+                   help="Llama's RMSNorm: PyTorch's fused CUDA kernel or HF's eager formula (auto: fused where "
+                   "this PyTorch has it, on CUDA; as fsdpp's default)")
     p.add_argument("--grad-clip", type=float, default=0.0, help="clip the global grad 2-norm (0: off; the norm is measured anyway)")
     p.add_argument("--mixed-precision", choices=["fp32", "bf16"], default="fp32")
     p.add_argument("--activation-checkpointing", action="store_true")
@@ -1288,6 +1309,8 @@ def run_train(args, c):
     # steps of a 110M Llama 1.3x slower than 1-4 threads).
     share = max(1, cpu_count() // local_world)
     torch.set_num_threads(args.threads or (share if device.type == "cpu" else min(4, share)))
+    global FUSED_RMS_NORM
+    FUSED_RMS_NORM = choose_rms_norm(args.rms_norm, device)
 
     if distributed:
         if "MASTER_ADDR" not in os.environ:
@@ -1492,6 +1515,8 @@ def run_train(args, c):
             "matmul_peak": peak,
             "mfu_vs_matmul_peak": (tokens_per_s / world * fpt / peak["flops_per_s"]) if peak else None,
         }
+        if c["model_type"] == "llama":  # which RMSNorm ran, as fsdpp's record says it
+            record["rms_norm"] = "fused" if FUSED_RMS_NORM else "eager"
         log("%.1f tokens/s, step %.1f ms (median of %d), loss %.4f -> %.4f"
             % (tokens_per_s, record["step_ms_median"], args.steps, loss_l[0], loss_l[-1]))
         if args.out:  # the record to the file, one line of key numbers to stdout

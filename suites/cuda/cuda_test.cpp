@@ -17,6 +17,7 @@
 #include "core/compat/torch_compat.h"
 #include "core/fsdp/sharded_model.h"
 #include "core/models/attention.h"
+#include "core/models/layers.h"
 #include "core/optim/adamw.h"
 #include "core/optim/fused_adamw.h"
 #include "core/runtime/device.h"
@@ -234,6 +235,74 @@ TEST(CudaModels, FusedAttentionMatchesExactAttention) {
     scores = scores.masked_fill(torch::ones({128, 128}, torch::kBool).triu(1), -INFINITY);
     auto exact = torch::matmul(torch::softmax(scores, -1), vd);
     EXPECT_LT((fused - exact).abs().max().item<double>(), 2e-2);
+  });
+}
+
+// PyTorch's fused RMSNorm kernel (Llama's default on CUDA, models/layers.h) against HF's
+// eager formula on the same GPU: output, input gradient and weight gradient, in fp32 and
+// bf16, each within a bound derived from how the two compute (d = 256 features, n = 132
+// rows; u = 2^-24 fp32, 2^-8 bf16, the unit round-off):
+//   fp32: both sum in fp32 in different orders: output and input gradient within d u of
+//         their largest magnitude; weight gradient within n u sum_rows |g xhat|.
+//   bf16: eager rounds normed and w * normed (and g * w in backward) to bf16 where the
+//         kernel keeps fp32 and rounds once: output within 3u |y|; input gradient within
+//         3u rstd (|w g| + |xhat| mean|w g xhat|) + u |dx|; weight gradient within
+//         3u sum_rows |g xhat| + u |dw|.
+TEST(CudaModels, FusedRmsNormMatchesTheEagerFormula) {
+  REQUIRE_GPUS(1);
+  harness::expect_ranks_pass(1, [](harness::RankContext&) {
+    runtime::set_current_device(gpu());
+    ASSERT_STREQ(models::rms_norm_kernel_name(gpu()), FSDPP_HAS_FUSED_RMS_NORM ? "fused" : "eager");
+    ASSERT_STREQ(models::rms_norm_kernel_name(at::Device(at::kCPU)), "eager");
+    const int64_t n = 132, d = 256;
+    for (auto dtype : {torch::kFloat, torch::kBFloat16}) {
+      torch::manual_seed(5);
+      auto options = torch::TensorOptions().device(gpu()).dtype(dtype);
+      const auto x0 = torch::randn({4, n / 4, d}, options) * 3, g = torch::randn({4, n / 4, d}, options);
+      const auto w0 = torch::rand({d}, options) + 0.5;
+      auto run = [&](models::RmsNormKernel kernel) {
+        models::set_rms_norm_kernel(kernel);
+        models::RmsNorm norm(d, 1e-5);
+        norm->to(gpu(), dtype);
+        {
+          torch::NoGradGuard no_grad;
+          norm->weight.copy_(w0);
+        }
+        auto x = x0.clone().requires_grad_();
+        auto y = norm(x);
+        y.backward(g);
+        return std::vector<torch::Tensor>{y.detach(), x.grad(), norm->weight.grad()};
+      };
+      const auto fused = run(models::RmsNormKernel::Fused), eager = run(models::RmsNormKernel::Eager);
+      models::set_rms_norm_kernel(models::RmsNormKernel::Fused);
+      // fp64 quantities for the bounds.
+      auto xd = x0.to(torch::kDouble), gd = g.to(torch::kDouble), wd = w0.to(torch::kDouble);
+      auto rstd = torch::rsqrt(xd.pow(2).mean(-1, true) + 1e-5), xhat = xd * rstd;
+      auto wg = (wd * gd).abs();
+      auto dw_terms = (gd * xhat).abs().sum(std::vector<int64_t>{0, 1});
+      auto diff = [](const torch::Tensor& a, const torch::Tensor& b) {
+        return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs();
+      };
+      const double u = dtype == torch::kFloat ? std::ldexp(1.0, -24) : std::ldexp(1.0, -8);
+      torch::Tensor bound_y, bound_dx, bound_dw;
+      if (dtype == torch::kFloat) {
+        bound_y = d * u * eager[0].to(torch::kDouble).abs().max();
+        bound_dx = d * u * eager[1].to(torch::kDouble).abs().max();
+        bound_dw = static_cast<double>(n) * u * dw_terms;
+      } else {
+        bound_y = 3 * u * eager[0].to(torch::kDouble).abs();
+        bound_dx = 3 * u * rstd * (wg + xhat.abs() * (wg * xhat.abs()).mean(-1, true)) +
+                   u * eager[1].to(torch::kDouble).abs();
+        bound_dw = 3 * u * dw_terms + u * eager[2].to(torch::kDouble).abs();
+      }
+      EXPECT_TRUE((diff(fused[0], eager[0]) <= bound_y).all().item<bool>()) << "output, " << dtype;
+      EXPECT_TRUE((diff(fused[1], eager[1]) <= bound_dx).all().item<bool>()) << "input gradient, " << dtype;
+      EXPECT_TRUE((diff(fused[2], eager[2]) <= bound_dw).all().item<bool>()) << "weight gradient, " << dtype;
+      // The two are different computations (else this test would compare a kernel with itself).
+      if (FSDPP_HAS_FUSED_RMS_NORM) {
+        EXPECT_FALSE(torch::equal(fused[1], eager[1])) << dtype;
+      }
+    }
   });
 }
 

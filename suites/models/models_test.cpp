@@ -310,6 +310,26 @@ TEST(Llama, ARotaryTableMadeUnderInferenceModeIsNotReusedForTraining) {
   EXPECT_TRUE(model->model->layer_list[0]->self_attn->q_proj->weight.grad().defined());
 }
 
+// The fused RMSNorm kernel is CUDA's (models/layers.h): on the CPU either setting runs
+// HF's eager formula, bit for bit (the CUDA comparison is CudaModels.FusedRmsNorm...).
+TEST(Llama, RmsNormOnTheCpuRunsTheEagerFormulaUnderEitherSetting) {
+  torch::manual_seed(4);
+  auto x = torch::randn({3, 5, 16}), w = torch::rand({16}) + 0.5;
+  models::RmsNorm norm(16, 1e-6);
+  {
+    torch::NoGradGuard no_grad;
+    norm->weight.copy_(w);
+  }
+  const auto eager = w * (x * torch::rsqrt(x.pow(2).mean(-1, true) + 1e-6));
+  for (auto kernel : {models::RmsNormKernel::Fused, models::RmsNormKernel::Eager}) {
+    models::set_rms_norm_kernel(kernel);
+    EXPECT_STREQ(models::rms_norm_kernel_name(torch::Device(torch::kCPU)), "eager");
+    EXPECT_TRUE(torch::equal(norm(x), eager));
+  }
+  models::set_rms_norm_kernel(models::RmsNormKernel::Fused);
+  EXPECT_TRUE(torch::allclose(norm(x), rms_norm_ref(x, w, 1e-6), 1.3e-6, 1e-5));
+}
+
 TEST(Llama, PresetParameterCountsAreThePublishedOnes) {
   // Hugging Face model cards / safetensors totals of the reference checkpoints.
   EXPECT_EQ(llama_preset("7B").parameter_count(), 6738415616);
