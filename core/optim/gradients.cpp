@@ -12,8 +12,10 @@ namespace {
 
 // The defined, non-empty tensors, grouped by device and dtype: what one foreach call (and
 // its multi-tensor kernel on CUDA) takes.
-std::map<std::tuple<int, int, int>, std::vector<at::Tensor>> by_device_and_dtype(const std::vector<at::Tensor>& tensors) {
-  std::map<std::tuple<int, int, int>, std::vector<at::Tensor>> groups;
+using Groups = std::map<std::tuple<int, int, int>, std::vector<at::Tensor>>;
+
+Groups by_device_and_dtype(const std::vector<at::Tensor>& tensors) {
+  Groups groups;
   for (const auto& t : tensors)
     if (t.defined() && t.numel() > 0)
       groups[{static_cast<int>(t.device().type()), t.device().index(), static_cast<int>(t.scalar_type())}].push_back(
