@@ -429,8 +429,7 @@ double ShardedModel::grad_norm(double norm_type) {
 
 double ShardedModel::clip_grad_norm(double max_norm, double norm_type) {
   double total = grad_norm(norm_type);
-  double coef = max_norm / (total + 1e-6);  // as torch.nn.utils.clip_grad_norm_
-  if (coef < 1) optim::scale_gradients(sharded_gradients(units_), coef);
+  optim::clip_gradients(sharded_gradients(units_), total, max_norm);  // as torch.nn.utils.clip_grad_norm_
   return total;
 }
 

@@ -37,7 +37,9 @@ double gradient_power_sum(const std::vector<at::Tensor>& grads, double norm_type
   return result;
 }
 
-void scale_gradients(const std::vector<at::Tensor>& grads, double coef) {
+void clip_gradients(const std::vector<at::Tensor>& grads, double total_norm, double max_norm) {
+  const double coef = max_norm / (total_norm + 1e-6);
+  if (coef >= 1) return;
   for (auto& [device, group] : by_device_and_dtype(grads)) at::_foreach_mul_(group, coef);
 }
 
@@ -47,8 +49,7 @@ double clip_grad_norm(const std::vector<at::Tensor>& parameters, double max_norm
     if (p.grad().defined()) grads.push_back(p.grad());
   const double sum = gradient_power_sum(grads, norm_type);
   const double total = std::isinf(norm_type) ? sum : std::pow(sum, 1.0 / norm_type);
-  const double coef = max_norm / (total + 1e-6);
-  if (coef < 1) scale_gradients(grads, coef);
+  clip_gradients(grads, total, max_norm);
   return total;
 }
 

@@ -15,8 +15,10 @@ namespace fsdpp::optim {
 // one _foreach_norm and one host sync per device and dtype. Throws std::invalid_argument unless p > 0.
 double gradient_power_sum(const std::vector<at::Tensor>& grads, double norm_type);
 
-// Multiplies every defined tensor by coef in place: one _foreach_mul_ per device and dtype.
-void scale_gradients(const std::vector<at::Tensor>& grads, double coef);
+// clip_grad_norm_'s rule given the total norm: multiplies every defined tensor in place by
+// coef = max_norm / (total_norm + 1e-6) when that is below 1 (one _foreach_mul_ per device
+// and dtype); leaves them alone otherwise.
+void clip_gradients(const std::vector<at::Tensor>& grads, double total_norm, double max_norm);
 
 // torch.nn.utils.clip_grad_norm_ on these parameters' gradients (those without one are
 // skipped); returns the total norm. Gradients change only when coef < 1.

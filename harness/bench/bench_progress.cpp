@@ -35,10 +35,7 @@ CellOutcome outcome_from(const std::filesystem::path& path, const nlohmann::json
       RepetitionResult rep;
       rep.step_ms = r.at("step_ms").get<std::vector<double>>();
       rep.record = r.at("record");
-      double sum_ms = 0;
-      for (double ms : rep.step_ms) sum_ms += ms;
-      // Google Benchmark's manual time of the repetition: the sum of its step times.
-      o.repetition_seconds.push_back(sum_ms / 1e3);
+      o.repetition_seconds.push_back(rep.seconds());
       o.repetitions.push_back(std::move(rep));
     }
   } catch (const nlohmann::json::exception& ex) {

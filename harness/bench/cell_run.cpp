@@ -91,6 +91,12 @@ nlohmann::json read_json_file(const std::filesystem::path& file) {
   }
 }
 
+double RepetitionResult::seconds() const {
+  double sum_ms = 0;
+  for (double ms : step_ms) sum_ms += ms;
+  return sum_ms / 1e3;
+}
+
 int threads_per_rank(const BenchCell& cell, const CellRunSetup& setup) {
   int cores = setup.cores > 0 ? setup.cores : runtime::available_cores();
   int threads = std::max(1, cores / std::max(1, cell.world_size));

@@ -54,6 +54,10 @@ bool binds_cores(const CellRunSetup& setup);
 struct RepetitionResult {
   std::vector<double> step_ms;
   nlohmann::json record;
+
+  // The repetition's time as Google Benchmark's manual time counts it: the sum of its step
+  // times, seconds.
+  double seconds() const;
 };
 
 // The JSON in `file`; throws std::runtime_error naming the file when it cannot be read or

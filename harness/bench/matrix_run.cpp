@@ -175,11 +175,9 @@ std::vector<CellOutcome> run_matrix(const std::vector<BenchCell>& cells, const M
                                " repetitions, the cell recorded " + std::to_string(o.repetitions.size()) +
                                ", expected " + std::to_string(options.repetitions));
       for (size_t r = 0; r < runs.size(); ++r) {
-        double sum_ms = 0;
-        for (double ms : o.repetitions[r].step_ms) sum_ms += ms;
         const double seconds = runs[r].real_accumulated_time;
         if (errored(runs[r], 0) || runs[r].iterations != static_cast<int64_t>(o.repetitions[r].step_ms.size()) ||
-            std::abs(seconds - sum_ms / 1e3) > 1e-9 + 1e-9 * seconds)
+            std::abs(seconds - o.repetitions[r].seconds()) > 1e-9 + 1e-9 * seconds)
           throw std::logic_error("bench: " + o.cell.id() + ": repetition " + std::to_string(r) +
                                  " as Google Benchmark reports it (" + std::to_string(runs[r].iterations) +
                                  " iterations, " + std::to_string(seconds) + " s) differs from its samples");
