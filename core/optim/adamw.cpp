@@ -30,7 +30,7 @@ std::unique_ptr<torch::optim::AdamW> make_adamw(const std::vector<std::pair<std:
 
 const char* step_implementation(const torch::optim::AdamW& optimizer) {
   const auto* fused = dynamic_cast<const FusedAdamW*>(&optimizer);
-  return fused != nullptr && fused->last_step_fused() ? "fused" : "per-tensor";
+  return fused != nullptr ? fused->last_step_kernels() : "per-tensor";
 }
 
 void set_lr(torch::optim::Optimizer& optimizer, double lr) {

@@ -20,7 +20,8 @@ struct AdamWSettings {
   double eps = 1e-8;
   double weight_decay = 0.0;
   // FusedAdamW (fused_adamw.h): PyTorch's fused kernel for CUDA parameters in LibTorch
-  // >= 2.0, torch::optim::AdamW's own step everywhere else. false: torch::optim::AdamW.
+  // >= 2.0, fsdpp's fused kernel for host fp32 parameters, torch::optim::AdamW's own step
+  // for anything else. false: torch::optim::AdamW.
   bool fused = true;
 };
 
@@ -28,8 +29,9 @@ struct AdamWSettings {
 std::unique_ptr<torch::optim::AdamW> make_adamw(const std::vector<std::pair<std::string, at::Tensor>>& named,
                                                 const AdamWSettings& settings);
 
-// "fused" when the optimizer's last step ran PyTorch's fused kernel, else "per-tensor"
-// (torch::optim::AdamW's step), for benchmark records.
+// Which kernels the optimizer's last step ran, for benchmark records: "fused" (PyTorch's
+// CUDA kernel), "fused-cpu" (fsdpp's host kernel), "fused+fused-cpu", or "per-tensor"
+// (torch::optim::AdamW's step).
 const char* step_implementation(const torch::optim::AdamW& optimizer);
 
 // Sets every group's learning rate.

@@ -1,20 +1,20 @@
-// AdamW whose step runs PyTorch's fused multi-tensor kernel where there is one:
-// at::_fused_adamw_, the kernel behind torch.optim.AdamW(fused=True) and torchtitan's
-// default optimizer. It reads each parameter, gradient and moment once per step, where
+// AdamW whose step reads each parameter, gradient and moment once, where
 // torch::optim::AdamW's per-tensor step runs ~9 kernels per parameter, each a full pass
 // over its bytes (the update is memory-bound: on an H100 that is ~40 ms of a 1.2B-
-// parameter model's step against ~14 ms fused).
-//
-// The fused kernel runs for CUDA parameters of a floating dtype with dense, contiguous
-// gradients and amsgrad off, in LibTorch >= 2.0. Anything else (CPU parameters, LibTorch
-// 1.13, amsgrad, sparse or strided tensors) takes torch::optim::AdamW's own step, bit for
-// bit: fsdpp's CPU training is unchanged.
+// parameter model's step against ~14 ms fused). Two fused routes:
+//   - CUDA parameters: at::_fused_adamw_, the kernel behind torch.optim.AdamW(fused=True)
+//     and torchtitan's default optimizer (LibTorch >= 2.0; any floating dtype);
+//   - host fp32 parameters: fsdpp's kernel (adamw_kernel.h), any LibTorch version, split
+//     across the intra-op threads in fixed pieces.
+// Each route needs dense, contiguous tensors (parameter, gradient, and moments of the
+// parameter's dtype and device) and amsgrad off. If any parameter with a gradient fits
+// neither route, the whole step is torch::optim::AdamW's own, bit for bit.
 //
 // State is torch::optim::AdamW's (AdamWParamState: step, exp_avg, exp_avg_sq, under the
 // same keys), so save/load, fsdpp checkpoints and resume see no difference. The update is
 // the same formula (decoupled weight decay p *= 1 - lr * wd, then Adam with bias
-// correction); its fp32 result differs from the per-tensor step's by round-off (the kernel
-// evaluates it in another order), and is deterministic: the same inputs give the same bits.
+// correction); in fp32 it differs from the per-tensor step's by round-off, and is
+// deterministic: the same inputs give the same bits, whatever the thread count.
 #pragma once
 
 #include <torch/torch.h>
@@ -27,14 +27,15 @@ class FusedAdamW : public torch::optim::AdamW {
 
   torch::Tensor step(LossClosure closure = nullptr) override;
 
-  // Whether the last step() ran the fused kernel (false before the first step).
-  bool last_step_fused() const { return last_step_fused_; }
+  // Which kernels the last step() ran: "fused" (CUDA), "fused-cpu" (host),
+  // "fused+fused-cpu" (both), or "per-tensor" (torch's step; also before the first step).
+  const char* last_step_kernels() const { return last_step_kernels_; }
 
  private:
-  bool last_step_fused_ = false;
+  const char* last_step_kernels_ = "per-tensor";
 };
 
-// Whether this LibTorch has the fused kernel at all (2.0 and later).
+// Whether this LibTorch has the CUDA fused kernel at all (2.0 and later).
 bool fused_adamw_available();
 
 }  // namespace fsdpp::optim

@@ -125,8 +125,9 @@ json config_of(const CellOutcome& o, std::optional<double> parameters) {
                  {"threads_per_rank", o.threads_per_rank},
                  {"cpu_binding", o.cores_bound ? "cores" : "none"},
                  {"injected_delay_pct", o.injected_delay_pct}};
-  // How AdamW stepped: fsdpp's record says "fused" or "per-tensor"; a peer's gives its
-  // --adam-impl ("fused", or "auto": PyTorch's default, foreach on CUDA, for-loop on CPU).
+  // How AdamW stepped: fsdpp's record says "fused", "fused-cpu", "fused+fused-cpu" or
+  // "per-tensor" (optim::step_implementation); a peer's gives its --adam-impl ("fused" on
+  // CUDA, "foreach" on the CPU; older records "auto": PyTorch's default).
   copy_first_recorded(o, c.system == System::Fsdpp ? "/adamw_step" : "/config/adam_impl", "adamw_step", config);
   // fsdpp's heap policy (runtime/host_memory.h): "kept" or "glibc"; peers run glibc's.
   copy_first_recorded(o, "/host_heap", "host_heap", config);

@@ -198,11 +198,12 @@ std::vector<std::string> cell_command(const BenchCell& cell, const CellRunSetup&
                            "--matmul-peak",
                            "--out", record_file.string()});
   if (cell.activation_checkpointing) argv.push_back("--activation-checkpointing");
-  // On CUDA both systems step AdamW with PyTorch's fused kernel (fsdpp: FusedAdamW,
-  // core/optim/fused_adamw.h; PyTorch: AdamW(fused=True), torchtitan's default), so that
-  // the comparison is of the sharding, not of two optimizer implementations. On the CPU
-  // both take the per-tensor step (1.13 has no fused CPU kernel).
-  if (setup.device == "cuda") argv.insert(argv.end(), {"--adam-impl", "fused"});
+  // Each system steps AdamW with its fastest implementation on the device. On CUDA both
+  // run PyTorch's fused kernel (fsdpp: FusedAdamW, core/optim/fused_adamw.h; PyTorch:
+  // AdamW(fused=True), torchtitan's default), so the comparison is of the sharding. On the
+  // CPU fsdpp runs its own fused host kernel (core/optim/adamw_kernel.h); PyTorch 1.13 has
+  // no fused CPU AdamW (it came in 2.4), so the peer runs its next best, the foreach step.
+  argv.insert(argv.end(), {"--adam-impl", setup.device == "cuda" ? "fused" : "foreach"});
   append_profile_flag(argv, cell, setup);
   return argv;
 }

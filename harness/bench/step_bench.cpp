@@ -141,6 +141,7 @@ nlohmann::json run_step_bench(comm::Communicator& comm, int local_rank, const St
   optim::AdamWSettings adam;
   adam.lr = 3e-4;
   adam.weight_decay = 0.1;
+  adam.fused = !c.per_tensor_adamw;
   auto optimizer = optim::make_adamw(sharded ? sharded->named_parameters() : named_parameter_list(*lm.module), adam);
   std::vector<at::Tensor> full_parameters;
   if (!sharded) full_parameters = lm.module->parameters(true);

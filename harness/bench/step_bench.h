@@ -49,6 +49,9 @@ struct StepBenchConfig {
   uint64_t seed = 0;
   // Llama's RMSNorm on CUDA: PyTorch's fused kernel or HF's eager formula (models/layers.h).
   bool eager_rms_norm = false;
+  // AdamW through torch::optim::AdamW's per-tensor step instead of FusedAdamW (an A/B of
+  // the optimizer kernels; records say which ran in adamw_step).
+  bool per_tensor_adamw = false;
   // Rank 0 records its timed steps with PyTorch's profiler and writes the Chrome trace
   // here (step_profiler.h). Profiling slows the steps: such a run's times are not a
   // benchmark. Empty: off.

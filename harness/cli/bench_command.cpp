@@ -43,6 +43,8 @@ void BenchCommand::add_to(CLI::App& app) {
   command_->add_option("--seed", c.seed, "Initial weights and data");
   command_->add_flag("--eager-rms-norm", c.eager_rms_norm,
                      "Llama on CUDA: RMSNorm op by op (HF's formula) instead of PyTorch's fused kernel");
+  command_->add_flag("--per-tensor-adamw", c.per_tensor_adamw,
+                     "AdamW with torch::optim::AdamW's per-tensor step instead of the fused kernels");
   command_->add_option("--out", out_, "Write the cell's JSON here (rank 0)");
   command_->add_option("--profile-trace", c.profile_trace,
                        "Rank 0 records the timed steps with PyTorch's profiler into this Chrome trace "

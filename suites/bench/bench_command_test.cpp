@@ -1,6 +1,11 @@
 // `fsdpp bench` end to end on one small cell: the document, the history, and the delay
-// that --inject-delay-pct sleeps inside each timed step.
+// that --inject-delay-pct sleeps inside each timed step; and which AdamW kernels
+// `fsdpp bench-step` records.
 #include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "harness/results/results_document.h"
 #include "harness/testing/temp_dir.h"
@@ -55,6 +60,30 @@ TEST(BenchCommand, GpuCellsNeedingMoreGpusThanTheMachineHasAreUnavailableWithThe
     EXPECT_EQ(cell["config"]["mixed_precision"], "bf16");
   }
   EXPECT_NE(output.find("4 unavailable"), std::string::npos) << output;
+}
+
+// bench-step records which AdamW kernels its optimizer ran: on the CPU, fsdpp's fused host
+// kernel by default, torch's per-tensor step with --per-tensor-adamw; the two train to the
+// same losses within fp32 round-off.
+TEST(BenchStep, StepsAdamWWithTheFusedHostKernelUnlessAskedForThePerTensorStep) {
+  TempDir dir("bench-step-adamw");
+  auto run = [&](const std::string& extra) {
+    const auto out = dir / "record.json";
+    auto [code, output] = run_shell(std::string(FSDPP_CLI_PATH) +
+                                    " bench-step --model-type gpt2 --model-size tiny --vocab-size 512 --strategy "
+                                    "full_shard --nproc 1 --threads 1 --batch-size 2 --seq-len 16 --warmup 2 --steps 3"
+                                    " --device cpu --mixed-precision fp32 --out " + out.string() + extra);
+    EXPECT_EQ(code, 0) << output;
+    std::ifstream in(out);
+    return nlohmann::json::parse(in);
+  };
+  const auto fused = run(""), per_tensor = run(" --per-tensor-adamw");
+  EXPECT_EQ(fused["adamw_step"], "fused-cpu");
+  EXPECT_EQ(per_tensor["adamw_step"], "per-tensor");
+  const auto a = fused["losses"].get<std::vector<double>>(), b = per_tensor["losses"].get<std::vector<double>>();
+  ASSERT_EQ(a.size(), 3u);
+  ASSERT_EQ(b.size(), a.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5 + 1.3e-6 * std::abs(b[i])) << "step " << i;
 }
 
 TEST(BenchCommand, AFilterThatSelectsNothingIsAnError) {

@@ -297,7 +297,7 @@ TEST(CellCommand, PeersRunTorchPeerWithTheSameShapeAndThreadBudget) {
   EXPECT_EQ(flag_value(single, "--batch-size"), "16");
   EXPECT_EQ(flag_value(single, "--mixed-precision"), "bf16");
   EXPECT_TRUE(has_flag(single, "--activation-checkpointing"));
-  EXPECT_FALSE(has_flag(single, "--adam-impl"));  // CPU: PyTorch's default, the for-loop step like fsdpp's
+  EXPECT_EQ(flag_value(single, "--adam-impl"), "foreach");  // PyTorch 1.13's fastest CPU AdamW
   setup.device = "cuda";
   for (auto system : {System::PytorchFsdp2, System::PytorchSingle}) {
     auto on_gpu = cell_command(peer_cell(system, ref(), "bf16", 1, false), setup, "r.json", "c.json");

@@ -26,6 +26,7 @@ TEST(AdamWGroups, EachGroupStepsExactlyLikeTorchAdamW) {
   auto w = torch::randn({4, 4}, torch::requires_grad()), b = torch::randn({4}, torch::requires_grad());
   auto w_ref = w.detach().clone().requires_grad_(), b_ref = b.detach().clone().requires_grad_();
   AdamWSettings s{1e-2, 0.8, 0.99, 1e-6, 0.1};
+  s.fused = false;  // the groups, not the kernel, are under test (fused_adamw_test.cpp has the kernel)
   auto opt = make_adamw({{"w", w}, {"b", b}}, s);
   torch::optim::AdamW ref_w({w_ref}, torch::optim::AdamWOptions(s.lr).betas({0.8, 0.99}).eps(1e-6).weight_decay(0.1));
   torch::optim::AdamW ref_b({b_ref}, torch::optim::AdamWOptions(s.lr).betas({0.8, 0.99}).eps(1e-6).weight_decay(0));
