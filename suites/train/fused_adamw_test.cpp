@@ -41,6 +41,21 @@ void train(torch::optim::AdamW& opt, const Params& p, int steps) {
   }
 }
 
+// A copy of `init` trained for `steps` by FusedAdamW (fused) or torch::optim::AdamW.
+struct Trained {
+  Params params;
+  std::unique_ptr<torch::optim::AdamW> optimizer;
+};
+
+Trained trained(const Params& init, bool fused, int steps) {
+  auto settings = kSettings;
+  settings.fused = fused;
+  Trained t{clone(init), nullptr};
+  t.optimizer = make_adamw(t.params.named(), settings);
+  train(*t.optimizer, t.params, steps);
+  return t;
+}
+
 const torch::optim::AdamWParamState& state_of(torch::optim::AdamW& opt, const at::Tensor& p) {
   return static_cast<const torch::optim::AdamWParamState&>(*opt.state().at(compat::optimizer_state_key(opt.state(), p)));
 }
@@ -56,23 +71,16 @@ class ThreadCount {
 
 TEST(HostFusedAdamW, StepsLikeTorchAdamWWithinFp32RoundOffAndKeepsTorchsState) {
   const auto init = make_params();
-  auto fused_p = clone(init), torch_p = clone(init);
-  auto fused = make_adamw(fused_p.named(), kSettings);
-  auto reference = make_adamw(torch_p.named(), [] {
-    auto s = kSettings;
-    s.fused = false;
-    return s;
-  }());
-  train(*fused, fused_p, 20);
-  train(*reference, torch_p, 20);
-  EXPECT_STREQ(step_implementation(*fused), "fused-cpu");
-  EXPECT_STREQ(step_implementation(*reference), "per-tensor");
+  auto fused = trained(init, true, 20), reference = trained(init, false, 20);
+  EXPECT_STREQ(step_implementation(*fused.optimizer), "fused-cpu");
+  EXPECT_STREQ(step_implementation(*reference.optimizer), "per-tensor");
+  const auto &fp = fused.params, &tp = reference.params;
   // PyTorch's assert_close defaults for fp32 (suites' tolerance policy): rtol 1.3e-6, atol 1e-5.
-  EXPECT_TRUE(torch::allclose(fused_p.w, torch_p.w, 1.3e-6, 1e-5));
-  EXPECT_TRUE(torch::allclose(fused_p.b, torch_p.b, 1.3e-6, 1e-5));
-  EXPECT_FALSE(torch::equal(fused_p.w, init.w));  // it did step
-  for (const auto& [fp, tp] : {std::pair{fused_p.w, torch_p.w}, std::pair{fused_p.b, torch_p.b}}) {
-    const auto &fs = state_of(*fused, fp), &ts = state_of(*reference, tp);
+  EXPECT_TRUE(torch::allclose(fp.w, tp.w, 1.3e-6, 1e-5));
+  EXPECT_TRUE(torch::allclose(fp.b, tp.b, 1.3e-6, 1e-5));
+  EXPECT_FALSE(torch::equal(fp.w, init.w));  // it did step
+  for (const auto& [f, t] : {std::pair{fp.w, tp.w}, std::pair{fp.b, tp.b}}) {
+    const auto &fs = state_of(*fused.optimizer, f), &ts = state_of(*reference.optimizer, t);
     EXPECT_EQ(fs.step(), 20);
     EXPECT_EQ(fs.step(), ts.step());
     EXPECT_TRUE(torch::allclose(fs.exp_avg(), ts.exp_avg(), 1.3e-6, 1e-5));
@@ -85,10 +93,7 @@ TEST(HostFusedAdamW, GivesTheSameBitsOnOneTwoAndThreeThreads) {
   std::vector<Params> results;
   for (int threads : {1, 2, 3}) {
     ThreadCount guard(threads);
-    auto p = clone(init);
-    auto opt = make_adamw(p.named(), kSettings);
-    train(*opt, p, 5);
-    results.push_back(p);
+    results.push_back(trained(init, true, 5).params);
   }
   for (size_t i = 1; i < results.size(); ++i) {
     EXPECT_TRUE(torch::equal(results[0].w, results[i].w)) << "threads " << i + 1;
@@ -129,18 +134,10 @@ TEST(HostFusedAdamW, OneElementFollowsTheFormulaWithBiasCorrection) {
 TEST(HostFusedAdamW, ATensorNeitherRouteTakesMakesTheWholeStepTorchsOwnBitForBit) {
   // fp64 parameters: no fused route; the step must be torch::optim::AdamW's exactly.
   const auto init = make_params(at::kDouble);
-  auto fused_p = clone(init), torch_p = clone(init);
-  auto fused = make_adamw(fused_p.named(), kSettings);
-  auto reference = make_adamw(torch_p.named(), [] {
-    auto s = kSettings;
-    s.fused = false;
-    return s;
-  }());
-  train(*fused, fused_p, 3);
-  train(*reference, torch_p, 3);
-  EXPECT_STREQ(step_implementation(*fused), "per-tensor");
-  EXPECT_TRUE(torch::equal(fused_p.w, torch_p.w));
-  EXPECT_TRUE(torch::equal(fused_p.b, torch_p.b));
+  auto fused = trained(init, true, 3), reference = trained(init, false, 3);
+  EXPECT_STREQ(step_implementation(*fused.optimizer), "per-tensor");
+  EXPECT_TRUE(torch::equal(fused.params.w, reference.params.w));
+  EXPECT_TRUE(torch::equal(fused.params.b, reference.params.b));
 }
 
 }  // namespace
