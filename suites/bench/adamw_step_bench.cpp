@@ -6,7 +6,6 @@
 //   adamw_step_bench [--steps N] [--threads T]
 #include <torch/torch.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -18,6 +17,7 @@
 #include "core/models/presets.h"
 #include "core/optim/adamw.h"
 #include "core/optim/adamw_kernel.h"
+#include "harness/results/stats.h"
 
 using namespace fsdpp;
 
@@ -42,11 +42,6 @@ Contender make_contender(bool fused, const std::vector<std::pair<std::string, at
   s.fused = fused;
   c.optimizer = optim::make_adamw(c.named, s);
   return c;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 }  // namespace
@@ -88,7 +83,7 @@ int main(int argc, char** argv) {
       if (step >= 0) c->step_ms.push_back(ms);
     }
   }
-  const double fused_ms = median(fused.step_ms), per_tensor_ms = median(per_tensor.step_ms);
+  const double fused_ms = results::median(fused.step_ms), per_tensor_ms = results::median(per_tensor.step_ms);
   std::printf("AdamW step over %lld parameters, %d thread(s), median of %d steps:\n", static_cast<long long>(numel),
               threads, steps);
   std::printf("  %-10s (%s) %8.2f ms\n", optim::step_implementation(*fused.optimizer), optim::adamw_kernel_isa(),
