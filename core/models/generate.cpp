@@ -46,7 +46,8 @@ std::vector<int64_t> generate(const CausalLm& lm, std::vector<int64_t> prompt, c
   return prompt;
 }
 
-EvalResult evaluate(const CausalLm& lm, const torch::Tensor& tokens, int64_t seq_len, int64_t batch_size) {
+EvalResult evaluate(const CausalLm& lm, const torch::Tensor& tokens, int64_t seq_len, int64_t batch_size,
+                    bool keep_logits) {
   if (seq_len < 1) throw std::invalid_argument("eval: --seq-len must be >= 1");
   if (seq_len > lm.max_positions)
     throw std::invalid_argument("eval: --seq-len " + std::to_string(seq_len) + " exceeds the model's " +
@@ -58,6 +59,7 @@ EvalResult evaluate(const CausalLm& lm, const torch::Tensor& tokens, int64_t seq
   torch::NoGradGuard no_grad;
   auto flat = tokens.to(torch::kLong).reshape({-1});
   double total = 0;
+  std::vector<torch::Tensor> kept_inputs, kept_logits;
   for (int64_t first = 0; first < windows; first += batch_size) {
     int64_t count = std::min(batch_size, windows - first);
     std::vector<torch::Tensor> inputs, targets;
@@ -66,6 +68,10 @@ EvalResult evaluate(const CausalLm& lm, const torch::Tensor& tokens, int64_t seq
       targets.push_back(flat.narrow(0, i * seq_len + 1, seq_len));
     }
     auto logits = lm.logits(torch::stack(inputs)).to(torch::kFloat);
+    if (keep_logits) {
+      kept_inputs.push_back(torch::stack(inputs).cpu());
+      kept_logits.push_back(logits.cpu());
+    }
     total += torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), torch::stack(targets).reshape({-1}),
                                                   torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
                  .item<double>();
@@ -74,6 +80,10 @@ EvalResult evaluate(const CausalLm& lm, const torch::Tensor& tokens, int64_t seq
   r.tokens = windows * seq_len;
   r.loss = total / r.tokens;
   r.perplexity = std::exp(r.loss);
+  if (keep_logits) {
+    r.input_ids = torch::cat(kept_inputs);
+    r.logits = torch::cat(kept_logits);
+  }
   return r;
 }
 

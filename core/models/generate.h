@@ -31,10 +31,14 @@ struct EvalResult {
   double loss = 0;        // mean next-token cross-entropy over all target tokens
   double perplexity = 0;  // exp(loss)
   int64_t tokens = 0;     // target tokens scored
+  // Only with keep_logits: every window's inputs [W, T] (int64) and logits [W, T, vocab]
+  // (float32, on the CPU), for comparison with another implementation.
+  torch::Tensor input_ids, logits;
 };
 
 // Window i = tokens[i*T .. (i+1)*T] (T+1 tokens): inputs its first T, targets its last T.
 // All non-overlapping windows that fit; throws if not even one does.
-EvalResult evaluate(const CausalLm& lm, const torch::Tensor& tokens, int64_t seq_len, int64_t batch_size = 8);
+EvalResult evaluate(const CausalLm& lm, const torch::Tensor& tokens, int64_t seq_len, int64_t batch_size = 8,
+                    bool keep_logits = false);
 
 }  // namespace fsdpp::models

@@ -102,9 +102,11 @@ void save_pretrained(const CausalLm& lm, const std::filesystem::path& dir, uint6
     if (seen.insert(item.value().unsafeGetTensorImpl()).second) tensors.emplace_back(item.key(), item.value().detach());
   io::write_sharded_safetensors(dir, tensors, max_shard_bytes);
   auto config = lm.config;
-  config["torch_dtype"] = tensors.empty() ? "float32" : (tensors.front().second.scalar_type() == at::kBFloat16 ? "bfloat16"
-                                                          : tensors.front().second.scalar_type() == at::kHalf ? "float16"
-                                                                                                              : "float32");
+  const at::ScalarType dtype = tensors.empty() ? at::kFloat : tensors.front().second.scalar_type();
+  const char* dtype_name = dtype == at::kBFloat16 ? "bfloat16" : dtype == at::kHalf ? "float16" : "float32";
+  // transformers 5 reads "dtype"; earlier versions "torch_dtype". Both, so either loads it.
+  config["dtype"] = dtype_name;
+  config["torch_dtype"] = dtype_name;
   io::write_file_atomic(dir / "config.json", config.dump(2) + "\n");
 }
 

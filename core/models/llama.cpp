@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <map>
+#include <set>
 
 #include "core/models/attention.h"
 #include "core/models/hf_json.h"
@@ -9,6 +10,61 @@
 #include "core/nn/module_hooks.h"
 
 namespace fsdpp::models {
+
+namespace {
+
+// One rope description: transformers 5's rope_parameters, or a legacy rope_scaling (whose
+// theta is the top-level rope_theta). Only what fsdpp computes is accepted: rope_type
+// "default" (or none) and "llama3"; any other type or key is refused in one line, never
+// defaulted (a silently ignored setting evaluates to a slightly wrong model).
+void read_rope_object(const nlohmann::json& rope, const std::string& where, bool legacy, LlamaConfig& c) {
+  if (!rope.is_object()) throw std::invalid_argument(where + ": expected an object");
+  JsonReader r{rope, where};
+  const std::string type = r.text("rope_type", r.text("type", "default"));
+  if (type != "default" && type != "llama3")
+    throw std::invalid_argument(where + ": rope_type '" + type + "' is not supported (default, llama3)");
+  for (const auto& item : rope.items()) {
+    static const std::set<std::string> kCommon = {"rope_type", "type", "rope_theta", "partial_rotary_factor"};
+    static const std::set<std::string> kLlama3 = {"factor", "low_freq_factor", "high_freq_factor",
+                                                  "original_max_position_embeddings"};
+    if (kCommon.count(item.key()) || (type == "llama3" && kLlama3.count(item.key()))) continue;
+    throw std::invalid_argument(where + ": key '" + item.key() + "' is not understood for rope_type '" + type +
+                                "' (fsdpp refuses rope settings it does not compute)");
+  }
+  if (r.number("partial_rotary_factor", 1.0) != 1.0)
+    throw std::invalid_argument(where + ": partial_rotary_factor other than 1.0 is not supported");
+  if (!legacy) c.rope_theta = r.number("rope_theta", c.rope_theta);
+  if (type == "llama3") {
+    Llama3RopeScaling scaling;
+    scaling.factor = r.number("factor", scaling.factor);
+    scaling.low_freq_factor = r.number("low_freq_factor", scaling.low_freq_factor);
+    scaling.high_freq_factor = r.number("high_freq_factor", scaling.high_freq_factor);
+    scaling.original_max_position_embeddings =
+        r.integer("original_max_position_embeddings", scaling.original_max_position_embeddings);
+    c.rope_scaling = scaling;
+  }
+}
+
+// Both layouts: transformers 5 writes rope_parameters {rope_theta, rope_type, ...}; older
+// versions top-level rope_theta and rope_scaling. A file with both must agree on theta.
+void read_rope(const nlohmann::json& json, const std::string& source, LlamaConfig& c) {
+  JsonReader r{json, source};
+  c.rope_theta = r.number("rope_theta", 10000.0);
+  const bool has_parameters = json.contains("rope_parameters") && !json["rope_parameters"].is_null();
+  const bool has_scaling = json.contains("rope_scaling") && !json["rope_scaling"].is_null();
+  if (has_parameters) {
+    const double legacy_theta = c.rope_theta;
+    read_rope_object(json["rope_parameters"], source + " rope_parameters", false, c);
+    if (json.contains("rope_theta") && !json["rope_theta"].is_null() && legacy_theta != c.rope_theta)
+      throw std::invalid_argument(source + ": rope_theta and rope_parameters.rope_theta disagree");
+    if (has_scaling && json["rope_scaling"] != json["rope_parameters"])
+      throw std::invalid_argument(source + ": rope_scaling and rope_parameters disagree; expected one of them");
+  } else if (has_scaling) {
+    read_rope_object(json["rope_scaling"], source + " rope_scaling", true, c);
+  }
+}
+
+}  // namespace
 
 LlamaConfig LlamaConfig::from_json(const nlohmann::json& json, const std::string& source) {
   JsonReader r{json, source};
@@ -22,26 +78,13 @@ LlamaConfig LlamaConfig::from_json(const nlohmann::json& json, const std::string
   c.head_dim = r.integer("head_dim", 0);
   c.max_position_embeddings = r.integer("max_position_embeddings", 4096);
   c.rms_norm_eps = r.number("rms_norm_eps", 1e-6);
-  c.rope_theta = r.number("rope_theta", 10000.0);
   c.tie_word_embeddings = r.boolean("tie_word_embeddings", false);
   c.attention_bias = r.boolean("attention_bias", false);
   c.sliding_window = r.integer("sliding_window", 0);
   auto activation = r.text("hidden_act", "silu");
   if (activation != "silu")
     throw std::invalid_argument(source + ": hidden_act '" + activation + "' is not supported (silu)");
-  if (json.contains("rope_scaling") && !json["rope_scaling"].is_null()) {
-    JsonReader s{json["rope_scaling"], source + " rope_scaling"};
-    auto type = s.text("rope_type", s.text("type", ""));
-    if (type != "llama3")
-      throw std::invalid_argument(source + ": rope_scaling type '" + type + "' is not supported (llama3)");
-    Llama3RopeScaling scaling;
-    scaling.factor = s.number("factor", scaling.factor);
-    scaling.low_freq_factor = s.number("low_freq_factor", scaling.low_freq_factor);
-    scaling.high_freq_factor = s.number("high_freq_factor", scaling.high_freq_factor);
-    scaling.original_max_position_embeddings =
-        s.integer("original_max_position_embeddings", scaling.original_max_position_embeddings);
-    c.rope_scaling = scaling;
-  }
+  read_rope(json, source, c);
   if (c.num_attention_heads % c.num_key_value_heads != 0)
     throw std::invalid_argument(source + ": num_attention_heads is not a multiple of num_key_value_heads");
   return c;

@@ -283,11 +283,11 @@ BpeTokenizer BpeTokenizer::from_hf_json_value(const nlohmann::json& root, const 
 
   const json* pre = field(root, "pre_tokenizer");
   const json* normalizer = field(root, "normalizer");
-  if (pre) {
-    const std::string pre_type = type_of(*pre, source, "pre_tokenizer");
-    if (pre_type != "ByteLevel") {
-      reject(source, "pre_tokenizer.type is \"" + pre_type + "\"; expected \"ByteLevel\" or null");
-    }
+  const std::string pre_type = pre ? type_of(*pre, source, "pre_tokenizer") : "";
+  if (pre && pre_type != "ByteLevel" && pre_type != "Metaspace") {
+    reject(source, "pre_tokenizer.type is \"" + pre_type + "\"; expected \"ByteLevel\", \"Metaspace\" or null");
+  }
+  if (pre_type == "ByteLevel") {
     if (normalizer) reject(source, "a ByteLevel tokenizer with a normalizer is not supported; expected normalizer null");
     tok.add_prefix_space_ = pre->value("add_prefix_space", false);
     tok.use_regex_ = pre->value("use_regex", true);
@@ -311,11 +311,36 @@ BpeTokenizer BpeTokenizer::from_hf_json_value(const nlohmann::json& root, const 
         reject(source, "normalizer \"" + type + "\" is not supported; expected Prepend or Replace(String)");
       }
     }
+    if (pre_type == "Metaspace") add_metaspace(tok, *pre, source);
     if (const json* unk = field(*model, "unk_token")) tok.unk_id_ = tok.find_id(unk->get<std::string>());
     tok.finish_sentencepiece(source);
   }
   for (int32_t id : special_ids) tok.decoded_[id].clear();
   return tok;
+}
+
+// HF tokenizers' Metaspace pre-tokenizer (pre_tokenizers/metaspace.rs): " " -> replacement,
+// then the replacement prepended unless the text starts with it ("always"; "first" is the
+// same for one section of text, which is what encode() is given; "never" adds nothing);
+// older files say add_prefix_space instead of prepend_scheme.
+void BpeTokenizer::add_metaspace(BpeTokenizer& tok, const json& pre, const std::string& source) {
+  const std::string where = source + " pre_tokenizer (Metaspace)";
+  const json* replacement = field(pre, "replacement");
+  if (!replacement || !replacement->is_string() || replacement->get<std::string>().empty()) {
+    reject(where, "expected a non-empty string \"replacement\"");
+  }
+  const std::string rep = replacement->get<std::string>();
+  std::string scheme = pre.value("add_prefix_space", true) ? "always" : "never";
+  if (const json* s = field(pre, "prepend_scheme")) {
+    if (!s->is_string()) reject(where, "prepend_scheme must be a string");
+    scheme = s->get<std::string>();
+  }
+  if (scheme != "always" && scheme != "first" && scheme != "never") {
+    reject(where, "prepend_scheme is \"" + scheme + "\"; expected \"always\", \"first\" or \"never\"");
+  }
+  tok.normalizer_.push_back({NormalizerStep::Op::kReplace, " ", rep});
+  if (scheme != "never") tok.normalizer_.push_back({NormalizerStep::Op::kPrependUnlessPresent, "", rep});
+  if (pre.value("split", true)) tok.split_before_ = rep;
 }
 
 BpeTokenizer BpeTokenizer::from_gguf_vocab(const std::filesystem::path& gguf) {
@@ -456,10 +481,27 @@ void BpeTokenizer::encode_sentencepiece(std::string_view text, std::vector<int32
   for (const NormalizerStep& step : normalizer_) {
     if (step.op == NormalizerStep::Op::kPrepend) {
       if (!normalized.empty()) normalized = step.to + normalized;
+    } else if (step.op == NormalizerStep::Op::kPrependUnlessPresent) {
+      if (!normalized.empty() && normalized.compare(0, step.to.size(), step.to) != 0) normalized = step.to + normalized;
     } else {
       normalized = replace_all(normalized, step.from, step.to);
     }
   }
+  // Metaspace with split: each word starting at a replacement is merged on its own.
+  if (!split_before_.empty()) {
+    size_t begin = 0;
+    while (begin < normalized.size()) {
+      size_t end = normalized.find(split_before_, begin + 1);
+      if (end == std::string::npos) end = normalized.size();
+      merge_sentencepiece_word(std::string_view(normalized).substr(begin, end - begin), out);
+      begin = end;
+    }
+    return;
+  }
+  merge_sentencepiece_word(normalized, out);
+}
+
+void BpeTokenizer::merge_sentencepiece_word(std::string_view normalized, std::vector<int32_t>& out) const {
   if (ignore_merges_) {
     if (const int32_t id = find_id(normalized); id >= 0) {
       out.push_back(id);
@@ -512,7 +554,7 @@ std::string BpeTokenizer::decode(const std::vector<int32_t>& ids) const {
   // HF decoder's Strip(" ", start=1) and llama.cpp's add_space_prefix handling.
   if (kind_ == Kind::kSentencePiece && !text.empty() && text.front() == ' ') {
     for (const NormalizerStep& step : normalizer_) {
-      if (step.op == NormalizerStep::Op::kPrepend) {
+      if (step.op == NormalizerStep::Op::kPrepend || step.op == NormalizerStep::Op::kPrependUnlessPresent) {
         text.erase(0, 1);
         break;
       }

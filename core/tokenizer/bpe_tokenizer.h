@@ -38,7 +38,9 @@ class BpeTokenizer {
 
   // A Hugging Face tokenizer.json whose model.type is "BPE": byte-level when its
   // pre_tokenizer is ByteLevel, SentencePiece-style when it has no pre_tokenizer (the
-  // normalizer may be Prepend / Replace / a Sequence of them). Throws as above; any
+  // normalizer may be Prepend / Replace / a Sequence of them) or a Metaspace one (what
+  // tokenizers >= 0.14 and transformers 5 write: " " -> "▁", then a "▁" prefix unless the
+  // text already starts with one; split into "▁"-led words when its `split` is true). Throws as above; any
   // configuration outside these (another model type, dropout, subword prefixes, other
   // pre-tokenizers or normalizers) is std::invalid_argument naming the field.
   static BpeTokenizer from_hf_tokenizer_json(const std::filesystem::path& tokenizer_json);
@@ -67,7 +69,9 @@ class BpeTokenizer {
  private:
   // One normalizer step of a SentencePiece-style tokenizer, applied in order.
   struct NormalizerStep {
-    enum class Op { kPrepend, kReplace } op;
+    // kPrependUnlessPresent: HF Metaspace's prefix, added unless the text already starts
+    // with it (so decode(encode(" x")) is "x", as in Hugging Face).
+    enum class Op { kPrepend, kPrependUnlessPresent, kReplace } op;
     std::string from;  // kReplace only
     std::string to;    // the prepended / replacing text
   };
@@ -91,6 +95,8 @@ class BpeTokenizer {
   void merge_word(std::vector<int32_t> symbols, std::vector<int32_t>& out) const;
   void encode_byte_level(std::string_view text, std::vector<int32_t>& out) const;
   void encode_sentencepiece(std::string_view text, std::vector<int32_t>& out) const;
+  void merge_sentencepiece_word(std::string_view normalized, std::vector<int32_t>& out) const;
+  static void add_metaspace(BpeTokenizer& tok, const nlohmann::json& pre, const std::string& source);
 
   Kind kind_ = Kind::kByteLevel;
   std::vector<std::string> tokens_;                  // id -> vocabulary entry
@@ -113,6 +119,7 @@ class BpeTokenizer {
   std::array<int32_t, 256> byte_fallback_ids_{};  // byte -> id of "<0xXX>", -1 if absent
   int32_t unk_id_ = -1;
   bool fuse_unk_ = false;
+  std::string split_before_;  // HF Metaspace split: merge each word that starts with it alone
 };
 
 }  // namespace fsdpp::tokenizer

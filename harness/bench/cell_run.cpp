@@ -19,6 +19,9 @@
 #ifndef FSDPP_PEER_SCRIPT
 #define FSDPP_PEER_SCRIPT "harness/peers/torch_peer.py"
 #endif
+#ifndef FSDPP_PEER_PYTHON
+#define FSDPP_PEER_PYTHON "python3"
+#endif
 
 namespace fsdpp::harness {
 
@@ -59,10 +62,14 @@ std::optional<std::string> python_problem(const std::string& python) {
   if (code != 0) {
     std::string detail = last_lines(output, 1);
     problem = "no Python with torch and numpy at " + python + (detail.empty() ? "" : " (" + detail + ")") +
-              "; Debian: apt-get install python3-torch python3-numpy";
+              "; bash ci/setup.sh installs one into .venv";
   }
   known[python] = problem;
   return problem;
+}
+
+std::string peer_python(const CellRunSetup& setup) {
+  return setup.python.empty() ? std::string(FSDPP_PEER_PYTHON) : setup.python;
 }
 
 std::string peer_script(const CellRunSetup& setup) {
@@ -120,7 +127,7 @@ std::optional<std::string> unavailable_reason(const BenchCell& cell, const CellR
   }
   if (cell.mixed_precision == "fp16")
     return "torch_peer.py trains in fp32 or bf16 (autocast, or FSDP2's bf16 parameters); it has no fp16 mode";
-  return python_problem(setup.python);
+  return python_problem(peer_python(setup));
 }
 
 bool binds_cores(const CellRunSetup& setup) { return setup.bind_cores && setup.device == "cpu"; }
@@ -180,7 +187,7 @@ std::vector<std::string> cell_command(const BenchCell& cell, const CellRunSetup&
   // the environment it starts with, as fsdpp's launcher sets for its ranks.
   if (binds_cores(setup) && cell.system == System::PytorchSingle)
     argv = {"env", "OMP_PROC_BIND=close", "OMP_PLACES=threads"};
-  argv.insert(argv.end(), {setup.python, peer_script(setup), "--mode", peer_mode(cell.system)});
+  argv.insert(argv.end(), {peer_python(setup), peer_script(setup), "--mode", peer_mode(cell.system)});
   if (cell.system != System::PytorchSingle) {
     argv.insert(argv.end(), {"--nproc", n, "--budget-s", number(setup.budget_s)});
     if (binds_cores(setup)) argv.push_back("--bind-cores");

@@ -26,7 +26,7 @@ struct CellRunSetup {
   std::string device = "cpu";     // cpu or cuda
   double inject_delay_pct = 0;    // fsdpp cells only (bench-step --inject-delay-pct)
   std::string fsdpp_binary;       // empty: this executable
-  std::string python = "/usr/bin/python3";
+  std::string python;             // empty: the Python whose torch this build uses (FSDPP_PYTHON)
   std::string peer_script;        // empty: <source tree>/harness/peers/torch_peer.py
   double budget_s = 1800;         // wall-clock limit of one repetition (all its ranks)
   int cores = 0;                  // 0: runtime::available_cores()

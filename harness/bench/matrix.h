@@ -6,7 +6,7 @@
 //                  process (no FSDP), the baseline of overhead_vs_unsharded;
 //   pytorch_single torch_peer.py --mode single, one process;
 //   pytorch_ddp    torch_peer.py --mode ddp on N ranks (gloo on the CPU);
-//   pytorch_fsdp2  torch_peer.py --mode fsdp2 (CUDA only: unavailable on the CPU).
+//   pytorch_fsdp2  torch_peer.py --mode fsdp2 (CUDA, or the CPU over Gloo with PyTorch >= 2.6).
 // Dimensions: strategy x mixed precision (fp32, bf16, fp16) x world size x model shape x
 // prefetch x activation checkpointing x CPU offload x deterministic. Prefetch, offload and
 // deterministic do not apply to the PyTorch peers; prefetch and offload not to "unsharded".

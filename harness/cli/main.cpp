@@ -10,6 +10,7 @@
 #include "core/fsdp/sharding.h"
 #include "core/runtime/device.h"
 #include "harness/cli/bench_command.h"
+#include "harness/cli/build_info.h"
 #include "harness/cli/checkpoint_commands.h"
 #include "harness/cli/data_commands.h"
 #include "harness/cli/distributed.h"
@@ -106,6 +107,7 @@ int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
   CLI::App app{"fsdpp: fully sharded data parallel training core and its test harness"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", fsdpp::cli::build_info(), "Print fsdpp's version and commit and the LibTorch, CUDA and NCCL it was built with");
   std::vector<std::string> args(argv, argv + argc);
 
   SelfcheckFlags selfcheck;

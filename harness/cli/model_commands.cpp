@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "core/data/token_dataset.h"
+#include "core/io/safetensors.h"
 #include "core/models/generate.h"
 #include "core/models/hf_checkpoint.h"
 #include "core/models/llama.h"
@@ -41,6 +42,8 @@ void ModelCommands::add_to(CLI::App& app) {
   eval_->add_option("--batch-size", batch_size_, "Windows per forward pass")->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
   eval_->add_option("--dtype", dtype_, "fp32, bf16 or fp16")->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   eval_->add_flag("--json", json_, "Print {\"loss\", \"perplexity\", \"tokens\"} as JSON");
+  eval_->add_option("--logits-out", logits_out_,
+                    "Also write every window's input_ids [W,T] and fp32 logits [W,T,vocab] as one safetensors file");
 
   size_ = app.add_subcommand("model-size", "Exact parameter counts of the Llama-style from-scratch presets");
   size_->add_option("presets", presets_, "Preset names (default: all)")
@@ -83,7 +86,8 @@ int ModelCommands::run_parsed() {
     if (dataset.max_token() >= lm.vocab_size)
       throw std::runtime_error(data_path_ + ": token " + std::to_string(dataset.max_token()) +
                                " is outside the model's vocabulary of " + std::to_string(lm.vocab_size));
-    auto r = models::evaluate(lm, dataset.tokens(0, dataset.num_tokens()), seq_len_, batch_size_);
+    auto r = models::evaluate(lm, dataset.tokens(0, dataset.num_tokens()), seq_len_, batch_size_, !logits_out_.empty());
+    if (!logits_out_.empty()) io::write_safetensors(logits_out_, {{"input_ids", r.input_ids}, {"logits", r.logits}});
     if (json_)
       std::printf("%s\n", nlohmann::json{{"loss", r.loss}, {"perplexity", r.perplexity}, {"tokens", r.tokens}}.dump().c_str());
     else

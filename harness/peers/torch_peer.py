@@ -899,19 +899,18 @@ def fsdp2_import():
         return fully_shard, MixedPrecisionPolicy
 
 
-FSDP2_CPU_ENV = "TORCH_PEER_FSDP2_ALLOW_CPU"  # testing only: FSDP2 on CPU (gloo), PyTorch >= 2.6
-
-
 def fsdp2_unavailable_reason(device):
+    """None when FSDP2 can run here: on CUDA with PyTorch >= 2.4, on the CPU over Gloo with
+    PyTorch >= 2.6 (where fully_shard's CPU path and Gloo's reduce_scatter work)."""
     have = "PyTorch %s%s" % (torch.__version__, " with CUDA" if torch.cuda.is_available() else " without CUDA")
-    cpu_test = device == "cpu" and os.environ.get(FSDP2_CPU_ENV) == "1" and torch_version() >= (2, 6)
-    if not cpu_test and (torch_version() < (2, 4) or not torch.cuda.is_available() or device != "cuda"):
-        extra = "" if device == "cuda" or not torch.cuda.is_available() else " (and --device cuda)"
-        return "FSDP2 needs PyTorch >= 2.4 with CUDA%s; this is %s" % (extra, have)
+    if device == "cpu" and torch_version() < (2, 6):
+        return "FSDP2 on the CPU (Gloo) needs PyTorch >= 2.6; this is %s" % have
+    if device == "cuda" and (torch_version() < (2, 4) or not torch.cuda.is_available()):
+        return "FSDP2 needs PyTorch >= 2.4 with CUDA; this is %s" % have
     try:
         fsdp2_import()
     except ImportError as e:
-        return "FSDP2 needs PyTorch >= 2.4 with CUDA; fully_shard cannot be imported from %s: %s" % (have, e)
+        return "fully_shard cannot be imported from %s: %s" % (have, e)
     return None
 
 

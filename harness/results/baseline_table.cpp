@@ -29,7 +29,8 @@ std::vector<Row> rows_of(const BaselineTableSpec& spec) {
           {"fsdpp NO_SHARD", harness::fsdp_cell(model, "no_shard", mp, n, true, false, false, false)},
           {"fsdpp unsharded", harness::unsharded_cell(model, mp, global, false, false)},
           {"PyTorch single", harness::single_peer_cell(model, mp, global, false)},
-          {"PyTorch DDP", harness::peer_cell(System::PytorchDdp, model, mp, n, false)}};
+          {"PyTorch DDP", harness::peer_cell(System::PytorchDdp, model, mp, n, false)},
+          {"PyTorch FSDP2", harness::peer_cell(System::PytorchFsdp2, model, mp, n, false)}};
 }
 
 const json* find_cell(const json& doc, const std::string& id) {
@@ -76,6 +77,7 @@ std::string baseline_table(const json& doc, const BaselineTableSpec& spec) {
   const json* unsharded = find_cell(doc, rows[2].cell.id());
   const json* single = find_cell(doc, rows[3].cell.id());
   const json* ddp = find_cell(doc, rows[4].cell.id());
+  const json* fsdp2 = find_cell(doc, rows[5].cell.id());
 
   std::string out;
   const json machine = doc.value("machine", json::object());
@@ -104,9 +106,9 @@ std::string baseline_table(const json& doc, const BaselineTableSpec& spec) {
               : std::string("?")) +
          " repetitions)\n\n";
   out += "| system | ranks x threads | tokens/s | step ms (median, IQR) | peak memory/rank (MiB) "
-         "| tokens/s vs PyTorch DDP | tokens/s vs PyTorch single | peak memory vs PyTorch DDP "
-         "| step time vs unsharded |\n";
-  out += "|---|---|---:|---:|---:|---:|---:|---:|---:|\n";
+         "| tokens/s vs PyTorch DDP | tokens/s vs PyTorch FSDP2 | tokens/s vs PyTorch single "
+         "| peak memory vs PyTorch DDP | peak memory vs PyTorch FSDP2 | step time vs unsharded |\n";
+  out += "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const auto& row : rows) {
     const json* cell = find_cell(doc, row.cell.id());
     std::string shape = "–";
@@ -119,11 +121,11 @@ std::string baseline_table(const json& doc, const BaselineTableSpec& spec) {
     }
     out += "| " + row.label + " | " + shape + " | ";
     if (cell == nullptr) {
-      out += "not in this document | | | | | | |\n";
+      out += "not in this document | | | | | | | | |\n";
       continue;
     }
     if (cell->value("status", "") != "ok") {
-      out += cell->value("status", "?") + ": " + cell->value("reason", "") + " | | | | | | |\n";
+      out += cell->value("status", "?") + ": " + cell->value("reason", "") + " | | | | | | | | |\n";
       continue;
     }
     auto tokens = metric_value(cell, "tokens_per_s");
@@ -133,8 +135,10 @@ std::string baseline_table(const json& doc, const BaselineTableSpec& spec) {
     out += cell_text(tokens, "%.0f") + " | " + cell_text(median, "%.1f") + (iqr ? " (" + format("%.1f", *iqr) + ")" : "") +
            " | " + cell_text(peak, "%.0f", 1024.0 * 1024.0) + " | " +
            ratio(tokens, metric_value(ddp, "tokens_per_s")) + " | " +
+           ratio(tokens, metric_value(fsdp2, "tokens_per_s")) + " | " +
            ratio(tokens, metric_value(single, "tokens_per_s")) + " | " +
            ratio(peak, metric_value(ddp, "peak_bytes_per_rank")) + " | " +
+           ratio(peak, metric_value(fsdp2, "peak_bytes_per_rank")) + " | " +
            ratio(median, metric_value(unsharded, "step_ms_median")) + " |\n";
   }
   return out;

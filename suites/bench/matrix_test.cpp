@@ -323,6 +323,7 @@ TEST(CellCommand, OnCpuEveryRankOfBothSystemsIsPinnedToItsOwnCoresUnlessBindingI
   CellRunSetup setup;
   setup.cores = 2;
   setup.peer_script = "peer.py";
+  setup.python = "/opt/peer/bin/python";
   auto fs = fsdp_cell(tiny(), "full_shard", "fp32", 2, true, false, false, false);
   auto ddp = peer_cell(System::PytorchDdp, ref(), "fp32", 2, false);
   auto single = single_peer_cell(ref(), "fp32", 16, false);
@@ -568,6 +569,26 @@ TEST_F(DocumentCells, BaselineTableShowsEveryRowWithRatiosFromTheDocument) {
   // Step time vs unsharded: 105 / 80.
   EXPECT_NE(line_of("fsdpp FULL_SHARD").find("| 1.31 |"), std::string::npos) << line_of("fsdpp FULL_SHARD");
   EXPECT_TRUE(results::has_baseline_cells(doc));
+  EXPECT_NE(line_of("PyTorch FSDP2").find("not in this document"), std::string::npos) << line_of("PyTorch FSDP2");
+}
+
+TEST_F(DocumentCells, BaselineTableHasAnFsdp2RowAndRatiosAgainstIt) {
+  auto with_fsdp2 = outcomes;
+  BenchCell fsdp2 = peer_cell(System::PytorchFsdp2, ref(), "fp32", 2, false);
+  with_fsdp2.push_back(outcome(fsdp2, {peer_repetition({150, 150, 150, 150, 150}), peer_repetition({150, 150, 150, 150, 150})}));
+  auto doc = results::new_document({"fsdpp", "bench"}, "smoke");
+  doc["cells"] = results_cells(with_fsdp2);
+  const std::string table = results::baseline_table(doc);
+  EXPECT_NE(table.find("| tokens/s vs PyTorch FSDP2 |"), std::string::npos) << table;
+  auto start = table.find("| PyTorch FSDP2 | 2 x ");
+  ASSERT_NE(start, std::string::npos) << table;
+  EXPECT_NE(table.substr(start, table.find('\n', start) - start).find("| 1.00 |"), std::string::npos) << table;
+  // FULL_SHARD tokens/s is the median of tokens/0.600 s and tokens/0.790 s; FSDP2's tokens/0.750 s.
+  const double expected = (1 / 0.600 + 1 / 0.790) / 2 * 0.750;
+  char text[16];
+  std::snprintf(text, sizeof(text), "| %.2f |", expected);
+  start = table.find("| fsdpp FULL_SHARD |");
+  EXPECT_NE(table.substr(start, table.find('\n', start) - start).find(text), std::string::npos) << text << "\n" << table;
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -22,6 +23,13 @@ inline bool bitwise_equal(const at::Tensor& a, const at::Tensor& b) {
   if (a.scalar_type() != b.scalar_type() || a.sizes() != b.sizes()) return false;
   auto x = a.cpu().contiguous(), y = b.cpu().contiguous();
   return std::memcmp(x.data_ptr(), y.data_ptr(), x.numel() * x.element_size()) == 0;
+}
+
+// The names of the entries directly inside `dir`.
+inline std::set<std::string> folder_names(const std::filesystem::path& dir) {
+  std::set<std::string> out;
+  for (const auto& item : std::filesystem::directory_iterator(dir)) out.insert(item.path().filename().string());
+  return out;
 }
 
 // The message of what `fn` throws ("" when it does not throw).

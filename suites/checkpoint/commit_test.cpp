@@ -17,6 +17,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::bitwise_equal;
+using testing::folder_names;
 
 std::vector<std::pair<std::string, at::Tensor>> tensors_at(int64_t step) {
   return {{"model/w", torch::arange(12, at::kFloat).reshape({4, 3}) * step}, {"model/scale", torch::tensor(0.5 * step)}};
@@ -28,12 +29,6 @@ fs::path save_step(const fs::path& checkpoints, int64_t step, int keep_last = 0)
   return write_checkpoint(checkpoints / step_dir_name(step), testing::split_like_fsdp(tensors_at(step), 2),
                           {{"step", step}}, options)
       .dir;
-}
-
-std::set<std::string> folder_names(const fs::path& dir) {
-  std::set<std::string> out;
-  for (const auto& item : fs::directory_iterator(dir)) out.insert(item.path().filename().string());
-  return out;
 }
 
 TEST(Commit, TheIndexRecordsFormatMeshFilesRowsAndTheCallersState) {

@@ -21,15 +21,10 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::bitwise_equal;
+using testing::folder_names;
 
-std::vector<std::pair<std::string, at::Tensor>> tensors_at(int64_t step) {
+std::vector<std::pair<std::string, at::Tensor>> crash_tensors_at(int64_t step) {
   return {{"model/w", torch::arange(24, at::kFloat).reshape({6, 4}) + step}, {"model/b", torch::full({5}, step * 1.0)}};
-}
-
-std::set<std::string> folder_names(const fs::path& dir) {
-  std::set<std::string> out;
-  for (const auto& item : fs::directory_iterator(dir)) out.insert(item.path().filename().string());
-  return out;
 }
 
 struct Crash {
@@ -54,7 +49,7 @@ TEST_P(KilledDuringSave, ThePreviousCheckpointStaysCompleteAndTheTornOneIsReport
   run.launch.echo_output = false;
   run.launch.kill_grace = std::chrono::milliseconds(200);
   auto report = harness::run_ranks_with_gtest(2, [&](harness::RankContext& ctx) {
-    save_checkpoint(ctx.comm, checkpoints / step_dir_name(100), testing::split_like_fsdp(tensors_at(100), 2)[ctx.rank],
+    save_checkpoint(ctx.comm, checkpoints / step_dir_name(100), testing::split_like_fsdp(crash_tensors_at(100), 2)[ctx.rank],
                     {{"step", 100}});
     SaveOptions options;
     options.keep_last = 1;
@@ -63,7 +58,7 @@ TEST_P(KilledDuringSave, ThePreviousCheckpointStaysCompleteAndTheTornOneIsReport
       testing::write_text(reached, "");
       ::kill(::getpid(), SIGKILL);
     };
-    const auto content = testing::split_like_fsdp(tensors_at(200), 2)[ctx.rank];
+    const auto content = testing::split_like_fsdp(crash_tensors_at(200), 2)[ctx.rank];
     if (crash.async) {
       AsyncCheckpointSaver saver(ctx.comm);
       saver.save(checkpoints / step_dir_name(200), content, {{"step", 200}}, options);
@@ -92,12 +87,12 @@ TEST_P(KilledDuringSave, ThePreviousCheckpointStaysCompleteAndTheTornOneIsReport
   }
   auto previous = load_checkpoint(checkpoints / step_dir_name(100));
   previous.verify_all();
-  for (const auto& [name, full] : tensors_at(100)) EXPECT_TRUE(bitwise_equal(previous.read(name), full)) << name;
+  for (const auto& [name, full] : crash_tensors_at(100)) EXPECT_TRUE(bitwise_equal(previous.read(name), full)) << name;
 
   // The next save commits, then removes the older checkpoints and the torn save.
   SaveOptions keep_one;
   keep_one.keep_last = 1;
-  write_checkpoint(checkpoints / step_dir_name(300), testing::split_like_fsdp(tensors_at(300), 3), {}, keep_one);
+  write_checkpoint(checkpoints / step_dir_name(300), testing::split_like_fsdp(crash_tensors_at(300), 3), {}, keep_one);
   EXPECT_EQ(folder_names(checkpoints), std::set<std::string>{step_dir_name(300)});
 }
 

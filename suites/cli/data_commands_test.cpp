@@ -13,6 +13,7 @@
 #include "core/models/hf_checkpoint.h"
 #include "harness/testing/assets.h"
 #include "harness/testing/temp_dir.h"
+#include "suites/cli/fsdpp_binary.h"
 
 namespace fsdpp {
 namespace {
@@ -23,7 +24,6 @@ using harness::TempDir;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
-const std::string kFsdpp = FSDPP_CLI_PATH;
 
 fs::path gpt2_assets() { return harness::test_asset("gpt2"); }
 

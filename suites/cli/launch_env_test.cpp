@@ -20,13 +20,13 @@
 #include "core/runtime/threads.h"
 #include "harness/launch/launcher.h"
 #include "harness/testing/temp_dir.h"
+#include "suites/cli/fsdpp_binary.h"
 
 namespace fsdpp {
 namespace {
 
 using ::testing::HasSubstr;
 
-const std::string kFsdpp = FSDPP_CLI_PATH;
 
 // Runs one fsdpp process per rank with the given environment and returns the report.
 harness::LaunchReport run_fsdpp(int n, const std::vector<std::string>& args,

@@ -17,6 +17,7 @@
 #include "harness/testing/assets.h"
 #include "harness/testing/safetensors_edit.h"
 #include "harness/testing/temp_dir.h"
+#include "suites/cli/fsdpp_binary.h"
 
 namespace fsdpp {
 namespace {
@@ -25,7 +26,6 @@ namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
-const std::string kFsdpp = FSDPP_CLI_PATH;
 
 using harness::TempDir;
 

@@ -44,7 +44,7 @@ void write(const fs::path& p, const std::string& text) {
   std::ofstream(p, std::ios::binary) << text;
 }
 
-std::string read_bytes(const fs::path& p) {
+std::string read_file_bytes(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
@@ -183,7 +183,7 @@ TEST(PrepareData, OneWorkerAndFourWorkersWriteIdenticalFiles) {
   ASSERT_EQ(one.train_shards.size(), four.train_shards.size());
   ASSERT_EQ(one.eval_shards.size(), four.eval_shards.size());
   for (const auto& name : {std::string("manifest.json"), std::string("train_000000.tok"), std::string("eval_000000.tok")})
-    EXPECT_EQ(read_bytes(dir / "one" / name), read_bytes(dir / "four" / name)) << name;
+    EXPECT_EQ(read_file_bytes(dir / "one" / name), read_file_bytes(dir / "four" / name)) << name;
   EXPECT_EQ(all_tokens(one.train_shards), all_tokens(four.train_shards));
   EXPECT_EQ(all_tokens(one.eval_shards), all_tokens(four.eval_shards));
 }

@@ -27,7 +27,7 @@ std::string read_bytes(const fs::path& p) {
 
 void write_bytes(const fs::path& p, const std::string& bytes) { std::ofstream(p, std::ios::binary) << bytes; }
 
-std::vector<int64_t> as_vector(const at::Tensor& t) { return std::vector<int64_t>(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + t.numel()); }
+std::vector<int64_t> shard_values(const at::Tensor& t) { return std::vector<int64_t>(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + t.numel()); }
 
 TEST(TokenShard, RoundTripsUint16Tokens) {
   TempDir dir;
@@ -39,7 +39,7 @@ TEST(TokenShard, RoundTripsUint16Tokens) {
   EXPECT_EQ(header.token_count, 5);
   EXPECT_EQ(header.document_count, 2);
   EXPECT_EQ(fs::file_size(dir / "a.tok"), 64u + 5 * 2);
-  EXPECT_EQ(as_vector(read_token_file(dir / "a.tok")), std::vector<int64_t>(tokens.begin(), tokens.end()));
+  EXPECT_EQ(shard_values(read_token_file(dir / "a.tok")), std::vector<int64_t>(tokens.begin(), tokens.end()));
 }
 
 TEST(TokenShard, RoundTripsUint32Tokens) {
@@ -49,7 +49,7 @@ TEST(TokenShard, RoundTripsUint32Tokens) {
 
   EXPECT_EQ(read_shard_header(dir / "a.tok").dtype, TokenDtype::kUint32);
   EXPECT_EQ(fs::file_size(dir / "a.tok"), 64u + 4 * 4);
-  EXPECT_EQ(as_vector(read_token_file(dir / "a.tok")), std::vector<int64_t>(tokens.begin(), tokens.end()));
+  EXPECT_EQ(shard_values(read_token_file(dir / "a.tok")), std::vector<int64_t>(tokens.begin(), tokens.end()));
 }
 
 TEST(TokenShard, HeaderBytesAreTheSpecifiedLayout) {
@@ -113,7 +113,7 @@ TEST(LlmcTokenFile, IsReadAsItsUint16Tokens) {
   TempDir dir;
   write_llmc_tokens(dir / "a.bin", torch::tensor({50256, 0, 65535, 3}));
   EXPECT_EQ(fs::file_size(dir / "a.bin"), 1024u + 4 * 2);
-  EXPECT_EQ(as_vector(read_token_file(dir / "a.bin")), (std::vector<int64_t>{50256, 0, 65535, 3}));
+  EXPECT_EQ(shard_values(read_token_file(dir / "a.bin")), (std::vector<int64_t>{50256, 0, 65535, 3}));
 }
 
 TEST(LlmcTokenFile, Version2IsRejectedNamingTheFile) {

@@ -45,8 +45,8 @@ fsdp::FsdpOptions options_for(ShardingStrategy strategy) {
 }
 
 // (family, world, strategy)
-using Case = std::tuple<std::string, int, ShardingStrategy>;
-class DeferredInit : public ::testing::TestWithParam<Case> {};
+using InitCase = std::tuple<std::string, int, ShardingStrategy>;
+class DeferredInit : public ::testing::TestWithParam<InitCase> {};
 
 TEST_P(DeferredInit, PerRankRowsFromTheSeedEqualTheShardsOfAFullInit) {
   auto [family, world, strategy] = GetParam();
@@ -77,9 +77,9 @@ TEST_P(DeferredInit, PerRankRowsFromTheSeedEqualTheShardsOfAFullInit) {
 
 INSTANTIATE_TEST_SUITE_P(
     Families, DeferredInit,
-    ::testing::Values(Case{"gpt2", 2, ShardingStrategy::FullShard}, Case{"opt", 3, ShardingStrategy::FullShard},
-                      Case{"llama", 2, ShardingStrategy::ShardGradOp}, Case{"gpt2", 2, ShardingStrategy::NoShard},
-                      Case{"llama", 4, ShardingStrategy::HybridShard}, Case{"gpt2", 1, ShardingStrategy::FullShard}),
+    ::testing::Values(InitCase{"gpt2", 2, ShardingStrategy::FullShard}, InitCase{"opt", 3, ShardingStrategy::FullShard},
+                      InitCase{"llama", 2, ShardingStrategy::ShardGradOp}, InitCase{"gpt2", 2, ShardingStrategy::NoShard},
+                      InitCase{"llama", 4, ShardingStrategy::HybridShard}, InitCase{"gpt2", 1, ShardingStrategy::FullShard}),
     [](const auto& info) {
       return std::get<0>(info.param) + "_N" + std::to_string(std::get<1>(info.param)) + "_" +
              fsdp::to_string(std::get<2>(info.param));

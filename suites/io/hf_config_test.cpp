@@ -30,7 +30,7 @@ class ConfigDir {
   harness::TempDir dir_{"fsdpp-hfconfig"};
 };
 
-std::string error_of(const std::function<void()>& fn) {
+std::string config_error_of(const std::function<void()>& fn) {
   try {
     fn();
   } catch (const std::runtime_error& e) {
@@ -91,31 +91,31 @@ TEST(HfConfig, FallbacksApplyToAbsentAndNullKeysOnly) {
 TEST(HfConfig, MissingConfigFileIsAnErrorNamingThePath) {
   ConfigDir dir(kLlamaConfig);
   fs::remove(dir.file());
-  EXPECT_THAT(error_of([&] { load_hf_config(dir.dir()); }),
+  EXPECT_THAT(config_error_of([&] { load_hf_config(dir.dir()); }),
               AllOf(HasSubstr(dir.file().string()), HasSubstr("cannot open")));
 }
 
 TEST(HfConfig, InvalidJsonIsAnErrorNamingTheFileAndPosition) {
   ConfigDir dir("{\n  \"model_type\": \"llama\",\n  \"hidden_size\": 2048,,\n}");
-  EXPECT_THAT(error_of([&] { load_hf_config(dir.dir()); }),
+  EXPECT_THAT(config_error_of([&] { load_hf_config(dir.dir()); }),
               AllOf(HasSubstr(dir.file().string()), HasSubstr("invalid JSON"), HasSubstr("line 3")));
 }
 
 TEST(HfConfig, MissingModelTypeIsAnError) {
   ConfigDir dir(R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 2048})");
-  EXPECT_THAT(error_of([&] { load_hf_config(dir.dir()); }),
+  EXPECT_THAT(config_error_of([&] { load_hf_config(dir.dir()); }),
               AllOf(HasSubstr(dir.file().string()), HasSubstr("missing key 'model_type'")));
 }
 
 TEST(HfConfig, TopLevelThatIsNotAnObjectIsAnError) {
   ConfigDir dir(R"(["llama"])");
-  EXPECT_THAT(error_of([&] { load_hf_config(dir.dir()); }),
+  EXPECT_THAT(config_error_of([&] { load_hf_config(dir.dir()); }),
               AllOf(HasSubstr(dir.file().string()), HasSubstr("expected an object")));
 }
 
 TEST(HfConfig, ArchitecturesThatAreNotAListOfStringsAreAnError) {
   ConfigDir dir(R"({"model_type": "llama", "architectures": "LlamaForCausalLM"})");
-  EXPECT_THAT(error_of([&] { load_hf_config(dir.dir()); }),
+  EXPECT_THAT(config_error_of([&] { load_hf_config(dir.dir()); }),
               AllOf(HasSubstr(dir.file().string()), HasSubstr("key 'architectures' is a string"),
                     HasSubstr("expected a list of strings")));
 }
@@ -123,23 +123,23 @@ TEST(HfConfig, ArchitecturesThatAreNotAListOfStringsAreAnError) {
 TEST(HfConfig, MissingKeyIsAnErrorNamingKeyAndFile) {
   ConfigDir dir(kLlamaConfig);
   auto config = load_hf_config(dir.dir());
-  EXPECT_THAT(error_of([&] { config.get_int("num_hidden_layers"); }),
+  EXPECT_THAT(config_error_of([&] { config.get_int("num_hidden_layers"); }),
               AllOf(HasSubstr(dir.file().string()), HasSubstr("missing key 'num_hidden_layers'")));
-  EXPECT_THAT(error_of([&] { config.get_double("rope_scaling"); }),  // null counts as missing
+  EXPECT_THAT(config_error_of([&] { config.get_double("rope_scaling"); }),  // null counts as missing
               AllOf(HasSubstr(dir.file().string()), HasSubstr("missing key 'rope_scaling'")));
 }
 
 TEST(HfConfig, WrongTypeIsAnErrorNamingKeyFileAndWhatWasFound) {
   ConfigDir dir(kLlamaConfig);
   auto config = load_hf_config(dir.dir());
-  EXPECT_THAT(error_of([&] { config.get_int("hidden_act"); }),
+  EXPECT_THAT(config_error_of([&] { config.get_int("hidden_act"); }),
               AllOf(HasSubstr(dir.file().string()), HasSubstr("key 'hidden_act' is a string (\"silu\"), expected an integer")));
-  EXPECT_THAT(error_of([&] { config.get_int("initializer_range"); }),  // floats are not integers
+  EXPECT_THAT(config_error_of([&] { config.get_int("initializer_range"); }),  // floats are not integers
               HasSubstr("key 'initializer_range' is a float (0.02), expected an integer"));
-  EXPECT_THAT(error_of([&] { config.get_int("initializer_range", 1); }), HasSubstr("expected an integer"));
-  EXPECT_THAT(error_of([&] { config.get_bool("bos_token_id"); }), HasSubstr("key 'bos_token_id' is an integer (1), expected a boolean"));
-  EXPECT_THAT(error_of([&] { config.get_string("architectures"); }), HasSubstr("key 'architectures' is an array"));
-  EXPECT_THAT(error_of([&] { config.get_double("torch_dtype"); }), HasSubstr("expected a number"));
+  EXPECT_THAT(config_error_of([&] { config.get_int("initializer_range", 1); }), HasSubstr("expected an integer"));
+  EXPECT_THAT(config_error_of([&] { config.get_bool("bos_token_id"); }), HasSubstr("key 'bos_token_id' is an integer (1), expected a boolean"));
+  EXPECT_THAT(config_error_of([&] { config.get_string("architectures"); }), HasSubstr("key 'architectures' is an array"));
+  EXPECT_THAT(config_error_of([&] { config.get_double("torch_dtype"); }), HasSubstr("expected a number"));
 }
 
 }  // namespace

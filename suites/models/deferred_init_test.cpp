@@ -391,7 +391,7 @@ TEST(InitRows, InitialisingA124MModelIsTimedAndAgreesWithItsRows) {
 
 // ---- PretrainedRows ----------------------------------------------------------------------
 
-CausalLm random_model(const std::string& family) {
+CausalLm random_lm(const std::string& family) {
   torch::manual_seed(21);
   auto lm = build_causal_lm(config_for(family), family);
   torch::NoGradGuard no_grad;
@@ -416,7 +416,7 @@ void expect_rows_equal(const PretrainedRows& rows, const CausalLm& expected, at:
 class PretrainedRowsRead : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(PretrainedRowsRead, RowsEqualTheLoadedModelsFromOneFileAndFromShards) {
-  auto lm = random_model(GetParam());
+  auto lm = random_lm(GetParam());
   TempDir single, sharded;
   save_pretrained(lm, single.path());
   save_pretrained(lm, sharded.path(), /*max_shard_bytes=*/4096);
@@ -431,7 +431,7 @@ INSTANTIATE_TEST_SUITE_P(Families, PretrainedRowsRead,
                          ::testing::Values("gpt2", "opt", "opt_projected", "llama", "llama_tied"));
 
 TEST(PretrainedRowsRead, TiedHeadIsReadUnderEitherName) {
-  auto lm = random_model("gpt2");
+  auto lm = random_lm("gpt2");
   TempDir dir;
   save_pretrained(lm, dir.path());
   ASSERT_FALSE(io::SafetensorsFile::open(dir.path() / "model.safetensors").contains("lm_head.weight"));
@@ -443,7 +443,7 @@ TEST(PretrainedRowsRead, TiedHeadIsReadUnderEitherName) {
 }
 
 TEST(PretrainedRowsRead, Bf16CheckpointIsConvertedAsLoadPretrainedConvertsIt) {
-  auto lm = random_model("llama");
+  auto lm = random_lm("llama");
   lm.module->to(at::kBFloat16);
   TempDir dir;
   save_pretrained(lm, dir.path());
@@ -457,7 +457,7 @@ TEST(PretrainedRowsRead, Bf16CheckpointIsConvertedAsLoadPretrainedConvertsIt) {
 }
 
 TEST(PretrainedRowsRead, NamesWithoutTheBaseModelPrefixAreFound) {
-  auto lm = random_model("gpt2");
+  auto lm = random_lm("gpt2");
   TempDir dir;
   save_pretrained(lm, dir.path());
   // As the original GPT-2 checkpoints name them: "h.0.attn.c_attn.weight".
@@ -478,7 +478,7 @@ std::string read_error(const PretrainedRows& rows, const std::string& name, cons
 }
 
 TEST(PretrainedRowsRead, MissingOrMisshapenTensorsAreNamedWithTheFolder) {
-  auto lm = random_model("llama");
+  auto lm = random_lm("llama");
   TempDir dir;
   save_pretrained(lm, dir.path());
   harness::drop_tensor(dir.path() / "model.safetensors", "model.layers.1.mlp.up_proj.weight");

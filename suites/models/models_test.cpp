@@ -369,5 +369,50 @@ TEST(Configs, ConfigJsonRoundTripsAndBadValuesNameTheKey) {
   EXPECT_EQ(OptConfig::from_json(tiny_opt(false, 12).to_json(), "c").word_embed_proj_dim, 12);
 }
 
+// transformers 5 writes rope_parameters {rope_theta, rope_type, ...} in place of top-level
+// rope_theta and rope_scaling; both layouts describe the same model.
+TEST(Configs, TransformersFiveRopeParametersReadAsTheLegacyKeysDo) {
+  auto legacy = llama_preset("1B").to_json();
+  auto v5 = legacy;
+  v5.erase("rope_theta");
+  v5.erase("rope_scaling");
+  v5["rope_parameters"] = legacy["rope_scaling"];
+  v5["rope_parameters"]["rope_theta"] = legacy["rope_theta"];
+  const auto a = LlamaConfig::from_json(legacy, "legacy"), b = LlamaConfig::from_json(v5, "v5");
+  EXPECT_EQ(a.rope_theta, b.rope_theta);
+  ASSERT_TRUE(b.rope_scaling.has_value());
+  EXPECT_EQ(a.rope_scaling->factor, b.rope_scaling->factor);
+  EXPECT_EQ(a.rope_scaling->original_max_position_embeddings, b.rope_scaling->original_max_position_embeddings);
+  EXPECT_TRUE(torch::equal(rope_inverse_frequencies(a), rope_inverse_frequencies(b)));
+
+  auto plain = v5;
+  plain["rope_parameters"] = {{"rope_theta", 123456.0}, {"rope_type", "default"}};
+  const auto p = LlamaConfig::from_json(plain, "plain");
+  EXPECT_EQ(p.rope_theta, 123456.0);
+  EXPECT_FALSE(p.rope_scaling.has_value());
+}
+
+TEST(Configs, ARopeSettingFsdppDoesNotComputeIsRefusedNamingTheFileAndKey) {
+  auto expect_refused = [](const nlohmann::json& config, const std::string& words) {
+    try {
+      LlamaConfig::from_json(config, "/m/config.json");
+      ADD_FAILURE() << "accepted: " << config.dump();
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("/m/config.json"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  auto c = llama_preset("tiny").to_json();
+  c["rope_parameters"] = {{"rope_theta", 10000.0}, {"rope_type", "yarn"}, {"factor", 4.0}};
+  expect_refused(c, "rope_type 'yarn'");
+  c["rope_parameters"] = {{"rope_theta", 10000.0}, {"rope_type", "default"}, {"factor", 4.0}};
+  expect_refused(c, "key 'factor'");
+  c["rope_parameters"] = {{"rope_theta", 10000.0}, {"rope_type", "default"}, {"partial_rotary_factor", 0.5}};
+  expect_refused(c, "partial_rotary_factor");
+  c["rope_parameters"] = {{"rope_theta", 20000.0}, {"rope_type", "default"}};
+  c["rope_theta"] = 10000.0;
+  expect_refused(c, "disagree");
+}
+
 }  // namespace
 }  // namespace fsdpp::models

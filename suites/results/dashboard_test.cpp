@@ -18,7 +18,7 @@ using nlohmann::json;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-constexpr const char* kMachine = "0a1b2c3d4e5f6789";
+constexpr const char* kDashboardMachine = "0a1b2c3d4e5f6789";
 
 size_t occurrences(const std::string& text, const std::string& what) {
   size_t count = 0;
@@ -34,7 +34,7 @@ std::string matrix_row(const std::string& html, const std::string& id) {
 }
 
 std::string trend_page(harness::TempDir& dir) {
-  for (const auto& doc : harness::trend_history(kMachine)) append_to_history(dir.path(), doc);
+  for (const auto& doc : harness::trend_history(kDashboardMachine)) append_to_history(dir.path(), doc);
   DashboardOptions options;
   options.history_dir = dir.path();
   return build_dashboard(options);
@@ -88,7 +88,7 @@ TEST(Dashboard, ComparesFsdppCellsWithTheirPyTorchPeers) {
 
 TEST(Dashboard, ComparesFsdppCellsWithFsdp2OnTheSameRanksAndBatchPerRank) {
   harness::TempDir dir;
-  for (auto doc : harness::trend_history(kMachine)) {
+  for (auto doc : harness::trend_history(kDashboardMachine)) {
     harness::SyntheticCell fsdp2;
     fsdp2.id = "gpt2-mini/pytorch_fsdp2/fp32/n2/ac0";
     fsdp2.system = "pytorch_fsdp2";
@@ -114,7 +114,7 @@ TEST(Dashboard, ComparesFsdppCellsWithFsdp2OnTheSameRanksAndBatchPerRank) {
 }
 
 TEST(Dashboard, EscapesEveryStringFromTheDocuments) {
-  auto runs = harness::trend_history(kMachine);
+  auto runs = harness::trend_history(kDashboardMachine);
   auto& latest = runs.back();
   latest["machine"]["hostname"] = "<b>host</b>&\"'";
   latest["cells"][0]["id"] = "<script>alert(1)</script>";
@@ -148,11 +148,11 @@ TEST(Dashboard, IsSelfContained) {
 
 TEST(Dashboard, AnExplicitBaselineReplacesTheHistoryWindow) {
   harness::TempDir dir;
-  auto runs = harness::trend_history(kMachine);
+  auto runs = harness::trend_history(kDashboardMachine);
   for (const auto& doc : runs) append_to_history(dir.path(), doc);
   DashboardOptions options;
   options.history_dir = dir.path();
-  options.baseline_file = dir.path() / kMachine / (runs[3]["run_id"].get<std::string>() + ".json");
+  options.baseline_file = dir.path() / kDashboardMachine / (runs[3]["run_id"].get<std::string>() + ".json");
   const std::string html = build_dashboard(options);  // the latest against itself
   EXPECT_THAT(html, Not(HasSubstr("<tr class=\"regression\">")));
   EXPECT_THAT(html, HasSubstr("0 regression(s)"));
@@ -160,7 +160,7 @@ TEST(Dashboard, AnExplicitBaselineReplacesTheHistoryWindow) {
 
 TEST(Dashboard, ASingleRunHasNoBaselineButStillCharts) {
   harness::TempDir dir;
-  append_to_history(dir.path(), harness::trend_history(kMachine).front());
+  append_to_history(dir.path(), harness::trend_history(kDashboardMachine).front());
   DashboardOptions options;
   options.history_dir = dir.path();
   const std::string html = build_dashboard(options);

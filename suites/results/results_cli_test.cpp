@@ -21,10 +21,10 @@ using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
 const std::string kFsdpp = FSDPP_CLI_PATH;
-constexpr const char* kMachine = "0123456789abcdef";
+constexpr const char* kCliMachine = "0123456789abcdef";
 
 // Writes run `index` with one cell whose 15 step times center on `step_ms`.
-fs::path write_run(const TempDir& dir, int index, double step_ms, const std::string& machine = kMachine) {
+fs::path write_run(const TempDir& dir, int index, double step_ms, const std::string& machine = kCliMachine) {
   json doc = harness::synthetic_document(machine, index);
   SyntheticCell cell;
   cell.step_ms = harness::noisy_samples(step_ms, 0.03, 15, 10 + index);
@@ -129,9 +129,9 @@ TEST(ResultsCli, AppendThenCompareAgainstTheHistoryWindow) {
     auto [code, output] = run_shell(kFsdpp + " results append " + write_run(dir, i, 100).string() + " --history " +
                                     history.string());
     ASSERT_EQ(code, 0) << output;
-    EXPECT_THAT(output, HasSubstr((history / kMachine).string()));
+    EXPECT_THAT(output, HasSubstr((history / kCliMachine).string()));
   }
-  auto again = run_shell(kFsdpp + " results append " + (dir / ("run0-" + std::string(kMachine).substr(0, 4) + ".json")).string() +
+  auto again = run_shell(kFsdpp + " results append " + (dir / ("run0-" + std::string(kCliMachine).substr(0, 4) + ".json")).string() +
                          " --history " + history.string());
   EXPECT_EQ(again.first, 2) << again.second;  // history is append-only
 

@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""Turns llama.cpp's GGUF vocabularies into the tokenizer files fsdpp and the Hugging Face
+references read (ci/fetch_assets.sh calls it with the .venv Python).
+
+  assets_from_gguf.py gpt2 GGUF OUT_DIR
+      OUT_DIR/encoder.json and OUT_DIR/vocab.bpe: GPT-2's token -> id map and its merges,
+      in OpenAI's file formats (the same as Hugging Face's vocab.json and merges.txt),
+      copied from the GGUF's tokenizer.ggml.tokens and tokenizer.ggml.merges.
+  assets_from_gguf.py hf GGUF OUT_DIR
+      OUT_DIR/tokenizer.json (and tokenizer_config.json): the tokenizer that transformers
+      builds from the GGUF (AutoTokenizer.from_pretrained(..., gguf_file=...)), saved with
+      save_pretrained: an independent conversion by the Hugging Face stack.
+
+Errors: one line naming the file and what was expected, exit 1.
+"""
+
+import json
+import os
+import sys
+
+
+def fail(msg):
+    print("ci/assets_from_gguf.py: " + msg, file=sys.stderr)
+    sys.exit(1)
+
+
+def string_array(reader, key, path):
+    field = reader.fields.get(key)
+    if field is None:
+        fail("%s has no %s" % (path, key))
+    return [bytes(field.parts[i]).decode("utf-8") for i in field.data]
+
+
+def write_gpt2_files(gguf_path, out_dir):
+    import gguf
+
+    reader = gguf.GGUFReader(gguf_path)
+    model = bytes(reader.fields["tokenizer.ggml.model"].parts[-1]).decode()
+    if model != "gpt2":
+        fail("%s: tokenizer.ggml.model is %r; expected 'gpt2'" % (gguf_path, model))
+    tokens = string_array(reader, "tokenizer.ggml.tokens", gguf_path)
+    merges = string_array(reader, "tokenizer.ggml.merges", gguf_path)
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "encoder.json"), "w", encoding="utf-8") as f:
+        json.dump({token: i for i, token in enumerate(tokens)}, f)
+    with open(os.path.join(out_dir, "vocab.bpe"), "w", encoding="utf-8") as f:
+        f.write("#version: 0.2\n" + "\n".join(merges) + "\n")
+
+
+def write_hf_tokenizer(gguf_path, out_dir):
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(os.path.dirname(os.path.abspath(gguf_path)),
+                                        gguf_file=os.path.basename(gguf_path))
+    tok.save_pretrained(out_dir)
+    if not os.path.isfile(os.path.join(out_dir, "tokenizer.json")):
+        fail("transformers wrote no tokenizer.json for %s" % gguf_path)
+
+
+def main(argv):
+    if len(argv) != 4 or argv[1] not in ("gpt2", "hf"):
+        fail("usage: assets_from_gguf.py gpt2|hf GGUF OUT_DIR")
+    if not os.path.isfile(argv[2]):
+        fail("%s: no such file" % argv[2])
+    (write_gpt2_files if argv[1] == "gpt2" else write_hf_tokenizer)(argv[2], argv[3])
+
+
+if __name__ == "__main__":
+    main(sys.argv)

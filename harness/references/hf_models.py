@@ -1,0 +1,551 @@
+#!/usr/bin/env python3
+"""Hugging Face transformers as the independent reference for fsdpp's models.
+
+Makes tiny random-weight model folders with transformers' own config and model classes,
+and computes on them what fsdpp computes (eval windows' logits, held-out loss, greedy
+continuation), so a test can compare fsdpp's numbers with transformers'. Runs offline:
+nothing is downloaded. See harness/references/README.md.
+
+Every command prints at most one JSON line on stdout. Errors are one line on stderr naming
+the flag or file and what was expected; exit 2 for bad usage or input, 1 for a failed check.
+"""
+
+import os
+
+# Before transformers is imported: it reads these once. No network here, ever.
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
+os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+import argparse
+import json
+import math
+import shutil
+import sys
+
+import torch
+import torch.nn.functional as F
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO_ROOT, "harness", "peers"))
+
+from torch_peer import PeerError, TokenData  # fsdpp's token-file reader (core/data/TOKENS.md)
+
+EXIT_FAILED_CHECK = 1
+EXIT_USAGE = 2
+
+# fp32 defaults of harness/oracle/tolerance.cpp (default_tolerance), which are PyTorch's
+# torch.testing.assert_close defaults for float32.
+FP32_RTOL = 1.3e-6
+FP32_ATOL = 1e-5
+
+
+class UsageError(Exception):
+    """Bad usage or input: one line on stderr, exit 2."""
+
+
+class CheckFailed(Exception):
+    """A comparison that did not hold: one line on stderr, exit 1."""
+
+
+def assets_dir():
+    """$FSDPP_ASSETS_DIR, else the repository's .cache/assets (what ci/fetch_assets.sh fills)."""
+    return os.environ.get("FSDPP_ASSETS_DIR") or os.path.join(REPO_ROOT, ".cache", "assets")
+
+
+def one_line(error):
+    return " ".join(str(error).split())
+
+
+def emit(record):
+    print(json.dumps(record, separators=(",", ":")), flush=True)
+
+
+# ----------------------------------------------------------------------------------------
+# make: tiny models through transformers' own classes
+# ----------------------------------------------------------------------------------------
+
+
+def _gpt2():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    config = GPT2Config(vocab_size=50257, n_positions=128, n_embd=64, n_layer=2, n_head=4)
+    return GPT2LMHeadModel, config, "gpt2"
+
+
+def _opt(pre_ln):
+    from transformers import OPTConfig, OPTForCausalLM
+
+    # OPT-125M is pre-LN with word_embed_proj_dim == hidden_size; OPT-350M is post-LN with a
+    # narrower embedding and project_in/project_out (and no final layer norm).
+    config = OPTConfig(
+        vocab_size=50272,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        ffn_dim=256,
+        max_position_embeddings=128,
+        do_layer_norm_before=pre_ln,
+        word_embed_proj_dim=64 if pre_ln else 32,
+    )
+    return OPTForCausalLM, config, "gpt2"
+
+
+def _llama(tied=False, rope_parameters=None):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=32000,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        tie_word_embeddings=tied,
+        rope_parameters=rope_parameters,
+    )
+    return LlamaForCausalLM, config, "llama"
+
+
+# Llama 3.1's rope scaling, with the original context shrunk to fit a 128-position model.
+_LLAMA3_ROPE = {
+    "rope_type": "llama3",
+    "rope_theta": 500000.0,
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 64,
+}
+
+ARCHS = {
+    "gpt2": _gpt2,
+    "opt-pre-ln": lambda: _opt(pre_ln=True),
+    "opt-post-ln": lambda: _opt(pre_ln=False),
+    "llama-gqa": lambda: _llama(),
+    "llama-tied": lambda: _llama(tied=True),
+    "llama3-rope": lambda: _llama(rope_parameters=dict(_LLAMA3_ROPE)),
+}
+
+
+def randomize(model, seed):
+    """Seeded weights under which every layer matters (the models' own 0.02 init leaves a
+    64-wide model's attention near uniform and its logits near zero): matrices N(0, 1/fan_in)
+    so activations keep unit scale, embeddings N(0, 0.5^2), norm weights 1 + N(0, 0.1^2),
+    biases N(0, 0.1^2). Parameters are visited in named_parameters order, a tied one once."""
+    from transformers.pytorch_utils import Conv1D
+
+    g = torch.Generator().manual_seed(seed)
+    done = set()
+    with torch.no_grad():
+        for module in model.modules():
+            for name, p in module.named_parameters(recurse=False):
+                if id(p) in done:
+                    continue
+                done.add(id(p))
+                if isinstance(module, torch.nn.Embedding):
+                    p.normal_(0.0, 0.5, generator=g)
+                elif p.dim() >= 2:
+                    # Conv1D (GPT-2) stores [in, out]; nn.Linear stores [out, in].
+                    fan_in = p.shape[0] if isinstance(module, Conv1D) else p.shape[1]
+                    p.normal_(0.0, 1.0 / math.sqrt(fan_in), generator=g)
+                elif name == "bias":
+                    p.normal_(0.0, 0.1, generator=g)
+                else:
+                    p.normal_(0.0, 0.1, generator=g).add_(1.0)
+
+
+def copy_tokenizer(kind, out_dir):
+    """The tokenizer files fsdpp's load_tokenizer and AutoTokenizer both read."""
+    root = assets_dir()
+    if kind == "gpt2":
+        pairs = [("gpt2/encoder.json", "vocab.json"), ("gpt2/vocab.bpe", "merges.txt")]
+    else:
+        pairs = [
+            ("hf-llama-spm/tokenizer.json", "tokenizer.json"),
+            ("hf-llama-spm/tokenizer_config.json", "tokenizer_config.json"),
+        ]
+    for src, dst in pairs:
+        path = os.path.join(root, src)
+        if not os.path.isfile(path):
+            raise UsageError(
+                f"{path}: no such file (expected the fetched tokenizer assets; set FSDPP_ASSETS_DIR or run ci/fetch_assets.sh)"
+            )
+        shutil.copyfile(path, os.path.join(out_dir, dst))
+
+
+def cmd_make(args):
+    model_class, config, tokenizer_kind = ARCHS[args.arch]()
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        raise UsageError(f"--out {args.out}: exists and is not a directory")
+    torch.manual_seed(args.seed)  # whatever construction draws; randomize() then sets every weight
+    model = model_class(config).to(torch.float32).eval()
+    randomize(model, args.seed)
+    os.makedirs(args.out, exist_ok=True)
+    model.save_pretrained(args.out)  # transformers 5 always writes safetensors
+    copy_tokenizer(tokenizer_kind, args.out)
+    with open(os.path.join(args.out, "config.json")) as f:
+        written = json.load(f)
+    emit({"arch": args.arch, "dir": args.out, "config": written})
+
+
+# ----------------------------------------------------------------------------------------
+# Loading a folder and fsdpp's eval windows
+# ----------------------------------------------------------------------------------------
+
+
+def load_model(model_dir, attn_implementation):
+    """A folder through AutoModelForCausalLM, fp32, eval mode; every stored tensor must be
+    used and every parameter found (else the comparison would judge random weights)."""
+    from transformers import AutoModelForCausalLM
+
+    if not os.path.isfile(os.path.join(model_dir, "config.json")):
+        raise UsageError(f"--model {model_dir}: no config.json (expected a Hugging Face model folder)")
+    try:
+        model, info = AutoModelForCausalLM.from_pretrained(
+            model_dir,
+            dtype=torch.float32,
+            local_files_only=True,
+            attn_implementation=attn_implementation,
+            output_loading_info=True,
+        )
+    except (OSError, ValueError, KeyError, RuntimeError) as e:
+        raise UsageError(f"--model {model_dir}: transformers cannot load it: {one_line(e)}")
+    problems = {
+        k: sorted(v) for k, v in info.items() if k in ("missing_keys", "unexpected_keys", "mismatched_keys") and v
+    }
+    if problems:
+        raise UsageError(
+            f"--model {model_dir}: checkpoint does not match {type(model).__name__}: {json.dumps(problems)}"
+        )
+    return model.eval()
+
+
+def max_positions(model):
+    return int(model.config.max_position_embeddings)  # GPT2Config maps it to n_positions
+
+
+def open_windows(args, model):
+    """fsdpp eval's windows: window i is tokens[i*T .. i*T+T] (T+1 tokens), i < (n-1)//T."""
+    try:
+        data = TokenData.open(args.data, "auto")
+    except PeerError as e:  # torch_peer names its flag --tokens; ours is --data
+        message = str(e).split("; give --tokens-dtype")[0]  # a flag of torch_peer's, not ours
+        raise UsageError(
+            "--data " + message[len("--tokens ") :] if message.startswith("--tokens ") else "--data " + message
+        )
+    T = args.seq_len
+    if T < 1:
+        raise UsageError(f"--seq-len {T}: expected >= 1")
+    if T > max_positions(model):
+        raise UsageError(
+            f"--seq-len {T}: exceeds the model's {max_positions(model)} positions (fsdpp eval rejects it too)"
+        )
+    windows = (data.num_tokens - 1) // T if data.num_tokens > 0 else 0
+    if windows < 1:
+        raise UsageError(f"--data {args.data}: {data.num_tokens} tokens do not fill one window of {T + 1}")
+    if getattr(args, "max_windows", None) is not None:
+        if args.max_windows < 1:
+            raise UsageError(f"--max-windows {args.max_windows}: expected >= 1")
+        windows = min(windows, args.max_windows)
+    vocab = int(model.config.vocab_size)
+    top = int(data.read(0, windows * T + 1).max())
+    if top >= vocab:
+        raise UsageError(f"--data {args.data}: token {top} is outside the model's vocabulary of {vocab}")
+    return data, windows
+
+
+def window_logits(model, data, windows, seq_len, batch_size):
+    """logits [W, T, V] float32 and input_ids [W, T] int64 of the first `windows` windows."""
+    inputs, _ = data.windows(range(windows), seq_len)
+    input_ids = torch.from_numpy(inputs)
+    out = []
+    with torch.no_grad():
+        for first in range(0, windows, batch_size):
+            out.append(model(input_ids=input_ids[first : first + batch_size]).logits.float())
+    return torch.cat(out), input_ids
+
+
+def save_logits(path, logits, input_ids):
+    from safetensors.torch import save_file
+
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise UsageError(f"--out {path}: directory {parent} does not exist")
+    tmp = path + ".tmp"
+    save_file(
+        {"logits": logits.contiguous(), "input_ids": input_ids.contiguous()}, tmp, metadata={"producer": "hf_models.py"}
+    )
+    os.replace(tmp, path)
+
+
+def cmd_logits(args):
+    if not args.out and not args.compare:
+        raise UsageError(f"{args.command}: give --out FILE, --compare FILE or both")
+    model = load_model(args.model, args.attn_implementation)
+    data, windows = open_windows(args, model)
+    logits, input_ids = window_logits(model, data, windows, args.seq_len, args.batch_size)
+    if args.out:
+        save_logits(args.out, logits, input_ids)
+    record = {"out": args.out, "windows": windows, "seq_len": args.seq_len, "vocab": logits.shape[-1]}
+    record["architecture"] = type(model).__name__
+    # The loss of the same windows, as `eval` (and fsdpp eval) defines it: the float64 sum of
+    # per-batch fp32 sums over all targets.
+    _, targets = data.windows(range(windows), args.seq_len)
+    targets = torch.from_numpy(targets)
+    total = 0.0
+    for first in range(0, windows, args.batch_size):
+        batch = logits[first : first + args.batch_size]
+        target = targets[first : first + args.batch_size].reshape(-1)
+        total += F.cross_entropy(batch.reshape(-1, batch.shape[-1]), target, reduction="sum").item()
+    record["loss"] = total / (windows * args.seq_len)
+    if args.command == "load-export":
+        record["model_type"] = model.config.model_type
+        record["config_architectures"] = model.config.architectures
+        record["parameters"] = sum(p.numel() for p in model.parameters())
+    if args.compare:
+        # The logits just computed are the expected ones; fsdpp's file is the actual.
+        actual = read_logits_file(args.compare, "--compare")
+        record["check"] = compare_logits({"logits": logits, "input_ids": input_ids}, actual, args.rtol, args.atol)
+    emit(record)
+    if args.compare and not record["check"]["ok"]:
+        raise CheckFailed(f"{args.command}: " + record["check"]["reason"])
+
+
+def cmd_eval(args):
+    model = load_model(args.model, args.attn_implementation)
+    data, windows = open_windows(args, model)
+    T = args.seq_len
+    total = 0.0  # a Python float: the float64 sum of per-batch fp32 sums, as fsdpp's evaluate
+    with torch.no_grad():
+        for first in range(0, windows, args.batch_size):
+            idx = range(first, min(first + args.batch_size, windows))
+            inputs, targets = data.windows(idx, T)
+            logits = model(input_ids=torch.from_numpy(inputs)).logits.float()
+            target = torch.from_numpy(targets).reshape(-1)
+            total += F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target, reduction="sum").item()
+    tokens = windows * T
+    loss = total / tokens
+    emit({"loss": loss, "perplexity": math.exp(loss), "tokens": tokens})
+
+
+# ----------------------------------------------------------------------------------------
+# generate: greedy continuation as fsdpp generate computes it
+# ----------------------------------------------------------------------------------------
+
+
+def cmd_generate(args):
+    from transformers import AutoTokenizer
+
+    model = load_model(args.model, args.attn_implementation)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(args.model, local_files_only=True)
+    except (OSError, ValueError, KeyError) as e:
+        raise UsageError(f"--model {args.model}: transformers cannot load its tokenizer: {one_line(e)}")
+    # fsdpp's encode() adds no BOS/EOS and reads "<s>" in text as plain text.
+    prompt_ids = tokenizer(args.prompt, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+    if not prompt_ids:
+        raise UsageError("--prompt: the prompt has no tokens")
+    if args.max_new_tokens < 1:
+        raise UsageError(f"--max-new-tokens {args.max_new_tokens}: expected >= 1")
+    limit = max_positions(model)
+    if len(prompt_ids) + args.max_new_tokens > limit:
+        # fsdpp slides its context to the last max_positions tokens; generate() does not.
+        raise UsageError(
+            f"--max-new-tokens {args.max_new_tokens}: prompt ({len(prompt_ids)} tokens) + new tokens exceed the "
+            f"model's {limit} positions; fsdpp slides its context there and transformers does not, so they are "
+            "not comparable"
+        )
+    # fsdpp never stops at EOS: it always appends max_new_tokens tokens. Turn off
+    # generate()'s EOS stop (not by suppressing EOS, which would change the argmax).
+    gen = model.generation_config
+    eos = gen.eos_token_id if gen.eos_token_id is not None else model.config.eos_token_id
+    if gen.pad_token_id is None:
+        gen.pad_token_id = eos[0] if isinstance(eos, list) else eos
+    gen.eos_token_id = None
+    input_ids = torch.tensor([prompt_ids], dtype=torch.long)
+    with torch.no_grad():
+        out = model.generate(
+            input_ids,
+            attention_mask=torch.ones_like(input_ids),
+            do_sample=False,
+            num_beams=1,
+            max_new_tokens=args.max_new_tokens,
+            repetition_penalty=1.0,
+            use_cache=False,  # fsdpp recomputes the full sequence every step
+            generation_config=gen,
+        )
+    ids = out[0].tolist()
+    if len(ids) != len(prompt_ids) + args.max_new_tokens:
+        raise CheckFailed(f"generate: produced {len(ids) - len(prompt_ids)} tokens, expected {args.max_new_tokens}")
+    text = tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    emit({"prompt_ids": prompt_ids, "ids": ids, "text": text})
+
+
+# ----------------------------------------------------------------------------------------
+# check-logits: harness/oracle/tolerance.cpp's compare(), on two logits files
+# ----------------------------------------------------------------------------------------
+
+
+def read_logits_file(path, flag):
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    if not os.path.isfile(path):
+        raise UsageError(f"{flag} {path}: no such file")
+    try:
+        tensors = load_file(path)
+    except (SafetensorError, OSError, ValueError) as e:
+        raise UsageError(f"{flag} {path}: not a safetensors file: {one_line(e)}")
+    for name, dtype in (("logits", torch.float32), ("input_ids", torch.int64)):
+        if name not in tensors:
+            raise UsageError(
+                f"{flag} {path}: no tensor '{name}' (expected logits [W,T,V] float32 and input_ids [W,T] int64)"
+            )
+        if tensors[name].dtype != dtype:
+            raise UsageError(f"{flag} {path}: tensor '{name}' is {tensors[name].dtype}, expected {dtype}")
+    if tensors["logits"].dim() != 3 or tuple(tensors["logits"].shape[:2]) != tuple(tensors["input_ids"].shape):
+        raise UsageError(
+            f"{flag} {path}: logits {list(tensors['logits'].shape)} and input_ids "
+            f"{list(tensors['input_ids'].shape)} are not [W,T,V] and [W,T]"
+        )
+    return tensors
+
+
+def compare_logits(expected, actual, rtol, atol):
+    """tolerance.cpp's compare() of two {logits, input_ids} sets: a record with "ok", the
+    element count, the largest differences and, when not ok, a one-line "reason"."""
+    e, a = expected["logits"], actual["logits"]
+    record = {"ok": False, "elements": e.numel(), "rtol": rtol, "atol": atol}
+    if e.shape != a.shape:
+        record["reason"] = f"logits shapes differ: expected {list(e.shape)}, actual {list(a.shape)}"
+        return record
+    if not torch.equal(expected["input_ids"], actual["input_ids"]):
+        record["reason"] = "input_ids differ: the two files are not the same windows"
+        return record
+    # As tolerance.cpp's compare(): in float64, |a - e| <= atol + rtol*|e|, NaN never matches,
+    # max rel over elements with e != 0.
+    e64, a64 = e.double().reshape(-1), a.double().reshape(-1)
+    diff = (a64 - e64).abs()
+    bad = (diff > atol + rtol * e64.abs()) | diff.isnan()
+    nonzero = e64 != 0
+    mismatches = int(bad.sum())
+    record.update(
+        {
+            "ok": mismatches == 0,
+            "max_abs_diff": float(diff.max()) if diff.numel() else 0.0,
+            "max_rel_diff": float((diff[nonzero] / e64[nonzero].abs()).max()) if bool(nonzero.any()) else 0.0,
+            "mismatches": mismatches,
+        }
+    )
+    if mismatches:
+        record["reason"] = (
+            f"{mismatches} of {e.numel()} logits outside rtol {rtol:g} atol {atol:g} "
+            f"(max abs diff {record['max_abs_diff']:.3g}, max rel diff {record['max_rel_diff']:.3g})"
+        )
+    return record
+
+
+def cmd_check_logits(args):
+    expected = read_logits_file(args.expected, "--expected")
+    actual = read_logits_file(args.actual, "--actual")
+    record = compare_logits(expected, actual, args.rtol, args.atol)
+    emit(record)
+    if not record["ok"]:
+        raise CheckFailed("check-logits: " + record["reason"])
+
+
+# ----------------------------------------------------------------------------------------
+# Command line
+# ----------------------------------------------------------------------------------------
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line on stderr and exit 2."""
+
+    def error(self, message):
+        command = self.prog.split()[1:]  # a subcommand's prog is "hf_models.py make"
+        raise UsageError(f"{command[0]}: {message}" if command else message)
+
+
+def parse_args(argv):
+    p = Parser(prog="hf_models.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
+
+    m = sub.add_parser("make", help="a tiny random-weight model folder")
+    m.add_argument("--arch", required=True, choices=sorted(ARCHS))
+    m.add_argument("--out", required=True, help="folder to write")
+    m.add_argument("--seed", type=int, default=0)
+
+    def model_and_windows(s, out):
+        s.add_argument("--model", required=True, help="Hugging Face model folder")
+        s.add_argument(
+            "--data", required=True, help="token data, as fsdpp's --data (.tok, .bin, folder, pattern, list)"
+        )
+        s.add_argument("--seq-len", type=int, required=True, help="window length T")
+        s.add_argument("--batch-size", type=int, default=8, help="windows per forward pass (default 8, as fsdpp eval)")
+        s.add_argument("--attn-implementation", default="sdpa", choices=["eager", "sdpa"])
+        if out:
+            s.add_argument("--out", help="safetensors file to write")
+            s.add_argument("--max-windows", type=int, default=None, help="only the first K windows")
+            s.add_argument("--compare", help="also check fsdpp's logits file (fsdpp eval --logits-out) against these")
+            s.add_argument("--rtol", type=float, default=FP32_RTOL)
+            s.add_argument("--atol", type=float, default=FP32_ATOL)
+
+    model_and_windows(sub.add_parser("logits", help="logits of fsdpp eval's windows"), out=True)
+    model_and_windows(sub.add_parser("load-export", help="logits, for a folder fsdpp exported"), out=True)
+    model_and_windows(sub.add_parser("eval", help="mean next-token loss, as fsdpp eval --json"), out=False)
+
+    g = sub.add_parser("generate", help="greedy continuation, as fsdpp generate --temperature 0")
+    g.add_argument("--model", required=True)
+    g.add_argument("--prompt", required=True)
+    g.add_argument("--max-new-tokens", type=int, required=True)
+    g.add_argument("--attn-implementation", default="sdpa", choices=["eager", "sdpa"])
+
+    c = sub.add_parser("check-logits", help="compare two logits files")
+    c.add_argument("--expected", required=True)
+    c.add_argument("--actual", required=True)
+    c.add_argument("--rtol", type=float, default=FP32_RTOL)
+    c.add_argument("--atol", type=float, default=FP32_ATOL)
+
+    args = p.parse_args(argv)
+    if getattr(args, "batch_size", 1) < 1:
+        raise UsageError(f"--batch-size {args.batch_size}: expected >= 1")
+    if args.threads < 1:
+        raise UsageError(f"--threads {args.threads}: expected >= 1")
+    return args
+
+
+COMMANDS = {
+    "make": cmd_make,
+    "logits": cmd_logits,
+    "load-export": cmd_logits,
+    "eval": cmd_eval,
+    "generate": cmd_generate,
+    "check-logits": cmd_check_logits,
+}
+
+
+def main(argv):
+    try:
+        args = parse_args(argv)
+        torch.set_num_threads(args.threads)
+        if args.command != "check-logits":  # which needs no transformers
+            from transformers.utils import logging as hf_logging
+
+            hf_logging.disable_progress_bar()  # stderr carries only our one-line errors
+        COMMANDS[args.command](args)
+    except UsageError as e:
+        print(f"hf_models.py: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except CheckFailed as e:
+        print(f"hf_models.py: {e}", file=sys.stderr)
+        return EXIT_FAILED_CHECK
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
