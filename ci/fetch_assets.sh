@@ -22,7 +22,9 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 lock="$repo/ci/assets.lock"
 python=$repo/.venv/bin/python
-lock_sum=$(sha256sum "$lock" "$repo/ci/fetch_assets.sh" "$repo/ci/assets_from_gguf.py" | sha256sum | cut -c1-16)
+# The key is the contents (not the paths) of the lock and the scripts that make the assets,
+# so that every clone on this machine finds the same folder.
+lock_sum=$(cat "$lock" "$repo/ci/fetch_assets.sh" "$repo/ci/assets_from_gguf.py" | sha256sum | cut -c1-16)
 if [ -n "${FSDPP_ASSETS_DIR:-}" ]; then
   assets=$FSDPP_ASSETS_DIR
 else
