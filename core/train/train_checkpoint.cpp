@@ -166,7 +166,12 @@ void TrainCheckpointer::save(int64_t steps_done, const TrainCheckpointParts& par
 
 void TrainCheckpointer::record(const checkpoint::FinishedSave& finished) {
   if (finished.saved) {
-    committed_.push_back(committed_record(pending_step_, *finished.saved, true, pending_blocked_ms_, finished.total_ms));
+    // save_ms is measured from where blocked_ms starts (the loop asking for the save), as
+    // METRICS.md says: the saver's own clock starts only after the previous save finished,
+    // which is (blocked_ms - stage_ms) later. Measured from there, a training loop held by
+    // a slow previous save could log a save shorter than the hold.
+    const double save_ms = pending_blocked_ms_ - finished.stage_ms + finished.total_ms;
+    committed_.push_back(committed_record(pending_step_, *finished.saved, true, pending_blocked_ms_, save_ms));
   } else {
     committed_.push_back({{"kind", "checkpoint"}, {"step", pending_step_}, {"dir", finished.dir.string()},
                           {"async", true}, {"error", finished.error}});
