@@ -395,7 +395,7 @@ TrainResult train(comm::Communicator& comm, const TrainConfig& c, int local_rank
     const double loss = loss_sum / static_cast<double>(tokens_per_step);
     const double step_ms = ms_since(step_start);
     const double tokens_per_s = static_cast<double>(tokens_per_step) / (step_ms / 1000.0);
-    if (step == 0) result.first_loss = loss;
+    if (step == start_step) result.first_loss = loss;  // this process's first step, also after a resume
     result.last_loss = loss;
     if (step > start_step) tokens_per_s_sum += tokens_per_s;
 
@@ -444,6 +444,7 @@ TrainResult train(comm::Communicator& comm, const TrainConfig& c, int local_rank
   checkpointer.finish();  // the last save commits while nothing else runs
   report_checkpoints();
   result.steps = total_steps;
+  result.start_step = start_step;
   if (total_steps - start_step > 1)
     result.mean_tokens_per_s = tokens_per_s_sum / static_cast<double>(total_steps - start_step - 1);
   if (eval_set) result.eval_after = run_eval(total_steps);

@@ -37,7 +37,10 @@ struct EvalScore {
 };
 
 struct TrainResult {
-  int64_t steps = 0;
+  int64_t steps = 0;       // the run's total (--max-steps or the epochs' steps)
+  int64_t start_step = 0;  // steps done before this process started (a resumed run's checkpoint)
+  // The losses of the first and last steps this process ran (steps start_step+1 and
+  // steps); both 0 when it ran none (it resumed a finished run).
   double first_loss = 0, last_loss = 0;
   std::optional<EvalScore> eval_before, eval_after;
   double mean_tokens_per_s = 0;  // steps after the first

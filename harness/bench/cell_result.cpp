@@ -1,6 +1,7 @@
 #include "harness/bench/cell_result.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <optional>
 
@@ -91,6 +92,49 @@ std::vector<std::optional<double>> peak_bytes_per_repetition(const CellOutcome& 
   return out;
 }
 
+// Per repetition, the logged loss of every timed step (both systems record "losses": the
+// mean over ranks). Empty where a record has none.
+std::vector<std::vector<double>> losses_per_repetition(const CellOutcome& o) {
+  std::vector<std::vector<double>> out;
+  for (const auto& r : o.repetitions) {
+    if (!r.record.contains("losses") || !r.record["losses"].is_array()) return {};
+    out.push_back(r.record["losses"].get<std::vector<double>>());
+  }
+  return out;
+}
+
+// Whether a peer's repetitions started from fsdpp's initial weights on its batches
+// (torch_peer.py --weights ... --fixed-batch, cell_run.h peer_shares_fsdpp_init).
+bool started_as_fsdpp(const CellOutcome& peer) {
+  if (peer.repetitions.empty()) return false;
+  for (const auto& r : peer.repetitions) {
+    const json::json_pointer weights("/config/weights"), fixed("/config/fixed_batch");
+    if (!r.record.contains(weights) || !r.record.at(weights).is_string() || !r.record.contains(fixed) ||
+        r.record.at(fixed) != true)
+      return false;
+  }
+  return true;
+}
+
+// The largest |fsdpp loss - peer loss| over the timed steps of every repetition pair
+// (repetition r of each), or nullopt when they did not start alike or a loss is missing.
+// Alike means the same weights and the same batches: the peer started as fsdpp, on as many
+// ranks with as many sequences each (a 1-process peer's batch is the unsharded cell's, not
+// the concatenation of the sharded cell's ranks' batches).
+std::optional<double> loss_max_abs_diff(const CellOutcome& fsdpp, const CellOutcome& peer) {
+  if (!started_as_fsdpp(peer) || peer.cell.world_size != fsdpp.cell.world_size ||
+      peer.cell.batch_per_rank != fsdpp.cell.batch_per_rank)
+    return std::nullopt;
+  const auto ours = losses_per_repetition(fsdpp), theirs = losses_per_repetition(peer);
+  if (ours.empty() || ours.size() != theirs.size()) return std::nullopt;
+  double worst = 0;
+  for (size_t r = 0; r < ours.size(); ++r) {
+    if (ours[r].size() != theirs[r].size() || ours[r].empty()) return std::nullopt;
+    for (size_t i = 0; i < ours[r].size(); ++i) worst = std::max(worst, std::abs(ours[r][i] - theirs[r][i]));
+  }
+  return worst;
+}
+
 // config[key] = the first repetition record's value at `pointer`, if any record has one.
 void copy_first_recorded(const CellOutcome& o, const char* pointer, const char* key, json& config) {
   const json::json_pointer at(pointer);
@@ -135,6 +179,7 @@ json config_of(const CellOutcome& o, std::optional<double> parameters) {
   copy_first_recorded(o, "/rms_norm", "rms_norm", config);
   if (c.strategy.rfind("hybrid", 0) == 0)
     copy_first_recorded(o, "/config/hybrid_shard_size", "hybrid_shard_size", config);
+  if (c.system != System::Fsdpp) config["started_as_fsdpp"] = started_as_fsdpp(o);
   return config;
 }
 
@@ -180,6 +225,11 @@ json results_cells(const std::vector<CellOutcome>& outcomes) {
     auto& metrics = cell["metrics"];
     samples["step_ms"] = sample(m.step_ms, "ms", "lower");
     samples["tokens_per_s"] = sample(m.tokens_per_s, "tokens/s", "higher");
+    if (auto losses = losses_per_repetition(o); !losses.empty()) {
+      std::vector<double> pooled;
+      for (const auto& l : losses) pooled.insert(pooled.end(), l.begin(), l.end());
+      samples["loss"] = sample(pooled, "nats", "none");
+    }
     if (o.injected_delay_pct > 0) {  // rank 0's requested sleep inside each timed step
       std::vector<double> injected;
       for (const auto& r : o.repetitions)
@@ -234,9 +284,11 @@ json results_cells(const std::vector<CellOutcome>& outcomes) {
       }
       metrics["overhead_vs_unsharded"] = metric(overhead, "ratio", "lower");
       std::optional<double> vs_ddp, vs_single, vs_fsdp2, peak_vs_fsdp2;
+      std::map<System, std::optional<double>> loss_diff;
       for (const auto& peer : outcomes) {
         if (peer.status != "ok" || !peer_matches(peer.cell, c)) continue;
         double ratio = m.tokens_per_s_median / measured.at(peer.cell.id()).tokens_per_s_median;
+        loss_diff[peer.cell.system] = loss_max_abs_diff(o, peer);
         switch (peer.cell.system) {
           case System::PytorchDdp: vs_ddp = ratio; break;
           case System::PytorchSingle: vs_single = ratio; break;
@@ -253,6 +305,10 @@ json results_cells(const std::vector<CellOutcome>& outcomes) {
       metrics["tokens_per_s_ratio_vs_pytorch_single"] = metric(vs_single, "ratio", "higher");
       metrics["tokens_per_s_ratio_vs_pytorch_fsdp2"] = metric(vs_fsdp2, "ratio", "higher");
       metrics["peak_bytes_ratio_vs_pytorch_fsdp2"] = metric(peak_vs_fsdp2, "ratio", "lower");
+      // Same initial weights, batches and optimizer (peers started as fsdpp): how far the
+      // loss curves are apart, the largest difference of one step's logged loss.
+      for (auto peer : {System::PytorchDdp, System::PytorchSingle, System::PytorchFsdp2})
+        metrics[std::string("loss_max_abs_diff_vs_") + to_string(peer)] = metric(loss_diff[peer], "nats", "lower");
     }
     cells.push_back(cell);
   }

@@ -9,6 +9,8 @@
 
 #include "core/compat/torch_compat.h"
 #include "core/io/atomic_file.h"
+#include "core/models/causal_lm.h"
+#include "core/models/hf_checkpoint.h"
 #include "core/models/presets.h"
 #include "core/runtime/capabilities.h"
 #include "core/runtime/device.h"
@@ -149,6 +151,10 @@ void append_profile_flag(std::vector<std::string>& argv, const BenchCell& cell, 
 
 }  // namespace
 
+bool peer_shares_fsdpp_init(const BenchCell& cell, const CellRunSetup& setup) {
+  return cell.system != System::Fsdpp && setup.device == "cpu";
+}
+
 std::vector<std::string> cell_command(const BenchCell& cell, const CellRunSetup& setup,
                                       const std::filesystem::path& record_file,
                                       const std::filesystem::path& model_config_file) {
@@ -205,6 +211,8 @@ std::vector<std::string> cell_command(const BenchCell& cell, const CellRunSetup&
                            "--matmul-peak",
                            "--out", record_file.string()});
   if (cell.activation_checkpointing) argv.push_back("--activation-checkpointing");
+  if (peer_shares_fsdpp_init(cell, setup))
+    argv.insert(argv.end(), {"--weights", (model_config_file.parent_path() / "init").string(), "--fixed-batch"});
   // Each system steps AdamW with its fastest implementation on the device. On CUDA both
   // run PyTorch's fused kernel (fsdpp: FusedAdamW, core/optim/fused_adamw.h; PyTorch:
   // AdamW(fused=True), torchtitan's default), so the comparison is of the sharding. On the
@@ -218,11 +226,16 @@ std::vector<std::string> cell_command(const BenchCell& cell, const CellRunSetup&
 RepetitionResult run_cell_once(const BenchCell& cell, const CellRunSetup& setup, const std::filesystem::path& work_dir) {
   const auto record_file = work_dir / "record.json", config_file = work_dir / "config.json";
   std::filesystem::remove(record_file);
-  if (cell.system != System::Fsdpp)
-    io::write_file_atomic(config_file,
-                          models::from_scratch_config(cell.model.model_type, cell.model.size, cell.model.vocab_size)
-                                  .dump(2) +
-                              "\n");
+  if (cell.system != System::Fsdpp) {
+    const auto config = models::from_scratch_config(cell.model.model_type, cell.model.size, cell.model.vocab_size);
+    io::write_file_atomic(config_file, config.dump(2) + "\n");
+    if (peer_shares_fsdpp_init(cell, setup)) {
+      // bench-step's --seed 0 init: init_from_scratch is what its seeded rows compute.
+      auto lm = models::build_causal_lm(config, cell.model.model_type + " " + cell.model.size);
+      models::init_from_scratch(lm, 0);
+      models::save_pretrained(lm, work_dir / "init");
+    }
+  }
   std::string command;
   for (const auto& arg : cell_command(cell, setup, record_file, config_file))
     command += (command.empty() ? "" : " ") + shell_quote(arg);

@@ -79,8 +79,16 @@ int threads_per_rank(const BenchCell& cell, const CellRunSetup& setup);
 // CUDA cells with more ranks than the machine has GPUs. nullopt: try it.
 std::optional<std::string> unavailable_reason(const BenchCell& cell, const CellRunSetup& setup);
 
+// Whether a peer cell starts from fsdpp's initial weights on fsdpp's batches, so that its
+// loss curve is the fsdpp cell's: CPU cells (the weights are written as an HF folder for
+// every repetition; on CUDA, with models of billions of parameters, that write is not
+// paid and the peers draw their own init and data).
+bool peer_shares_fsdpp_init(const BenchCell& cell, const CellRunSetup& setup);
+
 // The command line of one repetition, writing its record to `record_file`; peers read the
-// model's config.json from `model_config_file` (written by run_cell_once).
+// model's config.json from `model_config_file` (written by run_cell_once) and, where
+// peer_shares_fsdpp_init, fsdpp's initial weights from the folder "init" beside it, and
+// train on fsdpp bench-step's batches (torch_peer.py --weights DIR --fixed-batch).
 std::vector<std::string> cell_command(const BenchCell& cell, const CellRunSetup& setup,
                                       const std::filesystem::path& record_file,
                                       const std::filesystem::path& model_config_file);

@@ -143,8 +143,13 @@ nlohmann::json run_step_bench(comm::Communicator& comm, int local_rank, const St
   adam.weight_decay = 0.1;
   adam.fused = !c.per_tensor_adamw;
   auto optimizer = optim::make_adamw(sharded ? sharded->named_parameters() : named_parameter_list(*lm.module), adam);
+  // The unsharded model's parameters for clipping and counting: the optimizer's, where a
+  // tied weight is once (Module::parameters lists it under each name, which clipped the
+  // tied embedding's gradient twice and counted its norm twice).
   std::vector<at::Tensor> full_parameters;
-  if (!sharded) full_parameters = lm.module->parameters(true);
+  if (!sharded)
+    for (auto& group : optimizer->param_groups())
+      full_parameters.insert(full_parameters.end(), group.params().begin(), group.params().end());
   const bool autocast = c.unsharded && compute_dtype != at::kFloat;
   runtime::synchronize(device);
   const int64_t persistent_after_setup = runtime::device_memory(device).allocated_bytes;
@@ -204,6 +209,13 @@ nlohmann::json run_step_bench(comm::Communicator& comm, int local_rank, const St
   }
   profiler.stop_and_save();
   auto memory = runtime::device_memory(device);
+  // The logged loss of a step is the mean of the ranks' losses (each on its own batch), as
+  // the peers log theirs: one all-reduce, after the timed steps.
+  if (!losses.empty()) {
+    auto mean = torch::tensor(losses, torch::kDouble);
+    comm.all_reduce(mean, comm::ReduceOp::Avg);
+    losses.assign(mean.data_ptr<double>(), mean.data_ptr<double>() + mean.numel());
+  }
 
   const double tokens_per_step = static_cast<double>(c.batch_size * c.seq_len * comm.size());
   const double total_ms = [&] {

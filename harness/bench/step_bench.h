@@ -65,7 +65,9 @@ struct StepBenchConfig {
 // the measured steps; rank 0's, and the maximum over ranks), comm bytes per step by kind
 // with the communication thread's busy time and the part callers waited for (exposed),
 // the sleep injected into each timed step (injected_delay_ms, this rank's), which RMSNorm
-// ran (rms_norm: "fused" or "eager"; Llama only), losses,
+// ran (rms_norm: "fused" or "eager"; Llama only), losses (per timed step, the mean over
+// ranks, each rank training every step on one batch: randint(0, vocab) from a CPU
+// generator seeded seed * 1000003 + rank; torch_peer.py --fixed-batch draws the same),
 // versions and device name.
 nlohmann::json run_step_bench(comm::Communicator& comm, int local_rank, const StepBenchConfig& config);
 

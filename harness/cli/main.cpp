@@ -167,8 +167,9 @@ int main(int argc, char** argv) {
     app.parse(static_cast<int>(arg_ptrs.size()), arg_ptrs.data());
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    // Bad usage exits 2 (README, exit codes), whatever CLI11's own code for the error is.
     std::fprintf(stderr, "fsdpp: error: %s\n", e.what());
-    return results_commands.parse_error_code(e.get_exit_code());
+    return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fsdpp: error: %s\n", e.what());
     return 2;

@@ -79,10 +79,6 @@ void ResultsCommands::add_to(CLI::App& app) {
   profile_->add_option("--top", top_, "Names listed (default 30)")->check(CLI::Range(1, 100000));
 }
 
-int ResultsCommands::parse_error_code(int code) const {
-  return group_ != nullptr && group_->parsed() ? 2 : code;
-}
-
 int ResultsCommands::run_parsed() {
   if (group_ == nullptr || !group_->parsed()) return -1;
   try {

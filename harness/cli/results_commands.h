@@ -20,8 +20,6 @@ class ResultsCommands {
   void add_to(CLI::App& app);
   // The exit code of a `results` subcommand if one was parsed, or -1.
   int run_parsed();
-  // The exit code for a flag parse error: 2 when it happened inside `results`, else `code`.
-  int parse_error_code(int code) const;
 
  private:
   int validate() const;

@@ -134,8 +134,14 @@ int TrainCommand::run_parsed(const std::vector<std::string>& argv) {
   return run_distributed(argv, dist_, [&](comm::Communicator& comm, const comm::WorldSpec& world) {
     auto result = train::train(comm, config_, world.local_rank);
     if (comm.rank() == 0) {
-      std::printf("summary: %lld steps, loss %.4f -> %.4f", static_cast<long long>(result.steps), result.first_loss,
-                  result.last_loss);
+      const auto steps = static_cast<long long>(result.steps), start = static_cast<long long>(result.start_step);
+      if (start == 0)
+        std::printf("summary: %lld steps, loss %.4f -> %.4f", steps, result.first_loss, result.last_loss);
+      else if (start < steps)  // a resumed run saw only its own steps' losses
+        std::printf("summary: steps %lld-%lld of %lld (resumed after step %lld), loss %.4f -> %.4f", start + 1, steps,
+                    steps, start, result.first_loss, result.last_loss);
+      else
+        std::printf("summary: nothing to train: the checkpoint is at step %lld of %lld", start, steps);
       if (result.eval_before && result.eval_after)
         std::printf(", eval perplexity %.2f -> %.2f", result.eval_before->perplexity, result.eval_after->perplexity);
       std::printf(", %.0f tokens/s\n", result.mean_tokens_per_s);

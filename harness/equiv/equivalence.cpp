@@ -4,7 +4,9 @@
 
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <unordered_set>
@@ -12,6 +14,7 @@
 #include "core/models/tiny_transformer.h"
 #include "core/models/toy_mlp.h"
 #include "core/nn/module_hooks.h"
+#include "core/optim/grad_scaler.h"
 #include "harness/oracle/tolerance.h"
 
 namespace fsdpp::harness {
@@ -59,9 +62,34 @@ bool contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.
 using Named = std::map<std::string, torch::Tensor>;
 
 struct RunTrace {
-  std::vector<double> loss, grad_norm;
+  std::vector<double> loss, grad_norm, loss_scale;
+  std::vector<bool> stepped;
   std::map<int, Named> grads, params;
 };
+
+// GradScaler's dynamic scale, written out for the reference (torch.amp.GradScaler.update,
+// _amp_update_scale_): an fp32 scale, * 0.5 on an overflow, * 2 after growth_interval
+// clean steps in a row (kept only if finite).
+struct ReferenceLossScale {
+  float scale;
+  int64_t growth_interval, clean_steps = 0;
+
+  void update(bool found_inf) {
+    if (found_inf) {
+      scale *= 0.5f;
+      clean_steps = 0;
+    } else if (++clean_steps == growth_interval) {
+      if (std::isfinite(scale * 2.0f)) scale *= 2.0f;
+      clean_steps = 0;
+    }
+  }
+};
+
+// loss * scale in fp32 (or wider), returned in the loss's dtype, as GradScaler.scale.
+torch::Tensor times_scale(const torch::Tensor& loss, float scale) {
+  if (loss.scalar_type() == at::kDouble) return loss * static_cast<double>(scale);
+  return (loss.to(at::kFloat) * scale).to(loss.scalar_type());
+}
 
 // Rank-ordered average of `parts`, as the communicator reduces: each part cast to
 // `reduce`, summed in order (widened to fp32 for 16-bit dtypes), divided by the count,
@@ -133,7 +161,11 @@ RunTrace run_reference(const EquivModel& model, const EquivConfig& c, int world)
   auto compute_named = unique_parameters(*compute);
   const auto reduce = mp.reduce_dtype.value_or(mp.param_dtype.value_or(at::kFloat));
   auto checked = compare_steps(c);
+  const auto& scaling = c.loss_scaling;
+  ReferenceLossScale loss_scale{static_cast<float>(scaling.init_scale), scaling.growth_interval};
   for (int step = 0; step < c.steps; ++step) {
+    const float scale = scaling.enabled ? loss_scale.scale : 1.0f;
+    auto backward = [&](const torch::Tensor& loss) { (scaling.enabled ? times_scale(loss, scale) : loss).backward(); };
     opt.zero_grad();
     if (cast) {
       torch::NoGradGuard no_grad;
@@ -149,7 +181,7 @@ RunTrace run_reference(const EquivModel& model, const EquivConfig& c, int world)
       for (int r = 0; r < world; ++r) {
         auto loss = model.loss(*compute, on_device(model.batch(step, r), c.device));
         loss_value += loss.item<double>() / world;
-        loss.backward();
+        backward(loss);
         for (size_t i = 0; i < named.size(); ++i) {
           auto& g = compute_named[i].second.mutable_grad();
           if (g.defined()) per_rank[i].push_back(g);
@@ -165,7 +197,7 @@ RunTrace run_reference(const EquivModel& model, const EquivConfig& c, int world)
       for (int i = 0; i < world * c.grad_accum; ++i) parts.push_back(model.batch(step, i));
       auto loss = model.loss(*compute, on_device(model.concat(parts), c.device));
       loss_value = loss.item<double>();
-      loss.backward();
+      backward(loss);
       if (cast) {
         torch::NoGradGuard no_grad;
         for (size_t i = 0; i < named.size(); ++i)
@@ -173,13 +205,25 @@ RunTrace run_reference(const EquivModel& model, const EquivConfig& c, int world)
             params[i].mutable_grad() = compute_named[i].second.grad().to(reduce).to(at::kFloat);
       }
     }
+    bool found_inf = scaling.enabled && step == scaling.overflow_step;
+    if (scaling.enabled) {
+      torch::NoGradGuard no_grad;
+      for (auto& p : params)
+        if (p.grad().defined()) {
+          found_inf = found_inf || !torch::isfinite(p.grad()).all().item<bool>();
+          p.mutable_grad().mul_(1.0f / scale);
+        }
+    }
     if (contains(checked, step))
       for (auto& [n, p] : named) trace.grads[step][n] = on_cpu(p.grad());
     double max_norm = c.clip_max_norm > 0 ? c.clip_max_norm : std::numeric_limits<double>::infinity();
     double norm = torch::nn::utils::clip_grad_norm_(params, max_norm, c.norm_type);
-    opt.step();
+    if (!found_inf) opt.step();
+    if (scaling.enabled) loss_scale.update(found_inf);
     trace.loss.push_back(loss_value);
     trace.grad_norm.push_back(norm);
+    trace.loss_scale.push_back(scale);
+    trace.stepped.push_back(!found_inf);
     if (contains(checked, step))
       for (auto& [n, p] : named) trace.params[step][n] = on_cpu(p);
   }
@@ -192,7 +236,16 @@ RunTrace run_sharded(comm::Communicator& comm, const EquivModel& model, const Eq
   auto net = model.build(c.seed);
   net->to(c.device);
   auto sharded = fsdp::ShardedModel::create(net, comm, c.fsdp, model.wrap);
-  torch::optim::AdamW opt(sharded->parameters(), adamw_options(c));
+  auto params = sharded->parameters();
+  torch::optim::AdamW opt(params, adamw_options(c));
+  const auto& scaling = c.loss_scaling;
+  std::optional<optim::ShardedGradScaler> scaler;
+  if (scaling.enabled) {
+    optim::GradScalerOptions o;
+    o.init_scale = scaling.init_scale;
+    o.growth_interval = scaling.growth_interval;
+    scaler.emplace(o, &comm);
+  }
   auto checked = compare_steps(c);
   const int n = comm.size(), k_steps = c.grad_accum;
   for (int step = 0; step < c.steps; ++step) {
@@ -202,7 +255,13 @@ RunTrace run_sharded(comm::Communicator& comm, const EquivModel& model, const Eq
       sharded->set_requires_gradient_sync(!c.accumulate_without_sync || k == k_steps - 1);
       auto loss = model.loss(*net, on_device(model.batch(step, static_cast<int64_t>(k) * n + comm.rank()), c.device));
       local += loss.item<double>() / k_steps;
-      (k_steps > 1 ? loss / k_steps : loss).backward();
+      auto part = k_steps > 1 ? loss / k_steps : loss;
+      (scaler ? scaler->scale(part) : part).backward();
+    }
+    const double scale_used = scaler ? scaler->current_scale() : 1.0;
+    if (scaler) {
+      if (step == scaling.overflow_step && comm.rank() == scaling.overflow_rank) inject_overflow(params);
+      scaler->unscale(params);
     }
     auto global = torch::tensor({local}, torch::kDouble);
     comm.all_reduce(global, comm::ReduceOp::Avg);
@@ -210,9 +269,17 @@ RunTrace run_sharded(comm::Communicator& comm, const EquivModel& model, const Eq
       for (auto& [name, g] : sharded->gather_full_gradients()) trace.grads[step][name] = on_cpu(g);
     double norm = c.clip_max_norm > 0 ? sharded->clip_grad_norm(c.clip_max_norm, c.norm_type)
                                       : sharded->grad_norm(c.norm_type);
-    opt.step();
+    bool stepped = true;
+    if (scaler) {
+      stepped = scaler->step(opt, params);
+      scaler->update();
+    } else {
+      opt.step();
+    }
     trace.loss.push_back(global.item<double>());
     trace.grad_norm.push_back(norm);
+    trace.loss_scale.push_back(scale_used);
+    trace.stepped.push_back(stepped);
     if (contains(checked, step))
       for (auto& [name, p] : sharded->gather_full_parameters()) trace.params[step][name] = on_cpu(p);
   }
@@ -298,6 +365,15 @@ EquivModel equiv_case(const std::string& name) {
   throw std::invalid_argument("unknown model '" + name + "': expected toy_mlp or tiny_transformer");
 }
 
+void inject_overflow(const std::vector<torch::Tensor>& params) {
+  for (const auto& p : params)
+    if (p.grad().defined() && p.grad().numel() > 0) {
+      p.grad().view({-1})[0].fill_(std::numeric_limits<float>::infinity());
+      return;
+    }
+  throw std::logic_error("inject_overflow: this rank holds no gradient to overflow");
+}
+
 EquivReport run_equivalence(comm::Communicator& comm, const EquivModel& model, const EquivConfig& c) {
   if (c.deterministic && c.grad_accum != 1)
     throw std::invalid_argument("equivalence: deterministic mode compares against N micro-batches; grad_accum must be 1");
@@ -314,19 +390,28 @@ EquivReport run_equivalence(comm::Communicator& comm, const EquivModel& model, c
     s.step = step;
     s.loss = sharded.loss[step];
     s.grad_norm = sharded.grad_norm[step];
+    s.loss_scale = sharded.loss_scale[step];
+    s.stepped = sharded.stepped[step];
     if (comm.rank() == 0) {
       s.ref_loss = ref.loss[step];
       s.ref_grad_norm = ref.grad_norm[step];
+      s.ref_loss_scale = ref.loss_scale[step];
+      s.ref_stepped = ref.stepped[step];
       // Deterministic runs do the same arithmetic (bitwise); otherwise the compute dtype's
-      // tolerance applies (fp32, or bf16/fp16 under a mixed-precision policy).
+      // tolerance applies (fp32, or bf16/fp16 under a mixed-precision policy). The norm of
+      // an overflowed gradient (a skipped step) is not compared: only one side holds the inf.
       const auto dtype = c.deterministic ? at::kFloat : c.fsdp.mixed_precision.param_dtype.value_or(at::kFloat);
-      s.ok = scalar_close(s.loss, s.ref_loss, dtype) && scalar_close(s.grad_norm, s.ref_grad_norm, dtype);
+      const bool norms_close = !s.stepped || scalar_close(s.grad_norm, s.ref_grad_norm, dtype);
+      s.ok = scalar_close(s.loss, s.ref_loss, dtype) && norms_close && s.loss_scale == s.ref_loss_scale &&
+             s.stepped == s.ref_stepped;
     }
     report.steps.push_back(s);
   }
   if (comm.rank() == 0)
     for (int step : compare_steps(c)) {
-      compare_named(report, "grad", step, ref.grads[step], sharded.grads[step], c.deterministic);
+      // The injected inf is in the sharded run's gradient only; the parameters still compare.
+      if (step != c.loss_scaling.overflow_step || !c.loss_scaling.enabled)
+        compare_named(report, "grad", step, ref.grads[step], sharded.grads[step], c.deterministic);
       compare_named(report, "param", step, ref.params[step], sharded.params[step], c.deterministic);
     }
   return report;
@@ -350,8 +435,9 @@ std::string EquivReport::table() const {
                 "grad_norm", "ok");
   os << line;
   for (const auto& s : steps) {
-    std::snprintf(line, sizeof(line), "%4d %14.8f %14.8f %14.8f %14.8f %s\n", s.step, s.ref_loss, s.loss,
-                  s.ref_grad_norm, s.grad_norm, s.ok ? "yes" : "NO");
+    std::snprintf(line, sizeof(line), "%4d %14.8f %14.8f %14.8f %14.8f %s%s\n", s.step, s.ref_loss, s.loss,
+                  s.ref_grad_norm, s.grad_norm, s.ok ? "yes" : "NO",
+                  s.stepped && s.ref_stepped ? "" : (s.stepped == s.ref_stepped ? " (skipped)" : " (skipped on one side)"));
     os << line;
   }
   double worst_abs = 0;

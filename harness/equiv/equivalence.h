@@ -63,11 +63,28 @@ struct EquivConfig {
   // unsharded model on the same device). Records are compared on the CPU.
   at::Device device = at::kCPU;
   std::vector<int> compare_full_at;      // steps whose grads and params are compared; default first and last
+  // Dynamic loss scaling (fp16). The sharded run steps through ShardedGradScaler; the
+  // reference applies GradScaler's rules by hand: loss * scale, gradients * (1/scale) in
+  // fp32, no optimizer step where a gradient is not finite, scale * backoff there and
+  // * growth after growth_interval clean steps. Power-of-two scales keep both bitwise.
+  struct LossScaling {
+    bool enabled = false;
+    double init_scale = 65536.0;
+    int64_t growth_interval = 2000;
+    // Injected overflow: after backward at this step, one element of this rank's first
+    // non-empty gradient shard becomes inf (the reference treats that step as overflowed).
+    int overflow_step = -1;
+    int overflow_rank = 0;
+  } loss_scaling;
 };
 
 struct StepRecord {
   int step = 0;
   double ref_loss = 0, loss = 0, ref_grad_norm = 0, grad_norm = 0;
+  // Under loss scaling: the scale this step's loss was multiplied by, and whether the
+  // optimizer stepped (an overflow skips it). Without it: 1 and true.
+  double ref_loss_scale = 1, loss_scale = 1;
+  bool ref_stepped = true, stepped = true;
   bool ok = false;
 };
 
@@ -93,6 +110,10 @@ struct EquivReport {
   std::string table() const;
   nlohmann::json to_json() const;  // format "fsdpp.equiv", version 1
 };
+
+// Sets one element of this rank's first non-empty gradient to inf (an injected fp16
+// overflow). Throws std::logic_error if no gradient holds an element.
+void inject_overflow(const std::vector<torch::Tensor>& params);
 
 // Collective over `comm`. The returned report holds the comparison on rank 0; on other
 // ranks it holds only their own sharded-run numbers.

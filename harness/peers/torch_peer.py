@@ -934,6 +934,9 @@ def parse_args(argv):
     p.add_argument("--tokens-dtype", choices=["auto", "uint16", "uint32", "int32"], default="auto",
                    help="element type of raw token files (fsdpp and llm.c files are recognised by their magic)")
     p.add_argument("--no-shuffle", action="store_true", help="windows in file order (fsdpp's --no-shuffle)")
+    p.add_argument("--fixed-batch", action="store_true",
+                   help="train every step on one batch per rank drawn as fsdpp bench-step draws it (with --weights "
+                        "from fsdpp's init, the same run as fsdpp's bench cell)")
     p.add_argument("--batch-size", type=int, default=8, help="windows per rank per step")
     p.add_argument("--seq-len", type=int, default=0, help="tokens per window (default: the model's positions)")
     p.add_argument("--steps", type=int, default=10, help="measured steps")
@@ -982,6 +985,8 @@ def parse_args(argv):
             p.error("--%s must be >= 0" % name.replace("_", "-"))
     if a.model_config is None and a.weights is None:
         p.error("give --model-config (and/or --weights from an HF folder with config.json)")
+    if a.fixed_batch and a.tokens:
+        p.error("--fixed-batch draws its own tokens: drop --tokens %s" % a.tokens)
     if a.device is None:
         a.device = "cuda" if torch.cuda.is_available() else "cpu"
     return a
@@ -1164,6 +1169,15 @@ def prepare_model(args, c, device):
     return model
 
 
+def bench_step_batch(seed, rank, batch_size, seq_len, vocab):
+    """The batch fsdpp bench-step trains on every step (harness/bench/step_bench.cpp): one
+    [batch, seq_len + 1] draw of randint(0, vocab) from a CPU generator seeded
+    seed * 1000003 + rank, split into inputs and next-token targets."""
+    g = torch.Generator().manual_seed(seed * 1000003 + rank)
+    tokens = torch.randint(0, vocab, (batch_size, seq_len + 1), generator=g, dtype=torch.int64)
+    return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+
+
 def seq_len_for(args, c):
     t = args.seq_len or c["max_positions"]
     if t > c["max_positions"]:
@@ -1327,8 +1341,11 @@ def run_train(args, c):
 
     seq_len = seq_len_for(args, c)
     total_steps = args.warmup + args.steps
-    data = open_tokens(args, c, seq_len, total_steps * args.batch_size * world)
-    sampler = Sampler(data.num_windows(seq_len), args.batch_size, world, rank, not args.no_shuffle, args.seed)
+    if args.fixed_batch:
+        data, fixed = None, bench_step_batch(args.seed, rank, args.batch_size, seq_len, c["vocab_size"])
+    else:
+        data = open_tokens(args, c, seq_len, total_steps * args.batch_size * world)
+        sampler = Sampler(data.num_windows(seq_len), args.batch_size, world, rank, not args.no_shuffle, args.seed)
 
     model = prepare_model(args, c, device)
     params_count = sum(p.numel() for _, p in unique_parameters(model))
@@ -1413,11 +1430,14 @@ def run_train(args, c):
             t_start = time.perf_counter()
         with torch.profiler.record_function(STEP_SCOPE):
             t0 = time.perf_counter()
-            xs, ys = data.windows(sampler.step_windows(step), seq_len)
-            check_vocab(xs, c["vocab_size"], data.source)
-            check_vocab(ys, c["vocab_size"], data.source)
-            x = torch.from_numpy(xs).to(device, non_blocking=True)
-            y = torch.from_numpy(ys).to(device, non_blocking=True)
+            if data is None:
+                x, y = fixed[0].to(device), fixed[1].to(device)
+            else:
+                xs, ys = data.windows(sampler.step_windows(step), seq_len)
+                check_vocab(xs, c["vocab_size"], data.source)
+                check_vocab(ys, c["vocab_size"], data.source)
+                x = torch.from_numpy(xs).to(device, non_blocking=True)
+                y = torch.from_numpy(ys).to(device, non_blocking=True)
             loss = compute_loss(x, y)
             loss.backward()
             norm = grad_norm_and_clip(params, args.grad_clip, sharded_group, device)
@@ -1494,8 +1514,10 @@ def run_train(args, c):
             "precision": precision, "attention": "sdpa" if HAS_SDPA else "explicit masked softmax",
             "activation_checkpointing": args.activation_checkpointing,
             "tf32_matmul": bool(device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32),
-            "data": {"tokens": data.source, "num_tokens": data.num_tokens,
-                     "windows": data.num_windows(seq_len), "shuffle": not args.no_shuffle},
+            "data": ({"tokens": "fixed batch per rank (fsdpp bench-step's)", "num_tokens": args.batch_size * (seq_len + 1),
+                      "windows": args.batch_size, "shuffle": False} if data is None else
+                     {"tokens": data.source, "num_tokens": data.num_tokens,
+                      "windows": data.num_windows(seq_len), "shuffle": not args.no_shuffle}),
             "step_ms": step_ms,
             "step_ms_mean": sum(step_ms) / len(step_ms),
             "step_ms_median": (sorted_ms[len(sorted_ms) // 2] + sorted_ms[(len(sorted_ms) - 1) // 2]) / 2,

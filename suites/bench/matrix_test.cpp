@@ -290,6 +290,10 @@ TEST(CellCommand, PeersRunTorchPeerWithTheSameShapeAndThreadBudget) {
   EXPECT_EQ(flag_value(ddp, "--seq-len"), "128");
   EXPECT_EQ(flag_value(ddp, "--model-config"), "c.json");
   EXPECT_FALSE(has_flag(ddp, "--inject-delay-pct"));
+  // On the CPU the peers start from fsdpp's init (an HF folder beside the config) and train
+  // on bench-step's batches; on CUDA they draw their own.
+  EXPECT_EQ(flag_value(ddp, "--weights"), "init");
+  EXPECT_TRUE(has_flag(ddp, "--fixed-batch"));
   auto single = cell_command(single_peer_cell(ref(), "bf16", 16, true), setup, "r.json", "c.json");
   EXPECT_EQ(flag_value(single, "--mode"), "single");
   EXPECT_FALSE(has_flag(single, "--nproc"));
@@ -302,6 +306,8 @@ TEST(CellCommand, PeersRunTorchPeerWithTheSameShapeAndThreadBudget) {
   for (auto system : {System::PytorchFsdp2, System::PytorchSingle}) {
     auto on_gpu = cell_command(peer_cell(system, ref(), "bf16", 1, false), setup, "r.json", "c.json");
     EXPECT_EQ(flag_value(on_gpu, "--adam-impl"), "fused");  // as fsdpp's FusedAdamW on CUDA
+    EXPECT_FALSE(has_flag(on_gpu, "--weights"));
+    EXPECT_FALSE(has_flag(on_gpu, "--fixed-batch"));
   }
 }
 
@@ -498,6 +504,37 @@ TEST_F(DocumentCells, Fsdp2OnTheSameRanksGivesTokensAndPeakMemoryRatios) {
   EXPECT_DOUBLE_EQ(value(c, "peak_bytes_ratio_vs_pytorch_fsdp2"), 9.5e8 / 7.0e8);  // larger repetition / larger rank
   EXPECT_EQ(c["metrics"]["peak_bytes_ratio_vs_pytorch_fsdp2"]["better"], "lower");
   EXPECT_TRUE(cell_with_id(cells, base.id())["metrics"]["tokens_per_s_ratio_vs_pytorch_fsdp2"]["value"].is_null());
+}
+
+// Loss curves: a peer that started from fsdpp's init on its batches (its record's
+// config has weights and fixed_batch) on the same ranks gets compared step by step.
+RepetitionResult with_losses(RepetitionResult r, std::vector<double> losses, bool started_as_fsdpp) {
+  r.record["losses"] = losses;
+  if (started_as_fsdpp) {
+    r.record["config"]["weights"] = "work/init";
+    r.record["config"]["fixed_batch"] = true;
+  }
+  return r;
+}
+
+TEST_F(DocumentCells, LossCurvesOfPeersThatStartedAsFsdppAreComparedStepByStep) {
+  auto fsdp2 = peer_cell(System::PytorchFsdp2, ref(), "fp32", 2, false);
+  outcomes[0].repetitions[0] = with_losses(outcomes[0].repetitions[0], {10.5, 10.25, 10.0, 9.75, 9.5}, false);
+  outcomes[0].repetitions[1] = with_losses(outcomes[0].repetitions[1], {10.5, 10.25, 10.0, 9.75, 9.5}, false);
+  outcomes.push_back(outcome(fsdp2, {with_losses(peer_repetition({50, 50, 50, 50, 50}), {10.5, 10.25, 10.0, 9.75, 9.5 + 2e-6}, true),
+                                     with_losses(peer_repetition({50, 50, 50, 50, 50}), {10.5, 10.25 - 3e-6, 10.0, 9.75, 9.5}, true)}));
+  // The DDP peer drew its own init and data: no comparison, though it logged losses.
+  outcomes[3].repetitions[0] = with_losses(outcomes[3].repetitions[0], {11, 11, 11, 11, 11}, false);
+  outcomes[3].repetitions[1] = with_losses(outcomes[3].repetitions[1], {11, 11, 11, 11, 11}, false);
+  auto cells = results_cells(outcomes);
+  const auto& c = cell_with_id(cells, fs.id());
+  EXPECT_NEAR(value(c, "loss_max_abs_diff_vs_pytorch_fsdp2"), 3e-6, 1e-12);
+  EXPECT_EQ(c["metrics"]["loss_max_abs_diff_vs_pytorch_fsdp2"]["unit"], "nats");
+  EXPECT_TRUE(c["metrics"]["loss_max_abs_diff_vs_pytorch_ddp"]["value"].is_null());
+  EXPECT_TRUE(c["metrics"]["loss_max_abs_diff_vs_pytorch_single"]["value"].is_null()) << "another batch shape";
+  EXPECT_EQ(c["samples"]["loss"]["values"].size(), 10u);
+  EXPECT_EQ(cell_with_id(cells, fsdp2.id())["config"]["started_as_fsdpp"], true);
+  EXPECT_EQ(cell_with_id(cells, ddp.id())["config"]["started_as_fsdpp"], false);
 }
 
 TEST_F(DocumentCells, MemoryAndCommunicationComeFromTheRecords) {

@@ -8,6 +8,8 @@
 // dtype and (N-1)/N * sum_u P_u reduce-scatter elements in the reduce dtype (fp32).
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <set>
@@ -165,6 +167,45 @@ TEST(SmokeDocument, EveryOkFsdppCellHasEveryMetric) {
       EXPECT_EQ(metric_is_number(c, std::string("tokens_per_s_ratio_vs_") + peer), peers_ok.count(peer) == 1) << peer;
   }
   EXPECT_GE(checked, 10);
+}
+
+// Same initial weights, same batches, same AdamW: on the CPU every peer starts as fsdpp
+// (cell_run.h peer_shares_fsdpp_init), so an fp32 fsdpp cell and a peer on the same ranks
+// must log the same loss at every timed step, within torch.testing.assert_close's fp32
+// defaults (rtol 1.3e-6, atol 1e-5), in the same run. The FULL_SHARD cell against FSDP2
+// is the comparison that must be there.
+TEST(SmokeDocument, Fp32CellsAndPeersThatStartedAsFsdppLogTheSameLossCurve) {
+  REQUIRE_DOCUMENT();
+  if (doc["cells"][0]["config"]["device"] != "cpu") GTEST_SKIP() << "a CUDA document: the peers drew their own init";
+  const auto cells = smoke_cells_by_id();
+  int compared = 0, full_shard_vs_fsdp2 = 0;
+  for (const auto& c : doc["cells"]) {
+    if (c["system"] != "fsdpp" || c["status"] != "ok" || c["config"]["mixed_precision"] != "fp32") continue;
+    const BenchCell& cell = cells.at(c["id"]);
+    for (const auto& [peer_id, peer] : cells) {
+      const json* p = find_cell(doc, peer_id);
+      if (peer.system == System::Fsdpp || !peer_matches(peer, cell) || !is_ok(p) ||
+          peer.world_size != cell.world_size || peer.batch_per_rank != cell.batch_per_rank)
+        continue;
+      SCOPED_TRACE(c["id"].get<std::string>() + " vs " + peer_id);
+      ASSERT_EQ((*p)["config"]["started_as_fsdpp"], true);
+      const auto ours = c["samples"]["loss"]["values"].get<std::vector<double>>();
+      const auto theirs = (*p)["samples"]["loss"]["values"].get<std::vector<double>>();
+      ASSERT_EQ(ours.size(), theirs.size());
+      ASSERT_FALSE(ours.empty());
+      double worst = 0;
+      for (size_t i = 0; i < ours.size(); ++i) {
+        EXPECT_LE(std::abs(ours[i] - theirs[i]), 1e-5 + 1.3e-6 * std::abs(theirs[i]))
+            << "timed step " << i << ": " << ours[i] << " vs " << theirs[i];
+        worst = std::max(worst, std::abs(ours[i] - theirs[i]));
+      }
+      EXPECT_DOUBLE_EQ(metric(c, std::string("loss_max_abs_diff_vs_") + to_string(peer.system)), worst);
+      ++compared;
+      full_shard_vs_fsdp2 += peer.system == System::PytorchFsdp2 && cell.strategy == "full_shard";
+    }
+  }
+  EXPECT_GE(full_shard_vs_fsdp2, 1);
+  std::printf("loss curves compared: %d fsdpp/peer pairs\n", compared);
 }
 
 TEST(SmokeDocument, Fp16CellsAreUnavailableExactlyWhereTheCpuHasNoFp16Kernels) {

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -336,6 +337,11 @@ TEST_P(Resume, AKilledRunRerunWithTheSameCommandContinuesBitwise) {
   std::vector<double> resumed_losses;
   for (const auto& [step, loss] : by_step) resumed_losses.push_back(loss);
   EXPECT_EQ(resumed_losses, straight.losses());
+  // Its summary names the steps it ran and their losses (it never saw step 1's).
+  char summary[160];
+  std::snprintf(summary, sizeof(summary), "summary: steps 4-6 of 6 (resumed after step 3), loss %.4f -> %.4f",
+                by_step.at(4), by_step.at(6));
+  EXPECT_THAT(resumed.output, HasSubstr(summary));
   // The scale doubles every 2 clean steps (2^16 -> 2^19 by step 6): the growth tracker restored.
   EXPECT_EQ(straight.train.back()["loss_scale"].get<double>(), 65536.0 * 8);
   EXPECT_EQ(resumed.train.back()["loss_scale"], straight.train.back()["loss_scale"]);
