@@ -174,6 +174,7 @@ CheckpointIndex CheckpointIndex::from_json(const json& root, const fs::path& pat
     index.files[name] = file;
   }
 
+  int64_t total_bytes = 0;  // a reader sizes buffers and sums sizes in int64: both must fit
   for (const auto& [name, value] : top.object("tensors").items()) {
     Fields t(value, "tensor '" + name + "'", path);
     t.only({"dtype", "shape", "pieces"});
@@ -189,6 +190,11 @@ CheckpointIndex CheckpointIndex::from_json(const json& root, const fs::path& pat
       if (!d.is_number_integer() || d.get<int64_t>() < 0) t.fail("shape " + shape.dump() + " is not all integers >= 0");
       entry.shape.push_back(d.get<int64_t>());
     }
+    int64_t bytes = static_cast<int64_t>(c10::elementSize(entry.dtype));
+    for (int64_t d : entry.shape)
+      if (__builtin_mul_overflow(bytes, d, &bytes)) t.fail("shape " + shape.dump() + " holds more than 2^63 bytes");
+    if (__builtin_add_overflow(total_bytes, bytes, &total_bytes))
+      t.fail("takes the checkpoint's tensors past 2^63 bytes in all");
     const json& pieces = t.at("pieces");
     if (!pieces.is_array()) t.fail("pieces is " + pieces.dump() + ", expected an array");
     int64_t covered = 0;

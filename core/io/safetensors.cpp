@@ -116,12 +116,22 @@ const char* dtype_name_of(at::ScalarType type) {
 
 // nlohmann keeps the last of duplicate keys silently; the spec forbids duplicates ("Duplicate
 // keys are disallowed"), so the parser callback records the first one it sees, at any depth.
-// Throws json::parse_error for malformed text.
+// It also drops, and flags in *too_deep, arrays and objects nested deeper than the reference
+// reader's JSON parser allows (serde_json's recursion limit, 128): nlohmann parses any depth,
+// but printing or copying the result recurses once per level and a crafted header would
+// overflow the stack. Throws json::parse_error for malformed text.
 // Json is nlohmann::json or nlohmann::ordered_json (which keeps the file's key order).
+constexpr int kMaxJsonDepth = 128;
+
 template <typename Json>
-Json parse_rejecting_duplicates(const std::string& text, std::string* duplicate_key) {
+Json parse_rejecting_duplicates(const std::string& text, std::string* duplicate_key, bool* too_deep) {
   std::vector<std::set<std::string>> open_objects;
-  auto callback = [&](int /*depth*/, typename Json::parse_event_t event, Json& parsed) {
+  auto callback = [&](int depth, typename Json::parse_event_t event, Json& parsed) {
+    const bool opens = event == Json::parse_event_t::object_start || event == Json::parse_event_t::array_start;
+    if (opens && depth > kMaxJsonDepth) {
+      *too_deep = true;
+      return false;  // the value is parsed but not kept
+    }
     if (event == Json::parse_event_t::object_start) {
       open_objects.emplace_back();
     } else if (event == Json::parse_event_t::object_end) {
@@ -262,11 +272,14 @@ SafetensorsFile SafetensorsFile::open(const fs::path& path) {
   // Key order is kept so that tensors sharing an offset (empty ones) list in header order.
   nlohmann::ordered_json root;
   std::string duplicate;
+  bool too_deep = false;
   try {
-    root = parse_rejecting_duplicates<nlohmann::ordered_json>(header, &duplicate);
+    root = parse_rejecting_duplicates<nlohmann::ordered_json>(header, &duplicate, &too_deep);
   } catch (const nlohmann::ordered_json::exception& e) {
     fail_file(path, "header is not valid JSON (header starts at file byte 8): " + std::string(e.what()));
   }
+  if (too_deep)
+    fail_file(path, "header nests JSON deeper than " + std::to_string(kMaxJsonDepth) + " levels (the reference reader's limit)");
   if (!duplicate.empty()) fail_file(path, "header has duplicate key " + in_quotes(duplicate));
   if (!root.is_object()) fail_file(path, "header is not a JSON object");
 
@@ -560,11 +573,13 @@ SafetensorsIndex SafetensorsIndex::open(const fs::path& path) {
 
   json root;
   std::string duplicate;
+  bool too_deep = false;
   try {
-    root = parse_rejecting_duplicates<json>(read_text_file(index_path), &duplicate);
+    root = parse_rejecting_duplicates<json>(read_text_file(index_path), &duplicate, &too_deep);
   } catch (const json::exception& e) {
     fail_index(index_path, "not valid JSON: " + std::string(e.what()));
   }
+  if (too_deep) fail_index(index_path, "nests JSON deeper than " + std::to_string(kMaxJsonDepth) + " levels");
   if (!duplicate.empty()) fail_index(index_path, "duplicate key " + in_quotes(duplicate));
   if (!root.is_object()) fail_index(index_path, "top level is not a JSON object");
   if (!root.contains("weight_map") || !root["weight_map"].is_object())

@@ -1,5 +1,6 @@
 #include "core/io/yaml_json.h"
 
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <regex>
 #include <sstream>
 #include <stdexcept>
+#include <vector>
 
 namespace fsdpp::io {
 
@@ -46,8 +48,45 @@ Json resolve_plain(const std::string& s) {
   return s;
 }
 
+// One text's conversion. Aliases share their anchor's node, so a few bytes can stand for
+// exponentially many values ("billion laughs"), or for an infinite tree through an alias to
+// a node that contains it: both are refused, with a budget of values that no alias-free
+// text reaches (each value takes a byte of text, or two values one: "{a}") and a check
+// against the sequences and maps being converted.
+struct Conversion {
+  static constexpr size_t kAliasValues = size_t{1} << 16;
+  Conversion(const std::string& text, const std::string& source_name)
+      : source(source_name), values_left(2 * text.size() + kAliasValues) {}
+  const std::string& source;
+  size_t values_left;
+  std::vector<YAML::Node> open;  // sequences and maps being converted, outermost first
+};
+
+// Marks `node` as being converted for the lifetime of this object.
+class OpenNode {
+ public:
+  OpenNode(Conversion& c, const YAML::Node& node) : c_(c) {
+    for (const auto& outer : c_.open)
+      if (outer.is(node))
+        throw std::invalid_argument(where(c_.source, node.Mark()) +
+                                    ": an alias refers to a node that contains it (expected a finite document)");
+    c_.open.push_back(node);
+  }
+  ~OpenNode() { c_.open.pop_back(); }
+  OpenNode(const OpenNode&) = delete;
+  OpenNode& operator=(const OpenNode&) = delete;
+
+ private:
+  Conversion& c_;
+};
+
 template <class Json>
-Json convert(const YAML::Node& node, const std::string& source) {
+Json convert(const YAML::Node& node, Conversion& c) {
+  const std::string& source = c.source;
+  if (c.values_left-- == 0)
+    throw std::invalid_argument(where(source, node.Mark()) + ": aliases expand to more than " +
+                                std::to_string(Conversion::kAliasValues) +
+                                " values beyond the text's own (expected aliases that repeat a few nodes)");
   switch (node.Type()) {
     case YAML::NodeType::Undefined:
     case YAML::NodeType::Null:
@@ -56,11 +95,13 @@ Json convert(const YAML::Node& node, const std::string& source) {
       // yaml-cpp tags plain scalars "?" and quoted / block scalars "!".
       return node.Tag() == "?" ? resolve_plain<Json>(node.Scalar()) : Json(node.Scalar());
     case YAML::NodeType::Sequence: {
+      OpenNode open(c, node);
       Json out = Json::array();
-      for (const auto& item : node) out.push_back(convert<Json>(item, source));
+      for (const auto& item : node) out.push_back(convert<Json>(item, c));
       return out;
     }
     case YAML::NodeType::Map: {
+      OpenNode open(c, node);
       Json out = Json::object();
       for (const auto& kv : node) {
         if (!kv.first.IsScalar())
@@ -68,7 +109,7 @@ Json convert(const YAML::Node& node, const std::string& source) {
         const std::string& key = kv.first.Scalar();
         if (out.contains(key))
           throw std::invalid_argument(where(source, kv.first.Mark()) + ": duplicate key '" + key + "'");
-        out[key] = convert<Json>(kv.second, source);
+        out[key] = convert<Json>(kv.second, c);
       }
       return out;
     }
@@ -76,20 +117,79 @@ Json convert(const YAML::Node& node, const std::string& source) {
   return nullptr;
 }
 
+// Counts documents with yaml-cpp's parser alone (events dropped): for a document start
+// that no "---" or "..." allows, yaml-cpp 0.7's LoadAll never returns. On `"",` the stray
+// ',' begins an empty document again and again, each one kept, until memory runs out.
+class DocumentCounter : public YAML::EventHandler {
+ public:
+  void OnDocumentStart(const YAML::Mark& mark) override {
+    ++documents;
+    last_start = mark;
+  }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+
+  size_t documents = 0;
+  YAML::Mark last_start;
+};
+
 std::vector<YAML::Node> load_all(const std::string& text, const std::string& source) {
   try {
+    // Every document after the first follows a "---" or a "...".
+    size_t markers = 0;
+    for (const char* marker : {"---", "..."})
+      for (size_t at = text.find(marker); at != std::string::npos; at = text.find(marker, at + 3)) ++markers;
+    std::istringstream stream(text);
+    YAML::Parser parser(stream);
+    DocumentCounter counter;
+    while (parser.HandleNextDocument(counter))
+      if (counter.documents > markers + 1)
+        throw std::invalid_argument(where(source, counter.last_start) +
+                                    ": invalid YAML: text after a document that starts no new one (expected '---' "
+                                    "before each document after the first)");
     return YAML::LoadAll(text);
   } catch (const YAML::Exception& e) {
     throw std::invalid_argument(where(source, e.mark) + ": invalid YAML: " + e.msg);
   }
 }
 
+// Deepest nesting of arrays and objects in JSON text; brackets inside strings do not count.
+size_t json_nesting_depth(const std::string& text) {
+  size_t depth = 0, deepest = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+// nlohmann parses any depth, but copying, printing or walking the value recurses once per
+// level: a crafted file would overflow the stack. No real document comes near this.
+constexpr size_t kMaxJsonDepth = 512;
+
 }  // namespace
 
 template <class Json>
 Json yaml_documents_to_json(const std::string& text, const std::string& source) {
   Json out = Json::array();
-  for (const auto& doc : load_all(text, source)) out.push_back(convert<Json>(doc, source));
+  Conversion conversion(text, source);
+  for (const auto& doc : load_all(text, source)) out.push_back(convert<Json>(doc, conversion));
   return out;
 }
 
@@ -98,11 +198,15 @@ Json yaml_to_json(const std::string& text, const std::string& source) {
   const auto docs = load_all(text, source);
   if (docs.size() > 1)
     throw std::invalid_argument(where(source, docs[1].Mark()) + ": a second YAML document (expected one)");
-  return docs.empty() ? Json(nullptr) : convert<Json>(docs[0], source);
+  Conversion conversion(text, source);
+  return docs.empty() ? Json(nullptr) : convert<Json>(docs[0], conversion);
 }
 
 template <class Json>
 Json parse_json_text(const std::string& text, const std::string& source) {
+  if (json_nesting_depth(text) > kMaxJsonDepth)
+    throw std::invalid_argument(source + ": invalid JSON: arrays and objects nested deeper than " +
+                                std::to_string(kMaxJsonDepth) + " levels");
   try {
     return Json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {

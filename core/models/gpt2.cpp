@@ -20,6 +20,8 @@ Gpt2Config Gpt2Config::from_json(const nlohmann::json& json, const std::string& 
   auto activation = r.text("activation_function", "gelu_new");
   if (activation != "gelu_new")
     throw std::invalid_argument(source + ": activation_function '" + activation + "' is not supported (gelu_new)");
+  if (c.n_head < 1)
+    throw std::invalid_argument(source + ": n_head is " + std::to_string(c.n_head) + ", expected at least 1");
   if (c.n_embd % c.n_head != 0)
     throw std::invalid_argument(source + ": n_embd " + std::to_string(c.n_embd) + " is not a multiple of n_head " +
                                 std::to_string(c.n_head));

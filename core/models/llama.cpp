@@ -85,6 +85,10 @@ LlamaConfig LlamaConfig::from_json(const nlohmann::json& json, const std::string
   if (activation != "silu")
     throw std::invalid_argument(source + ": hidden_act '" + activation + "' is not supported (silu)");
   read_rope(json, source, c);
+  if (c.num_attention_heads < 1 || c.num_key_value_heads < 1)
+    throw std::invalid_argument(source + ": num_attention_heads is " + std::to_string(c.num_attention_heads) +
+                                " and num_key_value_heads " + std::to_string(c.num_key_value_heads) +
+                                ", expected both at least 1");
   if (c.num_attention_heads % c.num_key_value_heads != 0)
     throw std::invalid_argument(source + ": num_attention_heads is not a multiple of num_key_value_heads");
   return c;

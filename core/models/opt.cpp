@@ -30,6 +30,9 @@ OptConfig OptConfig::from_json(const nlohmann::json& json, const std::string& so
   if (c.activation_function != "relu" && c.activation_function != "gelu")
     throw std::invalid_argument(source + ": activation_function '" + c.activation_function +
                                 "' is not supported (relu or gelu)");
+  if (c.num_attention_heads < 1)
+    throw std::invalid_argument(source + ": num_attention_heads is " + std::to_string(c.num_attention_heads) +
+                                ", expected at least 1");
   if (c.hidden_size % c.num_attention_heads != 0)
     throw std::invalid_argument(source + ": hidden_size is not a multiple of num_attention_heads");
   return c;

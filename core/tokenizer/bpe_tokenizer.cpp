@@ -72,6 +72,8 @@ int byte_fallback_value(std::string_view token) {
 }
 
 std::string replace_all(std::string_view s, std::string_view from, std::string_view to) {
+  // An empty `from` is found nowhere (the inverse of a Replace that deletes its pattern).
+  if (from.empty()) return std::string(s);
   std::string out;
   size_t pos = 0;
   for (size_t hit; (hit = s.find(from, pos)) != std::string_view::npos; pos = hit + from.size()) {
@@ -83,6 +85,19 @@ std::string replace_all(std::string_view s, std::string_view from, std::string_v
 const json* field(const json& object, const char* key) {
   const auto it = object.find(key);
   return (it == object.end() || it->is_null()) ? nullptr : &*it;
+}
+
+// Ids index a dense table (id -> token), which the largest id sizes: a vocabulary may leave
+// ids unused, as Hugging Face's allow, but no more than this many beyond its token count.
+constexpr int64_t kMaxUnusedIds = 65536;
+
+// Refuses an id that would size the table far beyond the `entries` tokens the file defines.
+void check_id_fits(const std::string& token, int64_t id, size_t entries, const std::string& source) {
+  const int64_t limit = static_cast<int64_t>(entries) + kMaxUnusedIds;
+  if (id >= limit)
+    reject(source, "token '" + token + "' has id " + std::to_string(id) + "; expected an id below " +
+                       std::to_string(limit) + " (the file's " + std::to_string(entries) + " tokens plus " +
+                       std::to_string(kMaxUnusedIds) + " unused ids)");
 }
 
 std::string type_of(const json& node, const std::string& source, const std::string& where) {
@@ -197,6 +212,7 @@ BpeTokenizer BpeTokenizer::from_gpt2_files(const std::filesystem::path& vocab_js
   if (!vocab.is_object()) reject(quoted(vocab_json), "expected a JSON object mapping token to id");
   for (const auto& [token, id] : vocab.items()) {
     if (!id.is_number_integer()) reject(quoted(vocab_json), "id of token '" + token + "' is not an integer");
+    check_id_fits(token, id.get<int64_t>(), vocab.size(), quoted(vocab_json));
     tok.add_vocab_entry(token, id.get<int64_t>(), quoted(vocab_json));
   }
 
@@ -254,13 +270,17 @@ BpeTokenizer BpeTokenizer::from_hf_json_value(const nlohmann::json& root, const 
   const json* merges = field(*model, "merges");
   if (!vocab || !vocab->is_object()) reject(source, "model.vocab is not an object mapping token to id");
   if (!merges || !merges->is_array()) reject(source, "model.merges is not an array");
+  const json* added = field(root, "added_tokens");
+  const size_t entries = vocab->size() + (added ? added->size() : 0);
   for (const auto& [token, id] : vocab->items()) {
     if (!id.is_number_integer()) reject(source, "model.vocab: id of token '" + token + "' is not an integer");
+    check_id_fits(token, id.get<int64_t>(), entries, source);
     tok.add_vocab_entry(token, id.get<int64_t>(), source);
   }
   std::vector<int32_t> special_ids;
-  if (const json* added = field(root, "added_tokens")) {
+  if (added) {
     for (const json& t : *added) {
+      check_id_fits(t.at("content").get<std::string>(), t.at("id").get<int64_t>(), entries, source);
       tok.add_vocab_entry(t.at("content").get<std::string>(), t.at("id").get<int64_t>(), source);
       if (t.value("special", false)) special_ids.push_back(t.at("id").get<int32_t>());
     }
@@ -305,6 +325,8 @@ BpeTokenizer BpeTokenizer::from_hf_json_value(const nlohmann::json& root, const 
       if (type == "Prepend") {
         tok.normalizer_.push_back({NormalizerStep::Op::kPrepend, "", n->at("prepend").get<std::string>()});
       } else if (type == "Replace" && n->at("pattern").contains("String")) {
+        if (n->at("pattern").at("String").get<std::string>().empty())
+          reject(source, "normalizer Replace has an empty String pattern; expected the text to replace");
         tok.normalizer_.push_back({NormalizerStep::Op::kReplace, n->at("pattern").at("String").get<std::string>(),
                                    n->at("content").get<std::string>()});
       } else {

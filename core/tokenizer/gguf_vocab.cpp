@@ -4,6 +4,8 @@
 #include <fstream>
 #include <iterator>
 #include <stdexcept>
+#include <utility>
+#include <vector>
 
 namespace fsdpp::tokenizer {
 namespace {
@@ -40,6 +42,7 @@ class Reader {
     return std::string(take(len), len);
   }
   void skip(uint64_t n) { take(n); }
+  uint64_t remaining() const { return bytes_.size() - pos_; }
   [[noreturn]] void fail(const std::string& what) const {
     throw std::invalid_argument("tokenizer: '" + source_ + "': " + what + " (expected a GGUF v2/v3 file)");
   }
@@ -56,26 +59,43 @@ class Reader {
   size_t pos_ = 0;
 };
 
+// Skips one value. Arrays may hold arrays to any depth, so they are walked with a stack of
+// the arrays still open rather than by recursion, which a deeply nested file would run off
+// the end of the call stack.
 void skip_value(Reader& r, uint32_t type) {
-  if (type == kString) {
-    r.read_string();
-  } else if (type == kArray) {
-    const auto elem = r.read<uint32_t>();
-    const auto count = r.read<uint64_t>();
-    for (uint64_t i = 0; i < count; ++i) skip_value(r, elem);
-  } else if (const size_t size = scalar_size(type)) {
-    r.skip(size);
-  } else {
-    r.fail("unknown metadata value type " + std::to_string(type));
+  std::vector<std::pair<uint32_t, uint64_t>> open_arrays;  // element type, elements still to skip
+  for (;;) {
+    if (type == kString) {
+      r.read_string();
+    } else if (type == kArray) {
+      const auto elem = r.read<uint32_t>();
+      const auto count = r.read<uint64_t>();
+      open_arrays.emplace_back(elem, count);
+    } else if (const size_t size = scalar_size(type)) {
+      r.skip(size);
+    } else {
+      r.fail("unknown metadata value type " + std::to_string(type));
+    }
+    while (!open_arrays.empty() && open_arrays.back().second == 0) open_arrays.pop_back();
+    if (open_arrays.empty()) return;
+    --open_arrays.back().second;
+    type = open_arrays.back().first;
   }
 }
 
-// Reads an array header and checks its element type; returns the element count.
+// Reads an array header and checks its element type; returns the element count. The bytes
+// left must be able to hold that many elements (a string takes at least its 8-byte length),
+// so that a corrupt count fails here instead of sizing the caller's allocation.
 uint64_t read_array_of(Reader& r, uint32_t type, uint32_t want_elem, const std::string& key) {
   if (type != kArray) r.fail(key + " is not an array");
   const auto elem = r.read<uint32_t>();
   if (elem != want_elem) r.fail(key + " has element type " + std::to_string(elem) + ", expected " + std::to_string(want_elem));
-  return r.read<uint64_t>();
+  const auto count = r.read<uint64_t>();
+  const uint64_t min_element_bytes = want_elem == kString ? sizeof(uint64_t) : scalar_size(want_elem);
+  if (count > r.remaining() / min_element_bytes)
+    r.fail(key + " has " + std::to_string(count) + " elements, more than the " + std::to_string(r.remaining()) +
+           " bytes after it can hold");
+  return count;
 }
 
 }  // namespace

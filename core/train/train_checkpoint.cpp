@@ -91,12 +91,17 @@ std::string batch_change_note(const nlohmann::json& train_state, const TrainConf
   if (saved_batch <= 0 || saved_accum <= 0 || saved_world <= 0)
     return "the checkpoint does not record its batch size, ranks and accumulation steps: cannot tell whether the "
            "batches continue as before";
+  int64_t saved_global = 0;
+  if (__builtin_mul_overflow(saved_batch, saved_world, &saved_global) ||
+      __builtin_mul_overflow(saved_global, saved_accum, &saved_global))
+    return "the checkpoint records a batch size, ranks and accumulation steps whose product overflows: cannot tell "
+           "whether the batches continue as before";
   auto describe = [](int64_t batch, int64_t world, int64_t accum) {
     return std::to_string(batch * world * accum) + " windows per step (batch size " + std::to_string(batch) +
            " x " + std::to_string(world) + " ranks x " + std::to_string(accum) + " accumulation steps)";
   };
   const int64_t now_global = config.batch_size * world_size * config.grad_accum_steps;
-  if (saved_batch * saved_world * saved_accum != now_global)
+  if (saved_global != now_global)
     return "the checkpoint was trained with " + describe(saved_batch, saved_world, saved_accum) + ", this run uses " +
            describe(config.batch_size, world_size, config.grad_accum_steps) +
            ": it continues from the same data position, but not as the uninterrupted run would";

@@ -305,7 +305,7 @@ std::optional<SchemaViolation> JsonSchema::check(const Node& node, const json& i
     for (const auto& [name, value] : instance.items()) {
       const std::string at = pointer + "/" + json_pointer_token(name);
       auto declared = std::find_if(node.properties.begin(), node.properties.end(),
-                                   [&](const auto& p) { return p.first == name; });
+                                   [&key = name](const auto& p) { return p.first == key; });
       if (declared != node.properties.end()) {
         if (auto v = check(*declared->second, value, at)) return v;
       } else if (node.additional_properties) {

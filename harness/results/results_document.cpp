@@ -275,7 +275,8 @@ json migrate_machine_v0(const json& v0) {
   if (first_gpu.contains("memory") && first_gpu["memory"].is_string()) {  // nvidia-smi's "81559 MiB"
     std::smatch m;
     const std::string memory = first_gpu["memory"].get<std::string>();
-    if (std::regex_match(memory, m, std::regex(R"(^\s*(\d+)\s*MiB\s*$)")))
+    // At most 12 digits: any more MiB than that is no GPU's, and would overflow the bytes.
+    if (std::regex_match(memory, m, std::regex(R"(^\s*(\d{1,12})\s*MiB\s*$)")))
       machine["gpu_memory_bytes"] = std::stoll(m[1]) * (int64_t{1} << 20);
   }
   machine["driver"] = first_gpu.value("driver", json(nullptr));
@@ -322,8 +323,12 @@ std::vector<json> migrate_cell_v0(const json& cell, const std::string& pointer, 
   config["seq_len"] = v0.get<int64_t>(v0_config, "seq_len", at);
   const auto batch = v0.get<int64_t>(v0_config, "batch_size_per_rank", at);
   const auto world = v0.get<int64_t>(v0_config, "world_size", at);
+  int64_t global_batch = 0;
+  if (__builtin_mul_overflow(batch, world, &global_batch))
+    fail(v0.source, at + ": batch_size_per_rank " + std::to_string(batch) + " x world_size " + std::to_string(world) +
+                         " overflows (expected a global batch below 2^63)");
   config["batch_per_rank"] = batch;
-  config["global_batch"] = batch * world;
+  config["global_batch"] = global_batch;
   config["world_size"] = world;
   config["strategy"] = v0.get<std::string>(v0_config, "strategy", at);
   config["mixed_precision"] = v0.get<std::string>(v0_config, "mixed_precision", at);

@@ -1,0 +1,103 @@
+// Fuzz target: the --config file of `fsdpp train` (JSON or YAML).
+//
+// The input is written as config.json when its first non-blank byte is '{' or '[', else
+// as config.yaml, and goes the way `fsdpp train --config FILE` takes it
+// (harness/cli/main.cpp): TrainCommand::expand_config reads it with
+// io::load_json_or_yaml_file (core/io/yaml_json.cpp) and turns every key into a flag;
+// CLI11 parses the flags into the TrainConfig; TrainCommand::run_parsed finishes the
+// config and calls train::preflight, which is replaced here by TrainConfig::validate
+// (core/train/train_config.cpp) and a stop: no data is read and no rank is launched. The
+// same text also goes through io::yaml_documents_to_json, the reader of `fsdpp data
+// prepare`'s .yaml inputs.
+//
+// Link seams: train::preflight and train::train (core/train/trainer.cpp) and
+// comm::Communicator::rank are defined below; so is cli::run_distributed, which replaces
+// harness/cli/distributed.cpp's (made weak at build time, see CMakeLists.txt), so that no
+// launching or communication code is linked. The stubs that must never run abort.
+//
+// Expected: a std::exception (CLI::ParseError included) naming the file or flag. Finding:
+// anything else (crash, sanitizer report, non-std exception, hang, huge allocation).
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "core/io/yaml_json.h"
+#include "core/train/trainer.h"
+#include "harness/cli/distributed.h"
+#include "harness/cli/train_command.h"
+#include "suites/fuzz/fuzz_support.h"
+
+namespace fsdpp {
+
+namespace train {
+
+// The checks preflight starts with; the rest of it reads models and data, not the config.
+Preflight preflight(const TrainConfig& config) {
+  config.validate();
+  throw std::runtime_error("fuzz: the config is valid; stopping before preflight reads model and data");
+}
+
+TrainResult train(comm::Communicator&, const TrainConfig&, int) {
+  std::fprintf(stderr, "fuzz harness: train::train reached\n");
+  std::abort();
+}
+
+}  // namespace train
+
+namespace comm {
+
+// Only the rank lambda of run_parsed, which never runs here, calls it.
+int Communicator::rank() const {
+  std::fprintf(stderr, "fuzz harness: Communicator::rank reached\n");
+  std::abort();
+}
+
+}  // namespace comm
+
+namespace cli {
+
+int run_distributed(const std::vector<std::string>&, const DistributedFlags&, const RankMain&) {
+  std::fprintf(stderr, "fuzz harness: run_distributed reached\n");
+  std::abort();
+}
+
+}  // namespace cli
+
+}  // namespace fsdpp
+
+namespace {
+
+bool looks_like_json(std::string_view text) {
+  const size_t first = text.find_first_not_of(" \t\r\n");
+  return first != std::string_view::npos && (text[first] == '{' || text[first] == '[');
+}
+
+// `fsdpp train --config FILE` as main() runs it, up to preflight.
+void run_train_command(const std::string& config_file) {
+  CLI::App app{"fsdpp"};
+  app.require_subcommand(1);
+  fsdpp::cli::TrainCommand train;
+  train.add_to(app);
+  std::vector<std::string> args = train.expand_config({"fsdpp", "train", "--config", config_file});
+  std::vector<char*> arg_ptrs;
+  for (auto& a : args) arg_ptrs.push_back(a.data());
+  app.parse(static_cast<int>(arg_ptrs.size()), arg_ptrs.data());
+  train.run_parsed(args);
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  const auto path = fsdpp::fuzz::write_scratch(looks_like_json(text) ? "config.json" : "config.yaml", data, size);
+  fsdpp::fuzz::reader_may_reject([&] { run_train_command(path.string()); });
+  fsdpp::fuzz::reader_may_reject(
+      [&] { (void)fsdpp::io::yaml_documents_to_json<nlohmann::ordered_json>(text, "input.yaml"); });
+  return 0;
+}
