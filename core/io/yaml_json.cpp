@@ -181,7 +181,7 @@ size_t json_nesting_depth(const std::string& text) {
 
 // nlohmann parses any depth, but copying, printing or walking the value recurses once per
 // level: a crafted file would overflow the stack. No real document comes near this.
-constexpr size_t kMaxJsonDepth = 512;
+constexpr size_t kMaxConfigJsonDepth = 512;
 
 }  // namespace
 
@@ -204,9 +204,9 @@ Json yaml_to_json(const std::string& text, const std::string& source) {
 
 template <class Json>
 Json parse_json_text(const std::string& text, const std::string& source) {
-  if (json_nesting_depth(text) > kMaxJsonDepth)
+  if (json_nesting_depth(text) > kMaxConfigJsonDepth)
     throw std::invalid_argument(source + ": invalid JSON: arrays and objects nested deeper than " +
-                                std::to_string(kMaxJsonDepth) + " levels");
+                                std::to_string(kMaxConfigJsonDepth) + " levels");
   try {
     return Json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {

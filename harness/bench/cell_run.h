@@ -2,10 +2,11 @@
 // starts from a fresh process (no allocator, thread-pool or CUDA state carried over, and
 // the parent never initialises CUDA or OpenMP before it forks):
 //   fsdpp cells   `fsdpp bench-step --nproc N ...` (harness/bench/step_bench.h)
-//   peer cells    `/usr/bin/python3 harness/peers/torch_peer.py --mode single|ddp|fsdp2 ...`
+//   peer cells    `<FSDPP_PYTHON> harness/peers/torch_peer.py --mode single|ddp|fsdp2 ...`
 //                 (harness/peers/README.md), same model config, batch, sequence length,
 //                 warm-up and timed steps, AdamW (lr 3e-4, weight decay 0.1 on 2-D+
-//                 parameters, constant LR), grad clip 1.0, random tokens, seed 0.
+//                 parameters, constant LR), grad clip 1.0, seed 0; on the CPU also
+//                 fsdpp's initial weights and batches (peer_shares_fsdpp_init below).
 // Threads: a cell on N ranks gives each rank floor(cores / N) (at least 1); a
 // single-process cell (unsharded, pytorch_single) all cores.
 #pragma once
