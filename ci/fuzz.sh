@@ -7,6 +7,7 @@
 # "fsdpp.fuzz-run" version 1, specified in suites/fuzz/README.md).
 #
 #   ci/fuzz.sh [SECONDS_PER_TARGET] [OUT_JSON]      (default 60 s per target)
+#   FSDPP_FUZZ_RUNS=-1 ci/fuzz.sh 600 results/reliability/fuzz-DATE.json   (the campaign)
 #
 # Inputs that crash are kept in build-fuzz/findings/<target>/ (listed in OUT_JSON).
 # Exit: 0 when nothing crashed; 1 when a regression input or a fuzzer crashed; 2 when clang
@@ -63,8 +64,11 @@ done
 echo "ci/fuzz.sh: replayed $replayed regression inputs"
 
 # 2. Each target for $seconds on a scratch copy of its corpus (the committed seeds stay as
-# they are). The run stops at the first crash; -runs bounds a target that is very fast.
-runs_bound=$((seconds * 50000))
+# they are). The run stops at the first crash; -runs bounds a target that is very fast
+# (FSDPP_FUZZ_RUNS overrides the bound; -1 lets every target run for its whole time, as a
+# campaign should).
+runs_bound=${FSDPP_FUZZ_RUNS:-$((seconds * 50000))}
+[[ $runs_bound =~ ^(-1|[1-9][0-9]*)$ ]] || die "FSDPP_FUZZ_RUNS must be -1 or a positive integer, got '$runs_bound'"
 rm -rf "$build/corpus" "$build/findings" "$build/logs"
 mkdir -p "$build/corpus" "$build/findings" "$build/logs"
 results=$probe/results.tsv
@@ -106,9 +110,9 @@ if [ -n "$out_json" ]; then
   commit=$(git -C "$repo" rev-parse HEAD 2>/dev/null || echo unknown)
   dirty=$(git -C "$repo" status --porcelain 2>/dev/null | grep -q . && echo true || echo false)
   clang_version=$(clang++ --version | head -n 1)
-  python3 - "$results" "$out_json" "$seconds" "$commit" "$dirty" "$clang_version" "$build_s" "$replayed" <<'EOF'
+  python3 - "$results" "$out_json" "$seconds" "$commit" "$dirty" "$clang_version" "$build_s" "$replayed" "$runs_bound" <<'EOF'
 import datetime, json, os, sys
-results, out, seconds, commit, dirty, clang, build_s, replayed = sys.argv[1:9]
+results, out, seconds, commit, dirty, clang, build_s, replayed, runs_bound = sys.argv[1:10]
 targets = []
 for line in open(results):
     name, elapsed, executions, crashes, paths, code = line.rstrip("\n").split("\t")
@@ -118,7 +122,7 @@ for line in open(results):
 doc = {"format": "fsdpp.fuzz-run", "version": 1,
        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
        "commit": commit, "dirty": dirty == "true", "compiler": clang,
-       "seconds_per_target": int(seconds), "build_seconds": int(build_s), "regression_inputs_replayed": int(replayed),
+       "seconds_per_target": int(seconds), "runs_bound": int(runs_bound), "build_seconds": int(build_s), "regression_inputs_replayed": int(replayed),
        "targets": targets,
        "total_executions": sum(t["executions"] for t in targets),
        "total_crashes": sum(t["crashes"] for t in targets)}
