@@ -7,6 +7,9 @@
 #include <stdexcept>
 #include <utility>
 
+#include "core/checkpoint/sha256.h"
+#include "core/io/json_depth.h"
+
 namespace fsdpp::checkpoint {
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -19,6 +22,17 @@ const std::vector<std::pair<const char*, at::ScalarType>>& dtype_table() {
       {"I64", at::kLong},  {"F16", at::kHalf}, {"BF16", at::kBFloat16}, {"F32", at::kFloat}, {"F64", at::kDouble},
   };
   return table;
+}
+
+constexpr const char* kIndexChecksumField = "index_sha256";
+constexpr int kFirstVersionWithIndexChecksum = 2;
+
+// The checksum of an index's own content (CHECKPOINT.md, index_sha256): SHA-256 of the
+// compact dump (keys sorted, as nlohmann::json keeps them) of the index without that field.
+// Whitespace is not content; any change of a value, key or structure is.
+std::string index_content_sha256(json body) {
+  body.erase(kIndexChecksumField);
+  return sha256_hex(body.dump());
 }
 
 // Reads fields of one JSON object, naming `where` in every error.
@@ -34,10 +48,10 @@ class Fields {
   }
 
   // Every key must be one of `known` (a newer writer's field would be misread otherwise).
-  void only(const std::vector<std::string>& known) const {
+  void only(const std::vector<std::string>& known, int64_t version = kFormatVersion) const {
     for (const auto& [key, value] : object_.items())
       if (std::find(known.begin(), known.end(), key) == known.end())
-        fail("has unknown field '" + key + "' (this reader knows version " + std::to_string(kFormatVersion) + ")");
+        fail("has unknown field '" + key + "' (this reader knows version " + std::to_string(version) + ")");
   }
 
   const json& at(const std::string& key) const {
@@ -127,16 +141,18 @@ json CheckpointIndex::to_json() const {
     for (const auto& p : t.pieces) pieces.push_back({{"file", p.file}, {"rows", {p.begin, p.end}}});
     tensors_json[name] = {{"dtype", dtype_name(t.dtype)}, {"shape", t.shape}, {"pieces", pieces}};
   }
-  return {{"format", kFormatName},
-          {"version", kFormatVersion},
-          {"world_size", world_size},
-          {"mesh",
-           {{"strategy", mesh.strategy}, {"shard_group_size", mesh.shard_group_size}, {"replicas", mesh.replicas}}},
-          {"checksum", "sha256"},
-          {"files", files_json},
-          {"tensors", tensors_json},
-          {"optimizer", optimizer},
-          {"train_state", train_state}};
+  json out = {{"format", kFormatName},
+              {"version", kFormatVersion},
+              {"world_size", world_size},
+              {"mesh",
+               {{"strategy", mesh.strategy}, {"shard_group_size", mesh.shard_group_size}, {"replicas", mesh.replicas}}},
+              {"checksum", "sha256"},
+              {"files", files_json},
+              {"tensors", tensors_json},
+              {"optimizer", optimizer},
+              {"train_state", train_state}};
+  out[kIndexChecksumField] = index_content_sha256(out);
+  return out;
 }
 
 CheckpointIndex CheckpointIndex::from_json(const json& root, const fs::path& path) {
@@ -146,10 +162,13 @@ CheckpointIndex CheckpointIndex::from_json(const json& root, const fs::path& pat
   if (format != kFormatName)
     top.fail("format is '" + format + "', expected '" + std::string(kFormatName) + "'");
   const int64_t version = top.integer("version", 0);
-  if (version != kFormatVersion)
-    top.fail("version is " + std::to_string(version) + ", this reader knows only version " +
+  if (version < 1 || version > kFormatVersion)
+    top.fail("version is " + std::to_string(version) + ", this reader knows versions 1 to " +
              std::to_string(kFormatVersion));
-  top.only({"format", "version", "world_size", "mesh", "checksum", "files", "tensors", "optimizer", "train_state"});
+  std::vector<std::string> known = {"format",  "version", "world_size", "mesh",       "checksum",
+                                    "files",   "tensors", "optimizer",  "train_state"};
+  if (version >= kFirstVersionWithIndexChecksum) known.push_back(kIndexChecksumField);
+  top.only(known, version);
   if (top.string("checksum") != "sha256") top.fail("checksum is '" + top.string("checksum") + "', expected 'sha256'");
 
   CheckpointIndex index;
@@ -220,6 +239,17 @@ CheckpointIndex CheckpointIndex::from_json(const json& root, const fs::path& pat
              ")");
     index.tensors[name] = std::move(entry);
   }
+  // Version 2 on: the index covers itself, so that a changed value that leaves valid JSON
+  // (a step, a data position, an AdamW step count) is not read as if it were the saved one.
+  // Checked last, so that an index that is wrong in form says what is wrong with it.
+  // Version 1 predates this and is read as it was written.
+  if (version >= kFirstVersionWithIndexChecksum) {
+    const std::string stated = top.string(kIndexChecksumField);
+    const std::string actual = index_content_sha256(root);
+    if (stated != actual)
+      top.fail("content sha256 is " + actual + ", " + kIndexChecksumField + " says " + stated +
+               " (index.json corrupt or edited)");
+  }
   return index;
 }
 
@@ -233,6 +263,8 @@ CheckpointIndex CheckpointIndex::read(const fs::path& path) {
   std::stringstream text;
   text << in.rdbuf();
   json root;
+  if (const auto problem = io::json_depth_problem(text.str()); !problem.empty())
+    throw std::runtime_error("checkpoint index " + path.string() + ": not valid JSON: " + problem);
   try {
     root = json::parse(text.str());
   } catch (const json::parse_error& e) {

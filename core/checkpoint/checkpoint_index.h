@@ -1,10 +1,12 @@
-// index.json of a checkpoint (format "fsdpp.checkpoint", version 1; CHECKPOINT.md): which
+// index.json of a checkpoint (format "fsdpp.checkpoint", version 2; CHECKPOINT.md): which
 // rows of every tensor each rank file holds, every file's size and sha256, the writers'
-// mesh and the caller's opaque state. Values only: no I/O except parse/dump.
+// mesh and the caller's opaque state, and the sha256 of that content itself. Values only:
+// no I/O except parse/dump. Version 1 (no index_sha256) is still read.
 //
 // Errors: parse() throws std::runtime_error "checkpoint index PATH: PROBLEM" for anything
-// the spec does not allow (unknown format or version, missing or ill-typed fields, pieces
-// that do not tile a tensor's rows, files the index does not list).
+// the spec does not allow (unknown format or version, missing or ill-typed fields, content
+// that does not match index_sha256, pieces that do not tile a tensor's rows, files the
+// index does not list).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -20,7 +22,7 @@
 namespace fsdpp::checkpoint {
 
 inline constexpr const char* kFormatName = "fsdpp.checkpoint";
-inline constexpr int kFormatVersion = 1;
+inline constexpr int kFormatVersion = 2;  // written; 1 and 2 are read
 inline constexpr const char* kIndexFileName = "index.json";
 
 // How the writers were laid out (informational: any layout loads into any other).
@@ -60,7 +62,7 @@ struct CheckpointIndex {
   nlohmann::json optimizer = nlohmann::json::object();    // e.g. AdamW step counts
   nlohmann::json train_state = nlohmann::json::object();  // the trainer's, opaque
 
-  nlohmann::json to_json() const;
+  nlohmann::json to_json() const;  // version kFormatVersion, index_sha256 included
   // Parses and validates `json` (read from `path`, which only names it in errors).
   static CheckpointIndex from_json(const nlohmann::json& json, const std::filesystem::path& path);
   static CheckpointIndex read(const std::filesystem::path& path);

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -43,7 +44,11 @@ struct PruneResult {
 // re-hashed) and `keep` (always); removes older complete ones, and torn saves
 // ("step-<N>.tmp-*") of steps up to the newest kept one: they can never complete.
 // Incomplete "step-<N>" folders are left alone. keep_last <= 0 removes nothing.
+// A complete checkpoint is first renamed to "step-<N>.tmp-rm<hex>", then removed, so that
+// a crash midway leaves a torn-save folder (removed by a later prune), never a half-removed
+// "step-<N>". `on_renamed` (a test hook) is called after each such rename.
 PruneResult prune_checkpoints(const std::filesystem::path& checkpoints_dir, int keep_last,
-                              const std::filesystem::path& keep = {});
+                              const std::filesystem::path& keep = {},
+                              const std::function<void()>& on_renamed = {});
 
 }  // namespace fsdpp::checkpoint

@@ -270,7 +270,9 @@ SavedCheckpoint commit(const fs::path& tmp, const fs::path& dir, const Checkpoin
   SavedCheckpoint saved;
   saved.dir = dir;
   if (replaced) io::remove_tree(tmp, ec);
-  auto pruned = prune_checkpoints(parent, options.keep_last, dir);
+  std::function<void()> on_renamed;
+  if (options.on_point) on_renamed = [&] { options.on_point(SavePoint::Pruning); };
+  auto pruned = prune_checkpoints(parent, options.keep_last, dir, on_renamed);
   saved.removed = std::move(pruned.removed);
   saved.warnings = std::move(pruned.warnings);
   return saved;
@@ -307,7 +309,8 @@ std::vector<std::string> all_gather_text(comm::Communicator& world, const std::s
   world.all_gather_into(lengths, at::full({1}, static_cast<int64_t>(text.size()), at::kLong));
   const int64_t longest = lengths.max().item<int64_t>();
   at::Tensor mine = at::zeros({longest}, at::kByte);
-  std::memcpy(mine.data_ptr(), text.data(), text.size());
+  // An empty tensor's data_ptr() is null, and memcpy's pointers must not be, even for 0 bytes.
+  if (!text.empty()) std::memcpy(mine.data_ptr(), text.data(), text.size());
   at::Tensor all = at::empty({n * longest}, at::kByte);
   world.all_gather_into(all, mine);
   std::vector<std::string> out;
@@ -320,7 +323,7 @@ std::string broadcast_text(comm::Communicator& world, const std::string& text) {
   at::Tensor length = at::full({1}, static_cast<int64_t>(text.size()), at::kLong);
   world.broadcast(length, 0);
   at::Tensor bytes = at::zeros({length.item<int64_t>()}, at::kByte);
-  if (world.rank() == 0) std::memcpy(bytes.data_ptr(), text.data(), text.size());
+  if (world.rank() == 0 && !text.empty()) std::memcpy(bytes.data_ptr(), text.data(), text.size());
   world.broadcast(bytes, 0);
   return std::string(static_cast<const char*>(bytes.data_ptr()), bytes.numel());
 }

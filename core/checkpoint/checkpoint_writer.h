@@ -50,6 +50,7 @@ enum class SavePoint {
   AllFilesWritten,  // rank 0: every rank's file is written, index.json is not
   IndexWritten,     // rank 0: index.json written and fsynced, folder not yet renamed
   Committed,        // rank 0: renamed into place; older checkpoints not yet pruned
+  Pruning,          // rank 0: an older checkpoint renamed aside for removal, its files not yet removed
 };
 
 struct SaveOptions {

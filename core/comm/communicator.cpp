@@ -23,7 +23,15 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <condition_variable>
+#include <cstring>
 #include <cstdlib>
 #include <deque>
 #include <exception>
@@ -34,6 +42,7 @@
 #include <sstream>
 #include <thread>
 
+#include "core/comm/failure_board.h"
 #include "core/compat/torch_compat.h"
 #if FSDPP_WITH_CUDA
 #include "core/comm/nccl_group.h"
@@ -73,6 +82,69 @@ std::vector<int64_t> chunk_byte_counts(int64_t numel, int parts, int64_t element
     counts[j] = (e - b) * element_size;
   }
   return counts;
+}
+
+// A failure another rank posted on the board while this rank waited in a collective.
+class PostedFailure : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// How often a rank blocked in a collective reads the failure board.
+constexpr std::chrono::milliseconds kBoardPollInterval{1000};
+// How long a failing store host waits for the other ranks to read the board and leave
+// (at most the collective timeout).
+constexpr std::chrono::milliseconds kFailureLinger{3000};
+
+// The TCPStore's listening socket when the master address is loopback: bound to
+// 127.0.0.1 only, so the store is not reachable from other machines (c10d's own server
+// listens on every interface). Returns the bound socket's fd; the store takes it over.
+int loopback_listen_fd(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw CommError(std::string("fsdpp comm: rank 0 could not create the TCPStore's socket: ") + std::strerror(errno));
+  int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+    int error = errno;
+    ::close(fd);
+    throw CommError("fsdpp comm: rank 0 could not listen on 127.0.0.1:" + std::to_string(port) +
+                    " for the TCPStore: " + std::strerror(error));
+  }
+  return fd;
+}
+
+// This machine's address on the route to host:port (a UDP socket "connected" there sends
+// nothing), or "" if there is none. Gloo listens on it: it is where peers that reach the
+// master can reach this rank too, while the host name may resolve to loopback (Debian's
+// /etc/hosts maps it to 127.0.1.1) and leave other machines unable to connect.
+std::string local_address_towards(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return "";
+  std::string local;
+  for (auto* a = found; a != nullptr && local.empty(); a = a->ai_next) {
+    int fd = ::socket(a->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    sockaddr_storage mine{};
+    socklen_t length = sizeof(mine);
+    char text[INET6_ADDRSTRLEN] = {};
+    if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0 &&
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&mine), &length) == 0 &&
+        ::getnameinfo(reinterpret_cast<sockaddr*>(&mine), length, text, sizeof(text), nullptr, 0, NI_NUMERICHOST) == 0)
+      local = text;
+    ::close(fd);
+  }
+  ::freeaddrinfo(found);
+  return local;
+}
+
+bool is_loopback_address(const std::string& address) {
+  return address == "localhost" || address.rfind("127.", 0) == 0;
 }
 
 }  // namespace
@@ -136,6 +208,7 @@ struct Communicator::Impl {
   c10::intrusive_ptr<c10d::Store> store;        // shared by the world and its subgroups
   c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo;
   CommStats stats;
+  std::shared_ptr<FailureBoard> board;  // the world's, shared by its subgroups; null alone
   int subgroups_created = 0;
   int local_world_size = 1;  // decides whether CUDA tensors can use NCCL (one GPU per rank)
 #if FSDPP_WITH_CUDA
@@ -232,9 +305,16 @@ struct Communicator::Impl {
           stats.add_call(kind, ms_between(t0, Clock::now()));
           finish("");
         } catch (const std::exception& e) {
-          std::string message = "fsdpp comm: " + label + " failed after " +
-                                std::to_string(static_cast<int64_t>(ms_between(t0, Clock::now()))) +
-                                " ms: " + first_line(e.what());
+          // Lead with what the board knows about the cause: which rank failed and why.
+          std::string after = std::to_string(static_cast<int64_t>(ms_between(t0, Clock::now()))) + " ms";
+          std::string message;
+          if (dynamic_cast<const PostedFailure*>(&e) != nullptr)
+            message = "fsdpp comm: " + std::string(e.what()) + "; here " + label + " stopped waiting after " + after;
+          else if (board)
+            message = "fsdpp comm: " + board->explain() + "; here " + label + " failed after " + after + ": " +
+                      first_line(e.what());
+          else
+            message = "fsdpp comm: " + label + " failed after " + after + ": " + first_line(e.what());
           {
             std::lock_guard<std::mutex> lock(mu);
             if (broken_reason.empty()) broken_reason = message;
@@ -263,8 +343,38 @@ struct Communicator::Impl {
       received += out_counts[j];
     }
     stats.add_transfer(kind, sent, received);
-    auto work = gloo->alltoall_base(out, in, out_counts, in_counts);
-    work->wait(timeout);
+    wait_for_work(gloo->alltoall_base(out, in, out_counts, in_counts));
+  }
+
+  // Waits for a Gloo collective (Gloo's own timeout bounds it), reading the failure board
+  // every kBoardPollInterval meanwhile: a peer that failed while still alive (the store's
+  // host lingers so that the others can read its post) ends the wait at once, by name.
+  void wait_for_work(const c10::intrusive_ptr<c10d::Work>& work) {
+    if (board) {
+      struct Signal {
+        std::mutex mu;
+        std::condition_variable cv;
+        bool done = false;
+      };
+      auto signal = std::make_shared<Signal>();
+      work->getFuture()->addCallback(
+          [signal](c10::ivalue::Future&) {
+            {
+              std::lock_guard<std::mutex> lock(signal->mu);
+              signal->done = true;
+            }
+            signal->cv.notify_all();
+          },
+          /*uses_future=*/false);
+      for (;;) {
+        {
+          std::unique_lock<std::mutex> lock(signal->mu);
+          if (signal->cv.wait_for(lock, kBoardPollInterval, [&] { return signal->done; })) break;
+        }
+        if (auto posted = board->posted_failure()) throw PostedFailure(*posted);
+      }
+    }
+    work->wait(timeout);  // rethrows the collective's own failure
   }
 
   // Second phase of all-reduce and broadcast: every rank sends its chunk `mine` to all,
@@ -442,6 +552,8 @@ std::shared_ptr<Communicator> Communicator::connect(const WorldSpec& world, cons
     store_options.numWorkers = world.world_size;
     store_options.waitWorkers = true;
     store_options.timeout = options.timeout;
+    if (world.rank == 0 && is_loopback_address(world.master_addr))
+      store_options.masterListenFd = loopback_listen_fd(world.master_port);
     try {
       impl->store = c10::make_intrusive<c10d::TCPStore>(world.master_addr, store_options);
     } catch (const std::exception& e) {
@@ -451,11 +563,13 @@ std::shared_ptr<Communicator> Communicator::connect(const WorldSpec& world, cons
     }
     auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.timeout);
     const char* iface = std::getenv("GLOO_SOCKET_IFNAME");
-    bool loopback = world.master_addr == "localhost" || world.master_addr.rfind("127.", 0) == 0;
+    bool loopback = is_loopback_address(world.master_addr);
     if (iface != nullptr && *iface != '\0')
       gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(iface));
     else if (loopback)
       gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+    else if (auto local = local_address_towards(world.master_addr, world.master_port); !local.empty())
+      gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(local));
     else
       gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
     try {
@@ -465,6 +579,8 @@ std::shared_ptr<Communicator> Communicator::connect(const WorldSpec& world, cons
       throw CommError("fsdpp comm: rank " + std::to_string(world.rank) + " could not connect group '" +
                       options.name + "': " + Impl::first_line(e.what()));
     }
+    auto board_timeout = std::clamp(options.timeout, std::chrono::milliseconds(500), std::chrono::milliseconds(3000));
+    impl->board = FailureBoard::join(world, board_timeout);
   }
   return std::shared_ptr<Communicator>(new Communicator(std::move(impl)));
 }
@@ -710,8 +826,7 @@ CommWork Communicator::barrier_async() {
   Impl* impl = impl_.get();
   return impl->submit(CollectiveKind::Barrier, "barrier", [impl] {
     if (impl->size == 1) return;
-    auto work = impl->gloo->barrier();
-    work->wait(impl->timeout);
+    impl->wait_for_work(impl->gloo->barrier());
   });
 }
 
@@ -730,6 +845,7 @@ std::shared_ptr<Communicator> Communicator::subgroup(const std::vector<int>& ran
   impl->timeout = impl_->timeout;
   impl->local_world_size = impl_->local_world_size;
   impl->store = impl_->store;
+  impl->board = impl_->board;
   if (impl->size > 1) {
     auto options = c10d::ProcessGroupGloo::Options::create(impl_->timeout);
     options->devices = impl_->gloo->getOptions()->devices;
@@ -742,6 +858,14 @@ std::shared_ptr<Communicator> Communicator::subgroup(const std::vector<int>& ran
     }
   }
   return std::shared_ptr<Communicator>(new Communicator(std::move(impl)));
+}
+
+void Communicator::fail(const std::string& message, bool failed_here) {
+  if (impl_->board) {
+    if (failed_here) impl_->board->post_own_failure(message);
+    impl_->board->leave(std::min(impl_->timeout, kFailureLinger));
+  }
+  abort(message);
 }
 
 void Communicator::abort(const std::string& reason) {

@@ -10,6 +10,11 @@
 //   add the ranks' contributions in rank order, so results are bitwise reproducible.
 // - Any failure (peer gone, timeout, bad arguments) throws CommError naming the op, the
 //   group and the rank, and leaves the communicator broken: every later call throws too.
+//   With peers, the message leads with the cause as far as it can be known (failure_board.h):
+//   the rank that failed and its own message, a peer process that is gone, or the store's
+//   host gone; a rank blocked in a collective learns of a posted failure within a second.
+// - The TCPStore (hosted by world rank 0) and Gloo listen on 127.0.0.1 only when the master
+//   address is loopback; another master address makes them listen where peers can reach.
 // - Thread-safe for issuing from one thread; stats() may be read from any thread.
 #pragma once
 
@@ -112,6 +117,13 @@ class Communicator {
   // that no rank tears down its connections while a peer still uses them. Idempotent;
   // the destructor calls it, except while an exception unwinds (then it acts as abort()).
   void shutdown();
+
+  // For a rank about to exit after a failure: posts it on the world's failure board
+  // (`failed_here`: the failure began on this rank, so peers name it and print `message`;
+  // otherwise this rank is a casualty of a failed collective), signs out, and on the
+  // store's host waits up to min(timeout, 3 s) for the others to read the board and leave.
+  // Then abort(message).
+  void fail(const std::string& message, bool failed_here);
 
   // For a process about to exit after a failure: marks the group broken and skips the
   // teardown handshake; work still in flight is abandoned (its memory is leaked, not

@@ -3,6 +3,8 @@
 // architectures lists the model classes the weights were saved from.
 #include "core/io/hf_config.h"
 
+#include "core/io/json_depth.h"
+
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -111,6 +113,8 @@ HfConfig load_hf_config(const fs::path& path) {
   if (!in) fail(config.path, std::string("cannot open: ") + std::strerror(errno));
   std::ostringstream text;
   text << in.rdbuf();
+  if (const auto problem = json_depth_problem(text.str()); !problem.empty())
+    fail(config.path, "invalid JSON: " + problem);
   try {
     config.raw = json::parse(text.str());
   } catch (const json::parse_error& e) {

@@ -1,5 +1,7 @@
 #include "core/io/yaml_json.h"
 
+#include "core/io/json_depth.h"
+
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
@@ -159,29 +161,6 @@ std::vector<YAML::Node> load_all(const std::string& text, const std::string& sou
   }
 }
 
-// Deepest nesting of arrays and objects in JSON text; brackets inside strings do not count.
-size_t json_nesting_depth(const std::string& text) {
-  size_t depth = 0, deepest = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      deepest = std::max(deepest, ++depth);
-    } else if ((c == ']' || c == '}') && depth > 0) {
-      --depth;
-    }
-  }
-  return deepest;
-}
-
-// nlohmann parses any depth, but copying, printing or walking the value recurses once per
-// level: a crafted file would overflow the stack. No real document comes near this.
-constexpr size_t kMaxConfigJsonDepth = 512;
 
 }  // namespace
 
@@ -204,9 +183,8 @@ Json yaml_to_json(const std::string& text, const std::string& source) {
 
 template <class Json>
 Json parse_json_text(const std::string& text, const std::string& source) {
-  if (json_nesting_depth(text) > kMaxConfigJsonDepth)
-    throw std::invalid_argument(source + ": invalid JSON: arrays and objects nested deeper than " +
-                                std::to_string(kMaxConfigJsonDepth) + " levels");
+  if (const auto problem = json_depth_problem(text); !problem.empty())
+    throw std::invalid_argument(source + ": invalid JSON: " + problem);
   try {
     return Json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {

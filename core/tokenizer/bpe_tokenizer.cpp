@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <tuple>
 
+#include "core/io/json_depth.h"
 #include "core/tokenizer/gguf_vocab.h"
 #include "core/tokenizer/gpt2_pretokenizer.h"
 #include "core/tokenizer/unicode.h"
@@ -33,6 +34,9 @@ std::string read_file(const std::filesystem::path& path, const std::string& expe
 
 json parse_json(const std::filesystem::path& path, const std::string& expected) {
   const std::string text = read_file(path, expected);
+  if (const auto problem = io::json_depth_problem(text); !problem.empty())
+    throw std::invalid_argument("tokenizer: " + quoted(path) + " is not valid JSON (expected " + expected + "): " +
+                                problem);
   try {
     return json::parse(text);
   } catch (const json::parse_error& e) {

@@ -78,6 +78,7 @@ nlohmann::json TrainConfig::to_json() const {
           {"num_epochs", num_epochs},
           {"grad_clip", grad_clip},
           {"strategy", fsdp::to_string(fsdp.strategy)},
+          {"hybrid_shard_size", fsdp.hybrid_shard_size},
           {"wrap_policy", wrap_policy},
           {"mixed_precision", mixed_precision},
           {"activation_checkpointing", activation_checkpointing},

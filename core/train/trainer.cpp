@@ -7,7 +7,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstdio>
+#include <fstream>
 #include <stdexcept>
+#include <string>
 
 #include "core/data/sampler.h"
 #include "core/data/token_dataset.h"
@@ -157,6 +159,20 @@ std::string tokenizer_source(const TrainConfig& c) {
   }
 }
 
+// Whether metrics.jsonl logs a save that committed (METRICS.md: kind "checkpoint" without
+// "error"). A run that logged none stopped before its first checkpoint, since a finished
+// run always saves at the end. A line cut short by a crash is skipped.
+bool logs_committed_checkpoint(const std::filesystem::path& metrics) {
+  std::ifstream in(metrics);
+  for (std::string line; std::getline(in, line);) {
+    const auto record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!record.is_object()) continue;
+    const auto kind = record.find("kind");
+    if (kind != record.end() && *kind == "checkpoint" && !record.contains("error")) return true;
+  }
+  return false;
+}
+
 nlohmann::json comm_bytes(const fsdp::ShardedModel& sharded) {
   nlohmann::json out;
   for (auto kind : {comm::CollectiveKind::AllGather, comm::CollectiveKind::ReduceScatter, comm::CollectiveKind::AllReduce,
@@ -224,10 +240,24 @@ TrainResult train(comm::Communicator& comm, const TrainConfig& c, int local_rank
   result.hf_dir = result.run_dir / "hf";
   const auto checkpoints_dir = result.run_dir / "checkpoints";
   const auto resume_from = resume_checkpoint(comm, c, checkpoints_dir);
-  if (lead && !resume_from && std::filesystem::exists(result.run_dir / "metrics.jsonl"))
-    throw std::runtime_error((result.run_dir / "metrics.jsonl").string() +
-                             " exists and the run has no complete checkpoint to resume from: choose another "
-                             "--experiment-name or --save-dir, or remove that run");
+  // A run directory is never overwritten. Rerunning the same command (--resume auto)
+  // continues from the newest complete checkpoint; where the earlier run stopped before
+  // its first one (found by ci/fault_trials.sh: killed in or before its first save, it
+  // could not be rerun), it starts over at step 0 and appends to the earlier metrics. A
+  // run that logged a committed checkpoint and has none left, or --resume never, is refused.
+  const auto metrics_path = result.run_dir / "metrics.jsonl";
+  bool start_over = false;
+  if (lead && !resume_from && std::filesystem::exists(metrics_path)) {
+    if (c.resume != "auto" || logs_committed_checkpoint(metrics_path))
+      throw std::runtime_error(metrics_path.string() +
+                               " exists and the run has no complete checkpoint to resume from: choose another "
+                               "--experiment-name or --save-dir, or remove that run");
+    start_over = true;
+    std::printf("note: %s logs no committed checkpoint (the run stopped before its first one): starting over at "
+                "step 0, appending to it\n",
+                metrics_path.string().c_str());
+    std::fflush(stdout);
+  }
 
   auto sharded =
       fsdp::ShardedModel::create(lm.module, comm, fsdp_options, make_wrap_policy(c.wrap_policy, lm.block_type));
@@ -291,7 +321,7 @@ TrainResult train(comm::Communicator& comm, const TrainConfig& c, int local_rank
                        {"parameters", parameters}, {"shard_bytes", mem.shard_bytes},
                        {"seq_len", seq_len}, {"global_batch", global_batch}, {"total_steps", total_steps},
                        {"train_windows", so.num_windows}, {"config", c.to_json()}},
-        /*append=*/resume_from.has_value());
+        /*append=*/resume_from.has_value() || start_over);
     std::printf("training %s (%lld parameters) on %d rank(s), %s: %lld steps of %lld windows x %lld tokens\n",
                 lm.model_type.c_str(), static_cast<long long>(parameters), world,
                 fsdp::to_string(c.fsdp.strategy).c_str(), static_cast<long long>(total_steps),

@@ -3,8 +3,11 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <stdexcept>
 #include <string>
+
+#include "harness/cli/usage_error.h"
 
 namespace fsdpp::cli {
 
@@ -76,12 +79,19 @@ int DataCommands::run_parsed() {
   for (const auto& [flag, value] : {std::pair<const char*, const std::filesystem::path*>{"--input", &options_.input},
                                     {"--output", &options_.output_dir},
                                     {"--tokenizer", &options_.tokenizer}})
-    if (value->empty()) throw std::invalid_argument(std::string("data prepare: ") + flag + " is required");
+    if (value->empty()) throw UsageError(std::string("data prepare: ") + flag + " is required");
   if (end_idx_ >= 0) options_.end_idx = end_idx_;
+  if (!std::filesystem::exists(options_.input))
+    throw UsageError(options_.input.string() + ": no such file or directory (expected a file or a directory of "
+                     "documents for --input)");
   data::PrepareResult r;
   {
     ProgressPrinter printer;
-    r = data::prepare_data(options_, [&](const data::PrepareProgress& p) { printer(p); });
+    try {
+      r = data::prepare_data(options_, [&](const data::PrepareProgress& p) { printer(p); });
+    } catch (const std::invalid_argument& e) {  // its options or an input document were refused
+      throw UsageError(e.what());
+    }
   }
   std::printf("prepared %lld documents: train %lld tokens in %zu shards (%lld documents), eval %lld tokens in %zu "
               "shards (%lld documents), %lld files skipped -> %s\n",

@@ -84,6 +84,9 @@ int launch_local(const std::vector<std::string>& argv, const DistributedFlags& f
     options.budget = std::chrono::milliseconds(static_cast<int64_t>(flags.budget_s * 1000));
   else
     options.budget = std::chrono::hours(24 * 365);
+  // A failed rank's peers learn of it from the failure board within about a second
+  // (communicator.h) and exit naming it: give them that before stopping them.
+  options.stop_grace = std::chrono::milliseconds(static_cast<int64_t>(std::min(flags.timeout_s, 10.0) * 1000));
   std::optional<CoreBinding> binding;
   if (flags.bind_cores) binding = plan_core_binding(flags, n);
   auto report = harness::launch(

@@ -17,6 +17,7 @@
 #include "harness/cli/model_commands.h"
 #include "harness/cli/results_commands.h"
 #include "harness/cli/train_command.h"
+#include "harness/cli/usage_error.h"
 #include "harness/equiv/equivalence.h"
 #include "harness/launch/run_ranks.h"
 #include "harness/selfcheck/selfcheck.h"
@@ -189,9 +190,12 @@ int main(int argc, char** argv) {
       return fsdpp::cli::run_distributed(args, equiv.dist, [&](fsdpp::comm::Communicator& comm, const auto&) {
         return equiv_rank(equiv, comm);
       });
+  } catch (const fsdpp::cli::UsageError& e) {
+    std::fprintf(stderr, "fsdpp: error: %s\n", e.what());
+    return fsdpp::cli::kExitBadUsage;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fsdpp: error: %s\n", fsdpp::harness::exception_message(e).c_str());
-    return 1;
+    return fsdpp::cli::kExitFailedRun;
   }
   return 0;
 }

@@ -12,6 +12,7 @@
 #include "core/models/llama.h"
 #include "core/runtime/device.h"
 #include "core/tokenizer/load.h"
+#include "harness/cli/usage_error.h"
 
 namespace fsdpp::cli {
 
@@ -52,8 +53,8 @@ void ModelCommands::add_to(CLI::App& app) {
 
 int ModelCommands::run_parsed() {
   if (generate_ != nullptr && generate_->parsed()) {
-    auto tok = tokenizer::load_tokenizer(model_dir_);
-    auto lm = models::load_pretrained(model_dir_, parse_dtype(dtype_));
+    auto tok = read_input([&] { return tokenizer::load_tokenizer(model_dir_); });
+    auto lm = read_input([&] { return models::load_pretrained(model_dir_, parse_dtype(dtype_)); });
     models::SamplingOptions o;
     o.max_new_tokens = max_new_tokens_;
     o.temperature = temperature_;
@@ -80,12 +81,15 @@ int ModelCommands::run_parsed() {
     return 0;
   }
   if (eval_ != nullptr && eval_->parsed()) {
-    auto lm = models::load_pretrained(model_dir_, parse_dtype(dtype_));
-    auto dataset = data::TokenDataset::open(data_path_);
-    dataset.require_window(seq_len_, "--data " + data_path_);
-    if (dataset.max_token() >= lm.vocab_size)
-      throw std::runtime_error(data_path_ + ": token " + std::to_string(dataset.max_token()) +
-                               " is outside the model's vocabulary of " + std::to_string(lm.vocab_size));
+    auto lm = read_input([&] { return models::load_pretrained(model_dir_, parse_dtype(dtype_)); });
+    auto dataset = read_input([&] {
+      auto d = data::TokenDataset::open(data_path_);
+      d.require_window(seq_len_, "--data " + data_path_);
+      if (d.max_token() >= lm.vocab_size)
+        throw std::runtime_error(data_path_ + ": token " + std::to_string(d.max_token()) +
+                                 " is outside the model's vocabulary of " + std::to_string(lm.vocab_size));
+      return d;
+    });
     auto r = models::evaluate(lm, dataset.tokens(0, dataset.num_tokens()), seq_len_, batch_size_, !logits_out_.empty());
     if (!logits_out_.empty()) io::write_safetensors(logits_out_, {{"input_ids", r.input_ids}, {"logits", r.logits}});
     if (json_)

@@ -7,6 +7,7 @@
 #include "core/fsdp/sharding.h"
 #include "core/io/yaml_json.h"
 #include "core/train/trainer.h"
+#include "harness/cli/usage_error.h"
 
 namespace fsdpp::cli {
 
@@ -47,7 +48,9 @@ void TrainCommand::add_to(CLI::App& app) {
   t->add_option("--backward-prefetch", backward_prefetch_, "pre, post or none")
       ->check(CLI::IsMember({"pre", "post", "none"}));
   t->add_flag("--no-forward-prefetch", no_forward_prefetch_, "Do not prefetch the next unit's all-gather in forward");
-  t->add_option("--hybrid-shard-size", c.fsdp.hybrid_shard_size, "Ranks per shard group for hybrid strategies");
+  t->add_option("--hybrid-shard-size", c.fsdp.hybrid_shard_size,
+                "Ranks per shard group for hybrid strategies (default: a node's ranks on several nodes; on one, "
+                "the largest divisor of the world size below it)");
   t->add_option("--wrap-policy", c.wrap_policy, "block (one unit per transformer block), size:N, or none");
   t->add_option("--mixed-precision", c.mixed_precision, "fp32, bf16 or fp16");
   t->add_flag("--activation-checkpointing", c.activation_checkpointing, "Recompute blocks' activations in backward");
@@ -130,9 +133,23 @@ int TrainCommand::run_parsed(const std::vector<std::string>& argv) {
   // Reductions inside kernels (bias gradients, LayerNorm) may depend on the intra-op
   // thread count, which defaults to cores / ranks: one thread per rank on any world size.
   if (config_.deterministic) dist_.threads = 1;
-  train::preflight(config_);  // before launching ranks: bad input is one line from the launcher
+  // Before launching ranks: bad input is one line from the launcher, and exit 2.
+  try {
+    train::preflight(config_);
+  } catch (const std::exception& e) {
+    throw UsageError(e.what());
+  }
   return run_distributed(argv, dist_, [&](comm::Communicator& comm, const comm::WorldSpec& world) {
-    auto result = train::train(comm, config_, world.local_rank);
+    train::TrainConfig config = config_;
+    // On several nodes, hybrid strategies shard inside a node and replicate across nodes
+    // (PyTorch's HYBRID_SHARD default) unless --hybrid-shard-size says otherwise.
+    using fsdp::ShardingStrategy;
+    const bool hybrid = config.fsdp.strategy == ShardingStrategy::HybridShard ||
+                        config.fsdp.strategy == ShardingStrategy::HybridShardZero2;
+    if (hybrid && config.fsdp.hybrid_shard_size == 0 && world.local_world_size < world.world_size &&
+        world.world_size % world.local_world_size == 0)
+      config.fsdp.hybrid_shard_size = world.local_world_size;
+    auto result = train::train(comm, config, world.local_rank);
     if (comm.rank() == 0) {
       const auto steps = static_cast<long long>(result.steps), start = static_cast<long long>(result.start_step);
       if (start == 0)

@@ -304,6 +304,9 @@ LaunchReport launch(int num_ranks, const std::function<ProcessSpec(int rank)>& s
 
   auto deadline = t0 + options.budget;
   bool tearing_down = false;
+  Clock::time_point stop_at{};
+  std::string stop_reason;  // SIGTERM to the ranks still running (after stop_grace)
+  bool stop_sent = false;
   Clock::time_point kill_at{};
   LaunchReport report;
 
@@ -342,15 +345,11 @@ LaunchReport launch(int num_ranks, const std::function<ProcessSpec(int rank)>& s
     }
     if (r.status != RankStatus::Succeeded && r.status != RankStatus::Killed &&
         r.status != RankStatus::TimedOut && options.kill_all_on_failure && !tearing_down) {
-      // Like torchrun's agent: one failure ends the whole group.
+      // Like torchrun's agent: one failure ends the whole group, after stop_grace in
+      // which the others may exit on their own (naming the failed rank).
       tearing_down = true;
-      kill_at = Clock::now() + options.kill_grace;
-      for (auto& other : children)
-        if (other.running) {
-          other.killed_by_us = Child::KillReason::Teardown;
-          other.result.message = "stopped after rank " + std::to_string(c.rank) + " " + to_string(r.status);
-          ::kill(other.pid, SIGTERM);
-        }
+      stop_at = Clock::now() + options.stop_grace;
+      stop_reason = "stopped after rank " + std::to_string(c.rank) + " " + to_string(r.status);
     }
   };
 
@@ -385,7 +384,17 @@ LaunchReport launch(int num_ranks, const std::function<ProcessSpec(int rank)>& s
           ::kill(c.pid, SIGKILL);
         }
     }
-    if (tearing_down && now >= kill_at)
+    if (tearing_down && !stop_sent && now >= stop_at) {
+      stop_sent = true;
+      kill_at = now + options.kill_grace;
+      for (auto& other : children)
+        if (other.running && other.killed_by_us == Child::KillReason::None) {
+          other.killed_by_us = Child::KillReason::Teardown;
+          other.result.message = stop_reason;
+          ::kill(other.pid, SIGTERM);
+        }
+    }
+    if (tearing_down && stop_sent && now >= kill_at)
       for (auto& c : children)
         if (c.running) ::kill(c.pid, SIGKILL);
   }

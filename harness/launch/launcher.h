@@ -2,8 +2,8 @@
 //
 // Every rank's stdout and stderr are captured line by line, echoed with a "[rank r] "
 // prefix and kept (the last lines) for the report. Like torchrun's agent, the first rank
-// that fails makes the launcher stop the others (SIGTERM, then SIGKILL after a grace
-// period), and one wall-clock budget bounds the whole group: when it runs out, every rank
+// that fails makes the launcher stop the others (after LaunchOptions::stop_grace, SIGTERM,
+// then SIGKILL after a grace period), and one wall-clock budget bounds the whole group: when it runs out, every rank
 // still running is killed and reported as timed out. Nothing is left running: ranks also
 // die with the launcher (PR_SET_PDEATHSIG).
 //
@@ -60,6 +60,10 @@ struct LaunchReport {
 struct LaunchOptions {
   std::chrono::milliseconds budget{std::chrono::minutes(2)};
   bool kill_all_on_failure = true;
+  // After the first failure, how long the others may take to exit on their own (a rank
+  // whose peer failed learns of it from the failure board and exits naming it) before
+  // they get SIGTERM; then SIGKILL after kill_grace.
+  std::chrono::milliseconds stop_grace{0};
   std::chrono::milliseconds kill_grace{std::chrono::seconds(2)};
   bool echo_output = true;
   size_t tail_lines = 40;

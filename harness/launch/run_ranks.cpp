@@ -24,8 +24,9 @@ std::string exception_message(const std::exception& e) {
 int fail_rank(const std::exception& e, comm::Communicator* comm, int status_fd, const std::string& prefix) {
   std::string message = exception_message(e);
   if (comm != nullptr) {
-    // With peers, abandon the group: one may be gone, and our communication thread may
-    // be stuck in a collective with it. Alone, nothing can be stuck: shut down in order,
+    // With peers, post the failure on the board (peers then name this rank, or this rank
+    // signs out as a casualty) and abandon the group: one may be gone, and our
+    // communication thread may be stuck in a collective with it. Alone, nothing can be stuck: shut down in order,
     // which joins the communication thread. Abandoning it there would let it run on
     // through exit(), racing LibTorch's static destructors (its start-up calls
     // at::init_num_threads(), which rebuilds the process-wide pthreadpool that exit()
@@ -37,7 +38,7 @@ int fail_rank(const std::exception& e, comm::Communicator* comm, int status_fd, 
         comm->abort(message);
       }
     } else {
-      comm->abort(message);
+      comm->fail(message, dynamic_cast<const comm::CommError*>(&e) == nullptr);
     }
   }
   std::fprintf(stderr, "%s%s\n", prefix.c_str(), message.c_str());
@@ -60,7 +61,7 @@ LaunchReport run_ranks(int world_size, const RankBody& body, const RunOptions& o
       world.world_size = world_size;
       world.local_rank = rank;
       world.local_world_size = world_size;
-      world.master_addr = "127.0.0.1";
+      world.master_addr = options.master_addr;
       world.master_port = port;
       world.source = "explicit";
       comm::CommOptions comm_options;

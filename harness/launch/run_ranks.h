@@ -1,5 +1,5 @@
 // run_ranks: the same body on N ranks, each a forked process with its own Communicator
-// joined over a loopback TCPStore on a free port.
+// joined over a TCPStore on a free port (loopback unless RunOptions::master_addr).
 #pragma once
 
 #include <chrono>
@@ -26,6 +26,7 @@ struct RunOptions {
   // itself after this, even without the launcher's help.
   std::chrono::milliseconds comm_timeout{std::chrono::seconds(60)};
   int threads_per_rank = 0;  // 0: floor(cores / world_size), at least 1
+  std::string master_addr = "127.0.0.1";  // where rank 0 hosts the TCPStore
 };
 
 using RankBody = std::function<void(RankContext&)>;
@@ -34,8 +35,9 @@ using RankBody = std::function<void(RankContext&)>;
 // appends one).
 std::string exception_message(const std::exception& e);
 
-// What a rank does when its work throws: abandon its communicator (no teardown
-// handshake: peers may be gone; a world of one is shut down in order instead, so that
+// What a rank does when its work throws: post the failure on the world's failure board
+// (a failed collective as a casualty; Communicator::fail) and abandon its communicator (no
+// teardown handshake: peers may be gone; a world of one is shut down in order instead, so that
 // its communication thread is joined before the process exits), print "<prefix><message>" to stderr, and report the
 // verdict on the status pipe (a failed collective as a casualty). Returns exit code 1.
 int fail_rank(const std::exception& e, comm::Communicator* comm, int status_fd, const std::string& prefix);

@@ -29,6 +29,7 @@
 
 #include "core/checkpoint/sha256.h"
 #include "core/io/atomic_file.h"
+#include "core/io/json_depth.h"
 #include "core/runtime/device.h"
 #include "harness/results/json_schema.h"
 
@@ -465,6 +466,8 @@ nlohmann::json parse_json_lenient(std::string_view text, const std::string& sour
     }
     if (!replaced) cleaned += text[i++];
   }
+  if (const auto problem = io::json_depth_problem(cleaned); !problem.empty())
+    fail(source, "not valid JSON: " + problem);
   try {
     return json::parse(cleaned);
   } catch (const json::parse_error& e) {

@@ -22,6 +22,8 @@ namespace fsdpp::checkpoint::testing {
 inline bool bitwise_equal(const at::Tensor& a, const at::Tensor& b) {
   if (a.scalar_type() != b.scalar_type() || a.sizes() != b.sizes()) return false;
   auto x = a.cpu().contiguous(), y = b.cpu().contiguous();
+  // An empty tensor's data_ptr() is null, and memcmp's pointers must not be, even for 0 bytes.
+  if (x.numel() == 0) return true;
   return std::memcmp(x.data_ptr(), y.data_ptr(), x.numel() * x.element_size()) == 0;
 }
 

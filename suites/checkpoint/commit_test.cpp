@@ -56,8 +56,11 @@ TEST(Commit, TheIndexRecordsFormatMeshFilesRowsAndTheCallersState) {
   EXPECT_EQ(index.files.at("rank-00000.safetensors").bytes, digest.bytes);
   auto raw = nlohmann::json::parse(testing::read_text(tmp / "step-000007" / "index.json"));
   EXPECT_EQ(raw["format"], "fsdpp.checkpoint");
-  EXPECT_EQ(raw["version"], 1);
+  EXPECT_EQ(raw["version"], 2);
   EXPECT_EQ(raw["checksum"], "sha256");
+  const std::string index_sha256 = raw["index_sha256"];  // the index's own content (CHECKPOINT.md)
+  raw.erase("index_sha256");
+  EXPECT_EQ(index_sha256, sha256_hex(raw.dump()));
 }
 
 TEST(Commit, KeepLastRemovesOlderCompleteCheckpointsAndNeverTheNewest) {

@@ -26,9 +26,15 @@ class BrokenCheckpoint : public ::testing::Test {
   void SetUp() override {
     write_checkpoint(dir, testing::split_like_fsdp({{"w", torch::randn({6, 4})}, {"b", torch::randn({5})}}, 2), {});
   }
+  // Edits index.json as a writer would have written it: index_sha256 (CHECKPOINT.md) is
+  // computed again, so that the reader's other checks are the ones tested.
   void edit_index(const std::function<void(nlohmann::json&)>& edit) {
     auto index = nlohmann::json::parse(testing::read_text(dir / "index.json"));
     edit(index);
+    if (index.contains("index_sha256")) {
+      index.erase("index_sha256");
+      index["index_sha256"] = sha256_hex(index.dump());
+    }
     testing::write_text(dir / "index.json", index.dump());
   }
 
@@ -79,16 +85,64 @@ TEST_F(BrokenCheckpoint, AnIndexOfAnotherFormatIsRejected) {
 }
 
 TEST_F(BrokenCheckpoint, AnIndexOfAnotherVersionIsRejected) {
-  edit_index([](nlohmann::json& j) { j["version"] = 2; });
+  edit_index([](nlohmann::json& j) { j["version"] = 3; });
   EXPECT_EQ(error_of([&] { load_checkpoint(dir); }),
-            "checkpoint index " + (dir / "index.json").string() + ": version is 2, this reader knows only version 1");
+            "checkpoint index " + (dir / "index.json").string() + ": version is 3, this reader knows versions 1 to 2");
 }
 
 TEST_F(BrokenCheckpoint, AnIndexWithAnUnknownFieldIsRejected) {
   edit_index([](nlohmann::json& j) { j["sharding_plan"] = "x"; });
   EXPECT_EQ(error_of([&] { load_checkpoint(dir); }),
             "checkpoint index " + (dir / "index.json").string() +
-                ": has unknown field 'sharding_plan' (this reader knows version 1)");
+                ": has unknown field 'sharding_plan' (this reader knows version 2)");
+}
+
+// Fault trials (ci/fault_trials.sh, corruption): a byte of index.json changed so that it
+// stays valid JSON (here the trainer's step 4 -> 5, as a flipped bit does) was read as if
+// saved, and a resumed run went on from the wrong step, data position or AdamW step count.
+// Version 2's index_sha256 covers the index's own content.
+TEST_F(BrokenCheckpoint, AValueOfIndexJsonChangedIntoAnotherValidValueIsRejectedNamingTheFile) {
+  const fs::path step = tmp / "step-000004";
+  write_checkpoint(step, testing::split_like_fsdp({{"w", torch::randn({6, 4})}}, 2), {{"step", 4}, {"data_position", 16}});
+  const fs::path index = step / "index.json";
+  std::string text = testing::read_text(index);
+  const auto at = text.find("\"step\": 4");
+  ASSERT_NE(at, std::string::npos) << text;
+  text[at + 8] ^= 0x01;  // '4' -> '5'
+  testing::write_text(index, text);
+  auto edited = nlohmann::json::parse(text);
+  const std::string stated = edited["index_sha256"];
+  edited.erase("index_sha256");
+  const std::string message = "checkpoint index " + index.string() + ": content sha256 is " +
+                              sha256_hex(edited.dump()) + ", index_sha256 says " + stated +
+                              " (index.json corrupt or edited)";
+  EXPECT_EQ(error_of([&] { load_checkpoint(step); }), message);
+  // A resume (--resume auto) skips it, saying why, and takes the older complete one.
+  auto latest = find_latest_complete(tmp.path(), /*verify_checksums=*/true);
+  ASSERT_TRUE(latest.dir.has_value());
+  EXPECT_EQ(*latest.dir, dir);
+  ASSERT_EQ(latest.skipped.size(), 1u);
+  EXPECT_EQ(latest.skipped[0].reason, message);
+}
+
+TEST_F(BrokenCheckpoint, WhitespaceIsNotContent) {
+  std::string text = testing::read_text(dir / "index.json");
+  testing::write_text(dir / "index.json", "\n  " + text + "\n\n");
+  EXPECT_EQ(error_of([&] { load_checkpoint(dir).verify_all(); }), "");
+}
+
+TEST_F(BrokenCheckpoint, AVersion1IndexWithoutItsOwnChecksumIsStillRead) {
+  auto index = nlohmann::json::parse(testing::read_text(dir / "index.json"));
+  index["version"] = 1;
+  index.erase("index_sha256");
+  testing::write_text(dir / "index.json", index.dump(2));
+  auto rows = torch::empty({3, 4});
+  EXPECT_EQ(error_of([&] { load_checkpoint(dir).read_rows("w", 3, rows); }), "");
+  index["index_sha256"] = std::string(64, '0');  // version 1 has no such field
+  testing::write_text(dir / "index.json", index.dump(2));
+  EXPECT_EQ(error_of([&] { load_checkpoint(dir); }),
+            "checkpoint index " + (dir / "index.json").string() +
+                ": has unknown field 'index_sha256' (this reader knows version 1)");
 }
 
 TEST_F(BrokenCheckpoint, PiecesThatLeaveRowsUncoveredAreRejected) {

@@ -45,9 +45,10 @@ std::string prepare_command(const fs::path& in, const fs::path& out, const std::
          gpt2_assets().string() + extra;
 }
 
+// Bad usage or input: exit 2 (README, exit codes).
 void expect_one_error_line(const std::pair<int, std::string>& result, const std::string& expected) {
   const auto& [code, output] = result;
-  EXPECT_EQ(code, 1) << output;
+  EXPECT_EQ(code, 2) << output;
   EXPECT_THAT(output, StartsWith("fsdpp: error: "));
   EXPECT_EQ(std::count(output.begin(), output.end(), '\n'), 1) << output;
   EXPECT_THAT(output, HasSubstr(expected));

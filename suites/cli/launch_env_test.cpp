@@ -17,6 +17,9 @@
 #include <regex>
 #include <sstream>
 
+#include <ATen/ATen.h>
+
+#include "core/data/token_file.h"
 #include "core/runtime/host_memory.h"
 #include "core/runtime/threads.h"
 #include "harness/launch/launcher.h"
@@ -31,8 +34,8 @@ using ::testing::HasSubstr;
 
 // Runs one fsdpp process per rank with the given environment and returns the report.
 harness::LaunchReport run_fsdpp(int n, const std::vector<std::string>& args,
-                                const std::function<std::vector<std::pair<std::string, std::string>>(int)>& env) {
-  harness::LaunchOptions options;
+                                const std::function<std::vector<std::pair<std::string, std::string>>(int)>& env,
+                                harness::LaunchOptions options = {}) {
   options.budget = std::chrono::seconds(90);
   return harness::launch(
       n,
@@ -199,6 +202,71 @@ TEST(LaunchCommand, ABadEnvironmentIsOneClearLineAndAFailure) {
   auto [code, output] = run_shell("RANK=abc WORLD_SIZE=2 " + kFsdpp + " selfcheck");
   EXPECT_EQ(code, 1);
   EXPECT_THAT(output, HasSubstr("fsdpp: error: environment variable RANK='abc'"));
+}
+
+// A rank that fails at run time exits 1 with its one line, and every peer exits 1 with one
+// line naming it, however the world was launched. Rank 0 cannot create its run directory
+// (--save-dir is a file) while rank 1 is already in the first collectives of training.
+TEST(LaunchCommand, WhenRankZeroFailsItsPeerNamesItInEveryLaunchMode) {
+  harness::TempDir dir;
+  const auto tokens = dir.path() / "tokens.bin";
+  data::write_llmc_tokens(tokens, at::randint(0, 32, {2000}, at::kLong));
+  std::ofstream(dir.path() / "not_a_dir") << "a file where --save-dir needs a folder\n";
+  const std::vector<std::string> args = {
+      "train", "--from-scratch", "--model-size", "tiny", "--vocab-size", "32", "--seq-len", "16", "--max-steps", "2",
+      "--timeout-s", "60", "--data", tokens.string(), "--save-dir", (dir.path() / "not_a_dir").string(),
+      "--experiment-name", "x"};
+  const std::string rank0_said = "not_a_dir";
+  // Each peer's own error line (its last stderr line with "fsdpp: error:").
+  auto error_line = [](const harness::RankResult& r) {
+    std::string line;
+    for (const auto& l : r.output_tail)
+      if (l.find("fsdpp: error: ") != std::string::npos) line = l;
+    return line;
+  };
+  auto expect_named = [&](const harness::LaunchReport& report, const std::string& mode) {
+    ASSERT_EQ(report.ranks.size(), 2u) << mode;
+    EXPECT_EQ(report.ranks[0].status, harness::RankStatus::Failed) << mode << "\n" << report.summary();
+    EXPECT_EQ(report.ranks[0].exit_code, 1) << mode;
+    EXPECT_THAT(error_line(report.ranks[0]), HasSubstr(rank0_said)) << mode;
+    EXPECT_EQ(report.ranks[1].status, harness::RankStatus::Failed) << mode << "\n" << report.summary();
+    EXPECT_EQ(report.ranks[1].exit_code, 1) << mode;
+    EXPECT_THAT(error_line(report.ranks[1]), HasSubstr("rank 0 failed: ")) << mode << "\n" << report.summary();
+    EXPECT_THAT(error_line(report.ranks[1]), HasSubstr(rank0_said)) << mode;
+    EXPECT_LT(report.ranks[1].ended_after_s, 45.0) << mode << ": well before the 60 s collective timeout";
+  };
+  harness::LaunchOptions observe;  // no teardown by the test's launcher: each rank ends on its own
+  observe.kill_all_on_failure = false;
+  observe.echo_output = false;
+  int port = harness::reserve_free_port();
+  expect_named(run_fsdpp(
+                   2, args,
+                   [&](int rank) {
+                     return std::vector<std::pair<std::string, std::string>>{
+                         {"RANK", std::to_string(rank)}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", std::to_string(rank)},
+                         {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}};
+                   },
+                   observe),
+               "torchrun variables");
+  port = harness::reserve_free_port();
+  expect_named(run_fsdpp(
+                   2, args,
+                   [&](int rank) {
+                     return std::vector<std::pair<std::string, std::string>>{
+                         {"SLURM_PROCID", std::to_string(rank)}, {"SLURM_NTASKS", "2"},
+                         {"SLURM_LOCALID", std::to_string(rank)}, {"SLURM_NTASKS_PER_NODE", "2"},
+                         {"SLURM_JOB_NODELIST", "localhost"}, {"MASTER_PORT", std::to_string(port)}};
+                   },
+                   observe),
+               "SLURM variables");
+  // --nproc: fsdpp's own launcher lets the peer end on its own before stopping it.
+  std::string command = kFsdpp + " train --nproc 2";
+  for (size_t i = 1; i < args.size(); ++i) command += " '" + args[i] + "'";
+  auto [code, output] = run_shell(command + " 2>&1");
+  EXPECT_EQ(code, 1) << output;
+  EXPECT_THAT(output, ::testing::ContainsRegex("\\[rank 1\\] fsdpp: error: [^\n]*rank 0 failed: [^\n]*not_a_dir"))
+      << output;
+  EXPECT_THAT(output, HasSubstr("rank 0 failed (exit 1)")) << output;
 }
 
 TEST(LaunchCommand, SelfcheckWritesVersionedJson) {

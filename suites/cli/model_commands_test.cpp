@@ -75,7 +75,7 @@ TEST(ModelSizeCommand, PrintsThePresetsExactCounts) {
   EXPECT_NE(run_shell(kFsdpp + " model-size 5B").first, 0);
 }
 
-// ---- each bad input: exit 1, one line "fsdpp: error: ..." naming the culprit ----
+// ---- each bad input: exit 2 (bad input), one line "fsdpp: error: ..." naming the culprit ----
 struct BadCase {
   std::string name;
   std::function<void(const fs::path&)> spoil;  // applied to a valid folder
@@ -129,7 +129,7 @@ TEST_P(BadInput, GivesOneClearErrorLineAndANonZeroExit) {
                                " --seq-len 8"
                          : " generate --model " + dir.path().string() + " --prompt hi";
   auto [code, output] = run_shell(kFsdpp + args);
-  EXPECT_EQ(code, 1) << output;
+  EXPECT_EQ(code, 2) << output;
   EXPECT_THAT(output, StartsWith("fsdpp: error: "));
   EXPECT_EQ(std::count(output.begin(), output.end(), '\n'), 1) << output;
   EXPECT_THAT(output, HasSubstr(GetParam().expected));

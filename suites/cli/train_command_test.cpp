@@ -349,6 +349,40 @@ TEST_P(Resume, AKilledRunRerunWithTheSameCommandContinuesBitwise) {
             file_bytes(dir / "straight" / "hf" / "model.safetensors"));
 }
 
+// Fault trials (ci/fault_trials.sh, crash during save): a run killed before its first
+// checkpoint committed (in its first save, or before it) left metrics.jsonl and no
+// checkpoint, and the same command again refused the folder, so the crash could not be
+// resumed from. Now it starts over at step 0, appending to the earlier records, and ends
+// as a run that was never interrupted; --resume never still refuses the folder.
+TEST(TrainCommand, ARunKilledBeforeItsFirstCheckpointStartsOverWithTheSameCommand) {
+  TempDir dir;
+  const auto data = write_markov_tokens(dir, 4000, 64).string();
+  const std::string flags = "--nproc 2 --from-scratch --model-size tiny --vocab-size 64 --seq-len 16 --batch-size 2 "
+                            "--max-steps 4 --ckpt-freq 3 --lr 3e-3 --data " + data;
+  auto straight = train(dir, "straight", flags);
+  ASSERT_EQ(straight.code, 0) << straight.output;
+  auto [killed_code, killed_output] = run_shell("FSDPP_KILL_AFTER_STEP=2 " + kFsdpp + " train --save-dir " +
+                                                dir.path().string() + " --experiment-name rerun " + flags);
+  ASSERT_NE(killed_code, 0) << killed_output;
+  ASSERT_TRUE(fs::exists(dir / "rerun" / "metrics.jsonl"));
+
+  auto never = train(dir, "rerun", flags + " --resume never");
+  EXPECT_EQ(never.code, 1) << never.output;
+  EXPECT_THAT(never.output, HasSubstr("metrics.jsonl exists and the run has no complete checkpoint"));
+
+  auto rerun = train(dir, "rerun", flags);
+  ASSERT_EQ(rerun.code, 0) << rerun.output;
+  EXPECT_THAT(rerun.output, HasSubstr("logs no committed checkpoint (the run stopped before its first one): "
+                                      "starting over at step 0"));
+  EXPECT_EQ(rerun.run["start_step"], 0);  // the last run record: this run's
+  // The killed run's steps 1-2 and the rerun's 1-4, each the uninterrupted run's.
+  ASSERT_EQ(rerun.train.size(), 6u);
+  for (const auto& t : rerun.train)
+    EXPECT_EQ(t["loss"], straight.train.at(t["step"].get<size_t>() - 1)["loss"]) << t.dump();
+  EXPECT_EQ(file_bytes(dir / "rerun" / "hf" / "model.safetensors"),
+            file_bytes(dir / "straight" / "hf" / "model.safetensors"));
+}
+
 INSTANTIATE_TEST_SUITE_P(Strategies, Resume,
                          ::testing::Values(ResumeCase{1, "full_shard"}, ResumeCase{2, "full_shard"},
                                            ResumeCase{4, "full_shard"}, ResumeCase{2, "hybrid_shard"},
@@ -687,7 +721,7 @@ TEST(TrainCommand, ConfigFileGivesOptionsAndFlagsOverrideThem) {
 
 // --- must show 4: bad input --------------------------------------------------------
 
-TEST(TrainCommand, EachBadInputIsOneErrorLineAndANonZeroExit) {
+TEST(TrainCommand, EachBadInputIsOneErrorLineAndExitTwo) {
   TempDir dir;
   const auto good = write_markov_tokens(dir, 500, 256).string();
   data::write_llmc_tokens(dir / "empty.bin", torch::empty({0}, torch::kLong));
@@ -709,7 +743,8 @@ TEST(TrainCommand, EachBadInputIsOneErrorLineAndANonZeroExit) {
        "vocabulary"},
   };
   for (const auto& [command, mention] : cases) {
-    auto lines = error_lines(command);
+    auto [code, lines] = status_and_error_lines(command);
+    EXPECT_EQ(code, 2) << command << ": bad usage or input (README, exit codes)";
     ASSERT_EQ(lines.size(), 1u) << command << "\n" << ::testing::PrintToString(lines);
     EXPECT_THAT(lines[0], StartsWith("fsdpp: error: ")) << command;
     EXPECT_THAT(lines[0], HasSubstr(mention)) << command;
@@ -728,7 +763,8 @@ TEST(TrainCommand, RunTimeFailureWithoutNprocIsOneLineAndExitOne) {
   TempDir dir;
   const auto data = write_markov_tokens(dir, 500, 32).string();
   fs::create_directories(dir / "taken");
-  std::ofstream(dir / "taken" / "metrics.jsonl") << "{}\n";  // a run directory already used
+  // A run directory already used, whose checkpoints are gone: never overwritten.
+  std::ofstream(dir / "taken" / "metrics.jsonl") << R"({"kind": "checkpoint", "step": 2, "async": false})" << "\n";
   std::ofstream(dir / "not_a_dir") << "a file where --save-dir needs a folder\n";
   const std::string base = "timeout 60 " + kFsdpp +
                            " train --from-scratch --model-size tiny --vocab-size 32 --seq-len 16 --max-steps 2 "

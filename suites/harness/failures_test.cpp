@@ -78,6 +78,76 @@ TEST(RankFailures, WithoutTheLauncherSurvivorsFailOnTheirOwnNamingTheOp) {
   EXPECT_LT(report.wall_s, 40.0);
 }
 
+// The survivors' one line names the rank that failed: from its post on the failure board
+// (communicator.h), or, for a rank that died without a word, from its pid being gone.
+// Checked for a failing rank that hosts the TCPStore (it lingers so the others can read
+// its post) and one that does not, and for a rank killed by SIGKILL.
+struct Culprit {
+  int rank;
+  bool killed;  // SIGKILL instead of throwing
+};
+
+class SurvivorsNameTheCulprit : public ::testing::TestWithParam<Culprit> {};
+
+TEST_P(SurvivorsNameTheCulprit, InTheirOneLine) {
+  const Culprit culprit = GetParam();
+  auto report = harness::run_ranks(
+      3,
+      [culprit](RankContext& ctx) {
+        all_reduce_ones(ctx);
+        if (ctx.rank == culprit.rank) {
+          if (culprit.killed) std::raise(SIGKILL);
+          throw std::runtime_error("injected failure on rank " + std::to_string(ctx.rank));
+        }
+        all_reduce_ones(ctx);  // the others block here
+      },
+      options_with(std::chrono::seconds(60), std::chrono::seconds(30), /*kill_all=*/false));
+  const std::string who = "rank " + std::to_string(culprit.rank);
+  EXPECT_THAT(report.failed_ranks(), ElementsAre(culprit.rank)) << report.summary();
+  for (const auto& r : report.ranks) {
+    if (r.rank == culprit.rank) continue;
+    EXPECT_EQ(r.status, RankStatus::Failed) << report.summary();
+    EXPECT_TRUE(r.comm_failure) << r.message;
+    // Well inside the 30 s collective timeout: the board told them.
+    EXPECT_LT(r.ended_after_s, 15.0) << r.message;
+    if (!culprit.killed)
+      EXPECT_THAT(r.message, HasSubstr(who + " failed: injected failure on " + who));
+    else if (culprit.rank == 0)
+      EXPECT_THAT(r.message, HasSubstr("rank 0 is gone or cut off: the TCPStore it hosts"));
+    else
+      EXPECT_THAT(r.message, ::testing::ContainsRegex(who + " \\(pid [0-9]+ on .*\\) is gone"));
+    EXPECT_THAT(r.message, HasSubstr("all_reduce[sum](1000 x Float) on group 'world' (rank " +
+                                     std::to_string(r.rank) + " of 3)"));
+    EXPECT_EQ(r.message.find('\n'), std::string::npos) << "one line: " << r.message;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Culprits, SurvivorsNameTheCulprit,
+                         ::testing::Values(Culprit{0, false}, Culprit{1, false}, Culprit{0, true}, Culprit{2, true}),
+                         [](const auto& info) {
+                           return std::string(info.param.killed ? "Killed" : "Throwing") + "Rank" +
+                                  std::to_string(info.param.rank);
+                         });
+
+TEST(RankFailures, ARankThatFailsOutsideACollectiveIsNamedByPeersWaitingForIt) {
+  // Rank 0 (the store's host) fails while the others already wait in a collective for
+  // it: they read its post within a second, long before the collective timeout.
+  auto report = harness::run_ranks(
+      2,
+      [](RankContext& ctx) {
+        all_reduce_ones(ctx);
+        if (ctx.rank == 0) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+          throw std::runtime_error("cannot create run directory /nowhere");
+        }
+        all_reduce_ones(ctx);
+      },
+      options_with(std::chrono::seconds(90), std::chrono::seconds(60), /*kill_all=*/false));
+  EXPECT_EQ(report.ranks[1].status, RankStatus::Failed) << report.summary();
+  EXPECT_THAT(report.ranks[1].message, HasSubstr("rank 0 failed: cannot create run directory /nowhere"));
+  EXPECT_LT(report.ranks[1].ended_after_s, 20.0) << report.summary();
+}
+
 TEST(RankFailures, AThrowingRankWithLiveSubgroupsExitsWithoutWaitingForPeers) {
   // Subgroups destroyed while the exception unwinds must not wait at the teardown
   // handshake for peers that are stuck in a collective (that would take the timeout).

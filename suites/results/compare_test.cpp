@@ -34,7 +34,9 @@ SyntheticCell cell(double step_ms, double tokens_per_s, double noise, uint64_t s
   return c;
 }
 
-const MetricComparison& row(const Comparison& comparison, const std::string& metric) {
+// A copy, not a reference: the tests call it on compare_documents()'s temporary result too
+// (`const auto& r = row(compare_documents(...), ...)` once read freed memory; ci/sanitize.sh).
+MetricComparison row(const Comparison& comparison, const std::string& metric) {
   for (const auto& r : comparison.rows)
     if (r.metric == metric) return r;
   throw std::runtime_error("no row for " + metric);

@@ -1,0 +1,277 @@
+#include "core/comm/failure_board.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <c10/util/Logging.h>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <fstream>
+#include <future>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+namespace fsdpp::comm {
+
+struct FailureBoard::Client {
+  std::mutex mu;  // one operation at a time on the client's connection
+  c10::intrusive_ptr<c10d::TCPStore> store;
+};
+
+namespace {
+
+const std::string kBoardPrefix = "fsdpp/board/";
+std::string member_key(int rank) { return kBoardPrefix + "member/" + std::to_string(rank); }
+std::string failed_key(int rank) { return kBoardPrefix + "failed/" + std::to_string(rank); }
+const std::string kPostsKey = kBoardPrefix + "posts";  // counts posts: one read tells whether to scan
+const std::string kLeftKey = kBoardPrefix + "left";    // ranks that signed out after a failure
+
+std::string to_text(const std::vector<uint8_t>& bytes) { return std::string(bytes.begin(), bytes.end()); }
+std::vector<uint8_t> to_bytes(const std::string& text) { return std::vector<uint8_t>(text.begin(), text.end()); }
+
+std::string host_name() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) != 0) return "?";
+  return name;
+}
+
+// What a rank recorded about itself when it joined: "<machine id> <pid> <host name>".
+struct Member {
+  std::string machine;
+  long pid = 0;
+  std::string host;
+};
+
+std::optional<Member> parse_member(const std::string& text) {
+  std::istringstream in(text);
+  Member m;
+  if (!(in >> m.machine >> m.pid >> m.host)) return std::nullopt;
+  return m;
+}
+
+// Runs `op` on a detached thread and waits for it up to `deadline`: a store whose host is
+// cut off can block a socket read far longer than a failing rank may wait.
+template <class T>
+std::optional<T> with_deadline(std::function<T()> op, std::chrono::milliseconds deadline) {
+  auto promise = std::make_shared<std::promise<T>>();
+  auto result = promise->get_future();
+  std::thread([op = std::move(op), promise] {
+    try {
+      promise->set_value(op());
+    } catch (...) {
+      promise->set_exception(std::current_exception());
+    }
+  }).detach();
+  if (result.wait_for(deadline) != std::future_status::ready) return std::nullopt;
+  try {
+    return result.get();
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+// On the failure path the store's host may be gone, and c10d's client then logs a warning
+// with a C++ stack trace for every refused operation: a failing rank ends with its one
+// line instead. Errors still print.
+void quiet_store_warnings() { FLAGS_caffe2_log_level = std::max(FLAGS_caffe2_log_level, c10::GLOG_ERROR); }
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string text;
+  for (size_t i = 0; i < ranks.size(); ++i) text += (i == 0 ? "" : ", ") + std::to_string(ranks[i]);
+  return text;
+}
+
+}  // namespace
+
+std::string this_machine_id() {
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  if (!(in >> id) || id.empty()) id = "no-boot-id";
+  return id + "/" + host_name();
+}
+
+bool process_is_gone(long pid) {
+  if (pid <= 0) return false;
+  if (::kill(static_cast<pid_t>(pid), 0) != 0) return errno == ESRCH;
+  // Exited but not yet reaped by its parent: state Z (or X) in /proc/<pid>/stat, after the
+  // command name in parentheses.
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto close = stat.rfind(')');
+  if (close == std::string::npos || close + 2 >= stat.size()) return false;
+  char state = stat[close + 2];
+  return state == 'Z' || state == 'X';
+}
+
+std::shared_ptr<FailureBoard> FailureBoard::join(const WorldSpec& world, std::chrono::milliseconds op_timeout) {
+  if (world.world_size < 2) return nullptr;
+  std::shared_ptr<FailureBoard> board(new FailureBoard());
+  board->rank_ = world.rank;
+  board->world_size_ = world.world_size;
+  board->store_address_ = world.master_addr + ":" + std::to_string(world.master_port);
+  board->op_timeout_ = op_timeout;
+  board->client_ = std::make_shared<Client>();
+  auto client = board->client_;
+  std::string host = world.master_addr;
+  int port = world.master_port;
+  bool connected = with_deadline<bool>(
+                       [client, host, port, op_timeout] {
+                         c10d::TCPStoreOptions options;
+                         options.port = static_cast<std::uint16_t>(port);
+                         options.isServer = false;
+                         options.waitWorkers = false;
+                         options.timeout = op_timeout;
+                         auto store = c10::make_intrusive<c10d::TCPStore>(host, options);
+                         std::lock_guard<std::mutex> lock(client->mu);
+                         client->store = store;
+                         return true;
+                       },
+                       op_timeout)
+                       .value_or(false);
+  if (!connected) return nullptr;
+  std::string me = this_machine_id() + " " + std::to_string(::getpid()) + " " + host_name();
+  int rank = world.rank;
+  if (!board->run_bounded([rank, me](c10d::Store& s) {
+        s.set(member_key(rank), to_bytes(me));
+        return std::string();
+      }))
+    return nullptr;
+  return board;
+}
+
+std::optional<std::string> FailureBoard::run_bounded(const std::function<std::string(c10d::Store&)>& op) {
+  if (unreachable_->load()) return std::nullopt;
+  auto client = client_;
+  auto result = with_deadline<std::string>(
+      [client, op] {
+        std::lock_guard<std::mutex> lock(client->mu);
+        return op(*client->store);
+      },
+      op_timeout_);
+  if (!result) unreachable_->store(true);
+  return result;
+}
+
+bool FailureBoard::post(int rank, const std::string& text) {
+  auto stored = run_bounded([rank, text](c10d::Store& s) {
+    auto now = to_text(s.compareSet(failed_key(rank), {}, to_bytes(text)));
+    if (now == text) s.add(kPostsKey, 1);
+    return now;
+  });
+  return stored && *stored == text;
+}
+
+void FailureBoard::post_own_failure(const std::string& message) {
+  quiet_store_warnings();
+  post(rank_, "rank " + std::to_string(rank_) + " failed: " + message);
+}
+
+std::optional<std::string> FailureBoard::posted_failure() {
+  int me = rank_;
+  int n = world_size_;
+  auto found = run_bounded([me, n](c10d::Store& s) {
+    if (s.add(kPostsKey, 0) == 0) return std::string();
+    std::string first;
+    std::vector<int> others;
+    for (int r = 0; r < n; ++r) {
+      if (r == me || !s.check({failed_key(r)})) continue;
+      if (first.empty())
+        first = to_text(s.get(failed_key(r)));
+      else
+        others.push_back(r);
+    }
+    if (!first.empty() && !others.empty())
+      first += " (rank" + std::string(others.size() > 1 ? "s " : " ") + rank_list(others) + " too)";
+    return first;
+  });
+  if (!found || found->empty()) return std::nullopt;
+  return found;
+}
+
+std::optional<std::string> FailureBoard::peer_gone_on_this_machine() {
+  int me = rank_;
+  int n = world_size_;
+  auto members = run_bounded([me, n](c10d::Store& s) {
+    std::string all;
+    for (int r = 0; r < n; ++r) {
+      if (r == me || !s.check({member_key(r)})) continue;
+      all += std::to_string(r) + " " + to_text(s.get(member_key(r))) + "\n";
+    }
+    return all;
+  });
+  if (!members) return std::nullopt;
+  std::string machine = this_machine_id();
+  std::istringstream lines(*members);
+  std::string line;
+  while (std::getline(lines, line)) {
+    auto space = line.find(' ');
+    int r = std::stoi(line.substr(0, space));
+    auto member = parse_member(line.substr(space + 1));
+    if (!member || member->machine != machine || !process_is_gone(member->pid)) continue;
+    std::string text = "rank " + std::to_string(r) + " (pid " + std::to_string(member->pid) + " on " + member->host +
+                       ") is gone: it exited or was killed without reporting an error (seen by rank " +
+                       std::to_string(me) + ")";
+    // First to notice signs the gone rank out, so the store's host need not wait for it.
+    if (post(r, text)) run_bounded([](c10d::Store& s) { return std::to_string(s.add(kLeftKey, 1)); });
+    return posted_failure().value_or(text);
+  }
+  return std::nullopt;
+}
+
+std::string FailureBoard::explain() {
+  quiet_store_warnings();
+  if (auto posted = posted_failure()) return *posted;
+  if (!store_reachable()) {
+    if (rank_ == 0) return "the TCPStore this rank hosts at " + store_address_ + " does not answer";
+    return "rank 0 is gone or cut off: the TCPStore it hosts at " + store_address_ + " does not answer";
+  }
+  if (auto gone = peer_gone_on_this_machine()) return *gone;
+  if (!store_reachable())
+    return "rank 0 is gone or cut off: the TCPStore it hosts at " + store_address_ + " does not answer";
+  // Nothing known: name the ranks that cannot be checked from here.
+  int me = rank_;
+  int n = world_size_;
+  auto members = run_bounded([me, n](c10d::Store& s) {
+    std::string all;
+    for (int r = 0; r < n; ++r)
+      if (r != me && s.check({member_key(r)})) all += std::to_string(r) + " " + to_text(s.get(member_key(r))) + "\n";
+    return all;
+  });
+  std::vector<int> remote;
+  std::string remote_hosts;
+  if (members) {
+    std::string machine = this_machine_id();
+    std::istringstream lines(*members);
+    std::string line;
+    while (std::getline(lines, line)) {
+      auto space = line.find(' ');
+      auto member = parse_member(line.substr(space + 1));
+      if (!member || member->machine == machine) continue;
+      remote.push_back(std::stoi(line.substr(0, space)));
+      if (remote_hosts.find(member->host) == std::string::npos)
+        remote_hosts += (remote_hosts.empty() ? "" : ", ") + member->host;
+    }
+  }
+  if (remote.empty()) return "no rank has reported a failure and every rank is still running";
+  return "no rank has reported a failure and every rank on this machine is still running; rank" +
+         std::string(remote.size() > 1 ? "s " : " ") + rank_list(remote) + " on " + remote_hosts +
+         " cannot be checked from here";
+}
+
+void FailureBoard::leave(std::chrono::milliseconds linger) {
+  if (left_.exchange(true)) return;
+  quiet_store_warnings();
+  run_bounded([](c10d::Store& s) { return std::to_string(s.add(kLeftKey, 1)); });
+  if (rank_ != 0) return;
+  auto deadline = std::chrono::steady_clock::now() + linger;
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto left = run_bounded([](c10d::Store& s) { return std::to_string(s.add(kLeftKey, 0)); });
+    if (!left || std::stoll(*left) >= world_size_) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+}  // namespace fsdpp::comm
