@@ -108,8 +108,8 @@ echo "ci/sanitize.sh: built ${targets[*]} in ${build_s} s ($compiler; -fsanitize
 # container-overflow reports, and LibTorch is not instrumented, so it has no ASan globals
 # (no false ODR reports).
 asan_common="detect_leaks=1:check_initialization_order=1:detect_stack_use_after_return=1:exitcode=86"
-# One suppressions file for both (the runtime has one "suppressions" flag, which LSAN_OPTIONS
-# and UBSAN_OPTIONS both set: they must agree).
+# One suppressions file for both (clang's single runtime has one "suppressions" flag, which
+# LSAN_OPTIONS and UBSAN_OPTIONS would both set: they must agree).
 supp=$repo/ci/sanitize/suppressions.supp
 lsan_common="suppressions=$supp:print_suppressions=1"
 ubsan_common="print_stacktrace=1:halt_on_error=1:exitcode=86:suppressions=$supp"
@@ -199,7 +199,9 @@ done
 
 # 3. The run's document, written atomically (a reader never sees half of it).
 commit=$(git -C "$repo" rev-parse HEAD 2>/dev/null || echo unknown)
-dirty=$(git -C "$repo" status --porcelain 2>/dev/null | grep -q . && echo true || echo false)
+# (Not `git status | grep -q`: under pipefail, grep's early exit makes git's SIGPIPE the status.)
+dirty=false
+[ -n "$(git -C "$repo" status --porcelain 2>/dev/null)" ] && dirty=true
 python3 - "$results" "$out_json" "$commit" "$dirty" "$compiler" "$sanitizers" "$compile_flags" "$build_s" \
   "$asan_common" "$lsan_common" "$ubsan_common" "$repo" <<'EOF'
 import datetime, json, os, sys
