@@ -108,7 +108,10 @@ done
 
 if [ -n "$out_json" ]; then
   commit=$(git -C "$repo" rev-parse HEAD 2>/dev/null || echo unknown)
-  dirty=$(git -C "$repo" status --porcelain 2>/dev/null | grep -q . && echo true || echo false)
+  # Not `git status | grep -q .`: grep leaves at the first line and, under pipefail, git's
+  # SIGPIPE made a dirty tree read as clean.
+  dirty=false
+  [ -n "$(git -C "$repo" status --porcelain 2>/dev/null)" ] && dirty=true
   clang_version=$(clang++ --version | head -n 1)
   python3 - "$results" "$out_json" "$seconds" "$commit" "$dirty" "$clang_version" "$build_s" "$replayed" "$runs_bound" <<'EOF'
 import datetime, json, os, sys

@@ -38,20 +38,6 @@ std::string host_name() {
   return name;
 }
 
-// What a rank recorded about itself when it joined: "<machine id> <pid> <host name>".
-struct Member {
-  std::string machine;
-  long pid = 0;
-  std::string host;
-};
-
-std::optional<Member> parse_member(const std::string& text) {
-  std::istringstream in(text);
-  Member m;
-  if (!(in >> m.machine >> m.pid >> m.host)) return std::nullopt;
-  return m;
-}
-
 // Runs `op` on a detached thread and waits for it up to `deadline`: a store whose host is
 // cut off can block a socket read far longer than a failing rank may wait.
 template <class T>
@@ -191,31 +177,36 @@ std::optional<std::string> FailureBoard::posted_failure() {
   return found;
 }
 
-std::optional<std::string> FailureBoard::peer_gone_on_this_machine() {
+std::optional<std::vector<FailureBoard::Member>> FailureBoard::other_members() {
   int me = rank_;
   int n = world_size_;
-  auto members = run_bounded([me, n](c10d::Store& s) {
+  auto text = run_bounded([me, n](c10d::Store& s) {
     std::string all;
-    for (int r = 0; r < n; ++r) {
-      if (r == me || !s.check({member_key(r)})) continue;
-      all += std::to_string(r) + " " + to_text(s.get(member_key(r))) + "\n";
-    }
+    for (int r = 0; r < n; ++r)
+      if (r != me && s.check({member_key(r)})) all += std::to_string(r) + " " + to_text(s.get(member_key(r))) + "\n";
     return all;
   });
-  if (!members) return std::nullopt;
-  std::string machine = this_machine_id();
-  std::istringstream lines(*members);
-  std::string line;
-  while (std::getline(lines, line)) {
-    auto space = line.find(' ');
-    int r = std::stoi(line.substr(0, space));
-    auto member = parse_member(line.substr(space + 1));
-    if (!member || member->machine != machine || !process_is_gone(member->pid)) continue;
-    std::string text = "rank " + std::to_string(r) + " (pid " + std::to_string(member->pid) + " on " + member->host +
+  if (!text) return std::nullopt;
+  // One line per rank: "<rank> <machine id> <pid> <host name>" (join() wrote the rest).
+  std::vector<Member> members;
+  std::istringstream lines(*text);
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream in(line);
+    Member m;
+    if (in >> m.rank >> m.machine >> m.pid >> m.host) members.push_back(m);
+  }
+  return members;
+}
+
+std::optional<std::string> FailureBoard::peer_gone_on_this_machine(const std::vector<Member>& members) {
+  const std::string machine = this_machine_id();
+  for (const auto& m : members) {
+    if (m.machine != machine || !process_is_gone(m.pid)) continue;
+    std::string text = "rank " + std::to_string(m.rank) + " (pid " + std::to_string(m.pid) + " on " + m.host +
                        ") is gone: it exited or was killed without reporting an error (seen by rank " +
-                       std::to_string(me) + ")";
+                       std::to_string(rank_) + ")";
     // First to notice signs the gone rank out, so the store's host need not wait for it.
-    if (post(r, text)) run_bounded([](c10d::Store& s) { return std::to_string(s.add(kLeftKey, 1)); });
+    if (post(m.rank, text)) run_bounded([](c10d::Store& s) { return std::to_string(s.add(kLeftKey, 1)); });
     return posted_failure().value_or(text);
   }
   return std::nullopt;
@@ -224,36 +215,20 @@ std::optional<std::string> FailureBoard::peer_gone_on_this_machine() {
 std::string FailureBoard::explain() {
   quiet_store_warnings();
   if (auto posted = posted_failure()) return *posted;
-  if (!store_reachable()) {
+  const auto members = store_reachable() ? other_members() : std::nullopt;
+  if (!members) {
     if (rank_ == 0) return "the TCPStore this rank hosts at " + store_address_ + " does not answer";
     return "rank 0 is gone or cut off: the TCPStore it hosts at " + store_address_ + " does not answer";
   }
-  if (auto gone = peer_gone_on_this_machine()) return *gone;
-  if (!store_reachable())
-    return "rank 0 is gone or cut off: the TCPStore it hosts at " + store_address_ + " does not answer";
+  if (auto gone = peer_gone_on_this_machine(*members)) return *gone;
   // Nothing known: name the ranks that cannot be checked from here.
-  int me = rank_;
-  int n = world_size_;
-  auto members = run_bounded([me, n](c10d::Store& s) {
-    std::string all;
-    for (int r = 0; r < n; ++r)
-      if (r != me && s.check({member_key(r)})) all += std::to_string(r) + " " + to_text(s.get(member_key(r))) + "\n";
-    return all;
-  });
+  const std::string machine = this_machine_id();
   std::vector<int> remote;
   std::string remote_hosts;
-  if (members) {
-    std::string machine = this_machine_id();
-    std::istringstream lines(*members);
-    std::string line;
-    while (std::getline(lines, line)) {
-      auto space = line.find(' ');
-      auto member = parse_member(line.substr(space + 1));
-      if (!member || member->machine == machine) continue;
-      remote.push_back(std::stoi(line.substr(0, space)));
-      if (remote_hosts.find(member->host) == std::string::npos)
-        remote_hosts += (remote_hosts.empty() ? "" : ", ") + member->host;
-    }
+  for (const auto& m : *members) {
+    if (m.machine == machine) continue;
+    remote.push_back(m.rank);
+    if (remote_hosts.find(m.host) == std::string::npos) remote_hosts += (remote_hosts.empty() ? "" : ", ") + m.host;
   }
   if (remote.empty()) return "no rank has reported a failure and every rank is still running";
   return "no rank has reported a failure and every rank on this machine is still running; rank" +

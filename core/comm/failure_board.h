@@ -70,7 +70,16 @@ class FailureBoard {
   FailureBoard() = default;
   // Posts `text` about `rank` unless a post about it exists; true if this one was first.
   bool post(int rank, const std::string& text);
-  std::optional<std::string> peer_gone_on_this_machine();
+  // What a rank recorded about itself when it joined.
+  struct Member {
+    int rank = 0;
+    std::string machine;  // this_machine_id()
+    long pid = 0;
+    std::string host;
+  };
+  // The other ranks' records; nullopt when the store does not answer.
+  std::optional<std::vector<Member>> other_members();
+  std::optional<std::string> peer_gone_on_this_machine(const std::vector<Member>& members);
 
   int rank_ = 0;
   int world_size_ = 1;
