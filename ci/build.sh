@@ -17,12 +17,7 @@ build=${FSDPP_BUILD_DIR:-$repo/build}
 torch_cmake=$("$python" -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null) ||
   { echo "ci/build.sh: $python cannot import torch (run bash ci/setup.sh)" >&2; exit 1; }
 
-launcher=()
-if command -v ccache >/dev/null; then
-  export CCACHE_BASEDIR="$repo" CCACHE_SLOPPINESS="pch_defines,time_macros,include_file_mtime,include_file_ctime"
-  export CCACHE_COMPILERCHECK=content
-  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
-fi
+source "$repo/ci/lib/ccache.sh"  # sets `launcher`
 # Torch's CMake config warns about things that do not concern this build (kineto,
 # CMAKE_CUDA_ARCHITECTURES): the configure output goes to a log, shown when it fails.
 mkdir -p "$build"

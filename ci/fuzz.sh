@@ -113,8 +113,9 @@ if [ -n "$out_json" ]; then
   dirty=false
   [ -n "$(git -C "$repo" status --porcelain 2>/dev/null)" ] && dirty=true
   clang_version=$(clang++ --version | head -n 1)
-  python3 - "$results" "$out_json" "$seconds" "$commit" "$dirty" "$clang_version" "$build_s" "$replayed" "$runs_bound" <<'EOF'
-import datetime, json, os, sys
+  PYTHONPATH="$repo/ci/lib" python3 - "$results" "$out_json" "$seconds" "$commit" "$dirty" "$clang_version" "$build_s" "$replayed" "$runs_bound" <<'EOF'
+import datetime, sys
+from results_file import write_json_atomically
 results, out, seconds, commit, dirty, clang, build_s, replayed, runs_bound = sys.argv[1:10]
 targets = []
 for line in open(results):
@@ -129,14 +130,7 @@ doc = {"format": "fsdpp.fuzz-run", "version": 1,
        "targets": targets,
        "total_executions": sum(t["executions"] for t in targets),
        "total_crashes": sum(t["crashes"] for t in targets)}
-os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-tmp = "%s.tmp.%d" % (out, os.getpid())
-with open(tmp, "w") as f:
-    json.dump(doc, f, indent=1)
-    f.write("\n")
-    f.flush()
-    os.fsync(f.fileno())
-os.replace(tmp, out)
+write_json_atomically(out, doc)
 EOF
   echo "ci/fuzz.sh: wrote ${out_json}"
 fi

@@ -21,6 +21,9 @@ import sys
 import threading
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+from results_file import write_json_atomically  # noqa: E402
+
 FORMAT, VERSION = "fsdpp.multinode-run", 1
 RANKS_PER_HOST = 2
 WORLD_SIZE = 2 * RANKS_PER_HOST
@@ -332,21 +335,6 @@ def check(doc, require_peer):
     return failures
 
 
-def write_atomically(path, doc):
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(doc, f, indent=1)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.rename(tmp, path)
-    dir_fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--fsdpp", required=True)
@@ -403,7 +391,7 @@ def main():
     doc["verdict"] = {"pass": not failures, "failures": failures, "peer_named_required": args.require_peer}
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, f"multinode-{started:%Y%m%d}.json")
-    write_atomically(path, doc)
+    write_json_atomically(path, doc)
 
     for run in runs:
         print(f"multinode: {run['name']:<22} exit {run['exit_codes']}, {run['wall_s']:.1f} s, losses bitwise equal: "

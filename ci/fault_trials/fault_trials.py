@@ -40,6 +40,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib"))
+from results_file import write_json_atomically  # noqa: E402
+
 FORMAT, VERSION = "fsdpp.fault-trials", 1
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -554,8 +557,13 @@ class RankDeath:
         # A rank killed in its teardown, after the last collective of a finished run, leaves
         # nothing for the others to fail on: their exit 0 is right then.
         rec["exit_zero_accepted"] = rec["phase"] == "shutdown" or finished
+        # Every survivor that failed must say which rank died: on one machine the failure
+        # board always can (a post, or the dead rank's pid gone).
+        rec["survivors_not_naming_dead_rank"] = sum(
+            1 for s in out if s["exit_code"] not in (0, None) and not s["names_dead_rank"])
         rec["ok"] = (not rec["hang"] and rec["survivor_crashed"] == 0 and
-                     (rec["survivor_exit_zero"] == 0 or rec["exit_zero_accepted"]))
+                     (rec["survivor_exit_zero"] == 0 or rec["exit_zero_accepted"]) and
+                     rec["survivors_not_naming_dead_rank"] == 0)
         if rec["ok"] and not a.keep_work:
             shutil.rmtree(folder, ignore_errors=True)
         else:
@@ -587,6 +595,7 @@ class RankDeath:
             "survivors_crashed": sum(r["survivor_crashed"] for r in recs),
             "survivors_naming_dead_rank": sum(1 for s in survivors if s["names_dead_rank"]),
             "trials_all_survivors_named_dead_rank": sum(1 for r in recs if r["all_survivors_named_dead_rank"]),
+            "failed_survivors_not_naming_dead_rank": sum(r["survivors_not_naming_dead_rank"] for r in recs),
             "max_exit_after_kill_s": max(exits) if exits else None,
             "median_exit_after_kill_s": sorted(exits)[len(exits) // 2] if exits else None,
             "by_phase": phases,
@@ -1202,24 +1211,6 @@ def machine():
             "os": platform.platform(), "python": platform.python_version(), "load_average_at_start": load}
 
 
-def write_atomic(path, doc):
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".fault-trials-", dir=folder)
-    with os.fdopen(fd, "w") as f:
-        json.dump(doc, f, indent=1, sort_keys=False)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
-    dfd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
-
-
 def main(argv):
     p = argparse.ArgumentParser(prog="ci/fault_trials.sh", description=__doc__.split("\n\n")[0])
     p.add_argument("out", nargs="?", help="the JSON document (default results/reliability/fault-trials-YYYYMMDD.json)")
@@ -1298,7 +1289,7 @@ def main(argv):
         doc["setup_error"] = str(e)
         status = 2
     doc["all_targets_met"] = status == 0 and all(s["passed"] for s in doc["categories"].values())
-    write_atomic(out, doc)
+    write_json_atomically(out, doc)
     log("wrote %s" % out)
     if own_work and not a.keep_work and doc["all_targets_met"]:
         shutil.rmtree(a.work, ignore_errors=True)

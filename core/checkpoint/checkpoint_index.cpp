@@ -9,6 +9,7 @@
 
 #include "core/checkpoint/sha256.h"
 #include "core/io/json_depth.h"
+#include "core/io/shape_text.h"
 
 namespace fsdpp::checkpoint {
 namespace fs = std::filesystem;
@@ -120,11 +121,7 @@ at::ScalarType dtype_from_name(const std::string& name) {
   throw std::invalid_argument("unknown dtype '" + name + "' (known: BOOL, U8, I8, I16, I32, I64, F16, BF16, F32, F64)");
 }
 
-std::string shape_string(const std::vector<int64_t>& shape) {
-  std::string out = "[";
-  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
-  return out + "]";
-}
+std::string shape_string(const std::vector<int64_t>& shape) { return io::shape_text(shape); }
 
 std::string rank_file_name(int rank) {
   char buf[32];

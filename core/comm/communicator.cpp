@@ -23,10 +23,6 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -42,6 +38,7 @@
 #include <sstream>
 #include <thread>
 
+#include "core/comm/connect.h"
 #include "core/comm/failure_board.h"
 #include "core/compat/torch_compat.h"
 #if FSDPP_WITH_CUDA
@@ -96,56 +93,6 @@ constexpr std::chrono::milliseconds kBoardPollInterval{1000};
 // (at most the collective timeout).
 constexpr std::chrono::milliseconds kFailureLinger{3000};
 
-// The TCPStore's listening socket when the master address is loopback: bound to
-// 127.0.0.1 only, so the store is not reachable from other machines (c10d's own server
-// listens on every interface). Returns the bound socket's fd; the store takes it over.
-int loopback_listen_fd(int port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) throw CommError(std::string("fsdpp comm: rank 0 could not create the TCPStore's socket: ") + std::strerror(errno));
-  int one = 1;
-  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<uint16_t>(port));
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
-    int error = errno;
-    ::close(fd);
-    throw CommError("fsdpp comm: rank 0 could not listen on 127.0.0.1:" + std::to_string(port) +
-                    " for the TCPStore: " + std::strerror(error));
-  }
-  return fd;
-}
-
-// This machine's address on the route to host:port (a UDP socket "connected" there sends
-// nothing), or "" if there is none. Gloo listens on it: it is where peers that reach the
-// master can reach this rank too, while the host name may resolve to loopback (Debian's
-// /etc/hosts maps it to 127.0.1.1) and leave other machines unable to connect.
-std::string local_address_towards(const std::string& host, int port) {
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo* found = nullptr;
-  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return "";
-  std::string local;
-  for (auto* a = found; a != nullptr && local.empty(); a = a->ai_next) {
-    int fd = ::socket(a->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) continue;
-    sockaddr_storage mine{};
-    socklen_t length = sizeof(mine);
-    char text[INET6_ADDRSTRLEN] = {};
-    if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0 &&
-        ::getsockname(fd, reinterpret_cast<sockaddr*>(&mine), &length) == 0 &&
-        ::getnameinfo(reinterpret_cast<sockaddr*>(&mine), length, text, sizeof(text), nullptr, 0, NI_NUMERICHOST) == 0)
-      local = text;
-    ::close(fd);
-  }
-  ::freeaddrinfo(found);
-  return local;
-}
-
-bool is_loopback_address(const std::string& address) {
-  return address == "localhost" || address.rfind("127.", 0) == 0;
-}
 
 }  // namespace
 
@@ -546,41 +493,32 @@ std::shared_ptr<Communicator> Communicator::connect(const WorldSpec& world, cons
   impl->timeout = options.timeout;
   impl->local_world_size = world.local_world_size;
   if (world.world_size > 1) {
-    c10d::TCPStoreOptions store_options;
-    store_options.port = static_cast<std::uint16_t>(world.master_port);
-    store_options.isServer = world.rank == 0;
-    store_options.numWorkers = world.world_size;
-    store_options.waitWorkers = true;
-    store_options.timeout = options.timeout;
-    if (world.rank == 0 && is_loopback_address(world.master_addr))
-      store_options.masterListenFd = loopback_listen_fd(world.master_port);
-    try {
-      impl->store = c10::make_intrusive<c10d::TCPStore>(world.master_addr, store_options);
-    } catch (const std::exception& e) {
-      throw CommError("fsdpp comm: rank " + std::to_string(world.rank) + " could not join the TCPStore at " +
-                      world.master_addr + ":" + std::to_string(world.master_port) + " within " +
-                      std::to_string(options.timeout.count()) + " ms: " + Impl::first_line(e.what()));
-    }
+    auto joined = join_world(world, options.timeout);
+    impl->store = joined.store;
+    impl->board = joined.board;
     auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.timeout);
-    const char* iface = std::getenv("GLOO_SOCKET_IFNAME");
-    bool loopback = is_loopback_address(world.master_addr);
-    if (iface != nullptr && *iface != '\0')
-      gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(iface));
-    else if (loopback)
-      gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-    else if (auto local = local_address_towards(world.master_addr, world.master_port); !local.empty())
-      gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(local));
+    auto listen = gloo_listen_for(world);
+    if (!listen.interface.empty())
+      gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(listen.interface));
+    else if (!listen.address.empty())
+      gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(listen.address));
     else
       gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+    auto prefixed = c10::make_intrusive<c10d::PrefixStore>("fsdpp/" + options.name, impl->store);
+    std::vector<int> members(world.world_size);
+    std::iota(members.begin(), members.end(), 0);
+    int rank = world.rank, size = world.world_size;
     try {
-      auto prefixed = c10::make_intrusive<c10d::PrefixStore>("fsdpp/" + options.name, impl->store);
-      impl->gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, world.rank, world.world_size, gloo_options);
-    } catch (const std::exception& e) {
-      throw CommError("fsdpp comm: rank " + std::to_string(world.rank) + " could not connect group '" +
-                      options.name + "': " + Impl::first_line(e.what()));
+      impl->gloo = connect_group(
+          [prefixed, rank, size, gloo_options] {
+            return c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, rank, size, gloo_options);
+          },
+          *impl->board, options.name, members, world.rank, options.timeout);
+    } catch (const CommError&) {
+      // As fail(): the store's host stays up a moment, so that the others read the board.
+      impl->board->leave(std::min(options.timeout, kFailureLinger));
+      throw;
     }
-    auto board_timeout = std::clamp(options.timeout, std::chrono::milliseconds(500), std::chrono::milliseconds(3000));
-    impl->board = FailureBoard::join(world, board_timeout);
   }
   return std::shared_ptr<Communicator>(new Communicator(std::move(impl)));
 }
@@ -849,13 +787,13 @@ std::shared_ptr<Communicator> Communicator::subgroup(const std::vector<int>& ran
   if (impl->size > 1) {
     auto options = c10d::ProcessGroupGloo::Options::create(impl_->timeout);
     options->devices = impl_->gloo->getOptions()->devices;
-    try {
-      auto prefixed = c10::make_intrusive<c10d::PrefixStore>("fsdpp/" + impl->name, impl_->store);
-      impl->gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, impl->rank, impl->size, options);
-    } catch (const std::exception& e) {
-      throw CommError("fsdpp comm: rank " + std::to_string(rank()) + " could not connect " + what + ": " +
-                      Impl::first_line(e.what()));
-    }
+    auto prefixed = c10::make_intrusive<c10d::PrefixStore>("fsdpp/" + impl->name, impl_->store);
+    int rank = impl->rank, size = impl->size;
+    impl->gloo = connect_group(
+        [prefixed, rank, size, options] {
+          return c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, rank, size, options);
+        },
+        *impl->board, impl->name, ranks, impl->rank, impl->timeout);
   }
   return std::shared_ptr<Communicator>(new Communicator(std::move(impl)));
 }

@@ -14,6 +14,8 @@
 #include <sstream>
 #include <thread>
 
+#include "core/comm/deadline.h"
+
 namespace fsdpp::comm {
 
 struct FailureBoard::Client {
@@ -25,9 +27,15 @@ namespace {
 
 const std::string kBoardPrefix = "fsdpp/board/";
 std::string member_key(int rank) { return kBoardPrefix + "member/" + std::to_string(rank); }
+std::string connect_key(const std::string& group, bool finished, int rank) {
+  return kBoardPrefix + "connect/" + group + (finished ? "/finished/" : "/started/") + std::to_string(rank);
+}
 std::string failed_key(int rank) { return kBoardPrefix + "failed/" + std::to_string(rank); }
+std::string signed_out_key(int rank) { return kBoardPrefix + "signed-out/" + std::to_string(rank); }
 const std::string kPostsKey = kBoardPrefix + "posts";  // counts posts: one read tells whether to scan
 const std::string kLeftKey = kBoardPrefix + "left";    // ranks that signed out after a failure
+// How long explain() keeps looking for a peer's pid to be gone before it gives up.
+constexpr std::chrono::milliseconds kGoneSettle{1000};
 
 std::string to_text(const std::vector<uint8_t>& bytes) { return std::string(bytes.begin(), bytes.end()); }
 std::vector<uint8_t> to_bytes(const std::string& text) { return std::vector<uint8_t>(text.begin(), text.end()); }
@@ -38,39 +46,18 @@ std::string host_name() {
   return name;
 }
 
-// Runs `op` on a detached thread and waits for it up to `deadline`: a store whose host is
-// cut off can block a socket read far longer than a failing rank may wait.
-template <class T>
-std::optional<T> with_deadline(std::function<T()> op, std::chrono::milliseconds deadline) {
-  auto promise = std::make_shared<std::promise<T>>();
-  auto result = promise->get_future();
-  std::thread([op = std::move(op), promise] {
-    try {
-      promise->set_value(op());
-    } catch (...) {
-      promise->set_exception(std::current_exception());
-    }
-  }).detach();
-  if (result.wait_for(deadline) != std::future_status::ready) return std::nullopt;
-  try {
-    return result.get();
-  } catch (const std::exception&) {
-    return std::nullopt;
-  }
-}
-
 // On the failure path the store's host may be gone, and c10d's client then logs a warning
 // with a C++ stack trace for every refused operation: a failing rank ends with its one
 // line instead. Errors still print.
 void quiet_store_warnings() { FLAGS_caffe2_log_level = std::max(FLAGS_caffe2_log_level, c10::GLOG_ERROR); }
 
-std::string rank_list(const std::vector<int>& ranks) {
-  std::string text;
+}  // namespace
+
+std::string ranks_phrase(const std::vector<int>& ranks) {
+  std::string text = ranks.size() > 1 ? "ranks " : "rank ";
   for (size_t i = 0; i < ranks.size(); ++i) text += (i == 0 ? "" : ", ") + std::to_string(ranks[i]);
   return text;
 }
-
-}  // namespace
 
 std::string this_machine_id() {
   std::ifstream in("/proc/sys/kernel/random/boot_id");
@@ -103,20 +90,24 @@ std::shared_ptr<FailureBoard> FailureBoard::join(const WorldSpec& world, std::ch
   auto client = board->client_;
   std::string host = world.master_addr;
   int port = world.master_port;
-  bool connected = with_deadline<bool>(
-                       [client, host, port, op_timeout] {
-                         c10d::TCPStoreOptions options;
-                         options.port = static_cast<std::uint16_t>(port);
-                         options.isServer = false;
-                         options.waitWorkers = false;
-                         options.timeout = op_timeout;
-                         auto store = c10::make_intrusive<c10d::TCPStore>(host, options);
-                         std::lock_guard<std::mutex> lock(client->mu);
-                         client->store = store;
-                         return true;
-                       },
-                       op_timeout)
-                       .value_or(false);
+  bool connected = false;
+  try {
+    connected = with_deadline<bool>(
+                    [client, host, port, op_timeout] {
+                      c10d::TCPStoreOptions options;
+                      options.port = static_cast<std::uint16_t>(port);
+                      options.isServer = false;
+                      options.waitWorkers = false;
+                      options.timeout = op_timeout;
+                      auto store = c10::make_intrusive<c10d::TCPStore>(host, options);
+                      std::lock_guard<std::mutex> lock(client->mu);
+                      client->store = store;
+                      return true;
+                    },
+                    op_timeout)
+                    .value_or(false);
+  } catch (const std::exception&) {
+  }
   if (!connected) return nullptr;
   std::string me = this_machine_id() + " " + std::to_string(::getpid()) + " " + host_name();
   int rank = world.rank;
@@ -131,12 +122,16 @@ std::shared_ptr<FailureBoard> FailureBoard::join(const WorldSpec& world, std::ch
 std::optional<std::string> FailureBoard::run_bounded(const std::function<std::string(c10d::Store&)>& op) {
   if (unreachable_->load()) return std::nullopt;
   auto client = client_;
-  auto result = with_deadline<std::string>(
-      [client, op] {
-        std::lock_guard<std::mutex> lock(client->mu);
-        return op(*client->store);
-      },
-      op_timeout_);
+  std::optional<std::string> result;
+  try {
+    result = with_deadline<std::string>(
+        [client, op] {
+          std::lock_guard<std::mutex> lock(client->mu);
+          return op(*client->store);
+        },
+        op_timeout_);
+  } catch (const std::exception&) {
+  }
   if (!result) unreachable_->store(true);
   return result;
 }
@@ -170,7 +165,7 @@ std::optional<std::string> FailureBoard::posted_failure() {
         others.push_back(r);
     }
     if (!first.empty() && !others.empty())
-      first += " (rank" + std::string(others.size() > 1 ? "s " : " ") + rank_list(others) + " too)";
+      first += " (" + ranks_phrase(others) + " too)";
     return first;
   });
   if (!found || found->empty()) return std::nullopt;
@@ -183,17 +178,19 @@ std::optional<std::vector<FailureBoard::Member>> FailureBoard::other_members() {
   auto text = run_bounded([me, n](c10d::Store& s) {
     std::string all;
     for (int r = 0; r < n; ++r)
-      if (r != me && s.check({member_key(r)})) all += std::to_string(r) + " " + to_text(s.get(member_key(r))) + "\n";
+      if (r != me && s.check({member_key(r)}))
+        all += std::to_string(r) + " " + (s.check({signed_out_key(r)}) ? "1 " : "0 ") + to_text(s.get(member_key(r))) + "\n";
     return all;
   });
   if (!text) return std::nullopt;
-  // One line per rank: "<rank> <machine id> <pid> <host name>" (join() wrote the rest).
+  // One line per rank: "<rank> <signed out> <machine id> <pid> <host name>" (join() wrote
+  // the last three).
   std::vector<Member> members;
   std::istringstream lines(*text);
   for (std::string line; std::getline(lines, line);) {
     std::istringstream in(line);
     Member m;
-    if (in >> m.rank >> m.machine >> m.pid >> m.host) members.push_back(m);
+    if (in >> m.rank >> m.signed_out >> m.machine >> m.pid >> m.host) members.push_back(m);
   }
   return members;
 }
@@ -201,7 +198,16 @@ std::optional<std::vector<FailureBoard::Member>> FailureBoard::other_members() {
 std::optional<std::string> FailureBoard::peer_gone_on_this_machine(const std::vector<Member>& members) {
   const std::string machine = this_machine_id();
   for (const auto& m : members) {
-    if (m.machine != machine || !process_is_gone(m.pid)) continue;
+    // A rank that signed out left after a failure it reported (or was told of): a
+    // casualty, not the cause.
+    if (m.signed_out || m.machine != machine || !process_is_gone(m.pid)) continue;
+    // It may have signed out after `members` was read: now that it is gone, a re-read is
+    // final.
+    int rank = m.rank;
+    auto signed_out = run_bounded([rank](c10d::Store& s) { return s.check({signed_out_key(rank)}) ? "1" : ""; });
+    if (signed_out && !signed_out->empty()) continue;
+    // It may have posted the cause just before it exited.
+    if (auto posted = posted_failure()) return posted;
     std::string text = "rank " + std::to_string(m.rank) + " (pid " + std::to_string(m.pid) + " on " + m.host +
                        ") is gone: it exited or was killed without reporting an error (seen by rank " +
                        std::to_string(rank_) + ")";
@@ -221,6 +227,12 @@ std::string FailureBoard::explain() {
     return "rank 0 is gone or cut off: the TCPStore it hosts at " + store_address_ + " does not answer";
   }
   if (auto gone = peer_gone_on_this_machine(*members)) return *gone;
+  // A killed process closes its sockets before it becomes a zombie: the collective may
+  // fail a moment before its pid reads as gone.
+  for (auto until = std::chrono::steady_clock::now() + kGoneSettle; std::chrono::steady_clock::now() < until;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (auto gone = peer_gone_on_this_machine(*members)) return *gone;
+  }
   // Nothing known: name the ranks that cannot be checked from here.
   const std::string machine = this_machine_id();
   std::vector<int> remote;
@@ -231,15 +243,75 @@ std::string FailureBoard::explain() {
     if (remote_hosts.find(m.host) == std::string::npos) remote_hosts += (remote_hosts.empty() ? "" : ", ") + m.host;
   }
   if (remote.empty()) return "no rank has reported a failure and every rank is still running";
-  return "no rank has reported a failure and every rank on this machine is still running; rank" +
-         std::string(remote.size() > 1 ? "s " : " ") + rank_list(remote) + " on " + remote_hosts +
+  return "no rank has reported a failure and every rank on this machine is still running; " +
+         ranks_phrase(remote) + " on " + remote_hosts +
          " cannot be checked from here";
+}
+
+std::optional<std::string> FailureBoard::known_failure() {
+  quiet_store_warnings();
+  if (auto posted = posted_failure()) return posted;
+  auto members = other_members();
+  if (!members) return std::nullopt;
+  return peer_gone_on_this_machine(*members);
+}
+
+std::optional<std::vector<int>> FailureBoard::await_members(std::chrono::steady_clock::time_point deadline) {
+  int n = world_size_;
+  for (;;) {
+    auto missing = run_bounded([n](c10d::Store& s) {
+      std::string list;
+      for (int r = 0; r < n; ++r)
+        if (!s.check({member_key(r)})) list += std::to_string(r) + " ";
+      return list;
+    });
+    if (!missing) return std::nullopt;
+    std::vector<int> ranks;
+    std::istringstream in(*missing);
+    for (int r; in >> r;) ranks.push_back(r);
+    if (ranks.empty() || std::chrono::steady_clock::now() >= deadline) return ranks;
+    if (posted_failure()) return ranks;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+void FailureBoard::post_absent(const std::vector<int>& ranks, const std::string& why) {
+  for (int r : ranks)
+    if (post(r, "rank " + std::to_string(r) + " " + why + " (seen by rank " + std::to_string(rank_) + ")"))
+      run_bounded([](c10d::Store& s) { return std::to_string(s.add(kLeftKey, 1)); });
+}
+
+void FailureBoard::mark_connect(const std::string& group, bool finished) {
+  int me = rank_;
+  run_bounded([group, finished, me](c10d::Store& s) {
+    s.set(connect_key(group, finished, me), to_bytes("1"));
+    return std::string();
+  });
+}
+
+std::optional<std::vector<int>> FailureBoard::without_connect_mark(const std::string& group, bool finished,
+                                                                   const std::vector<int>& world_ranks) {
+  auto missing = run_bounded([group, finished, world_ranks](c10d::Store& s) {
+    std::string list;
+    for (int r : world_ranks)
+      if (!s.check({connect_key(group, finished, r)})) list += std::to_string(r) + " ";
+    return list;
+  });
+  if (!missing) return std::nullopt;
+  std::vector<int> ranks;
+  std::istringstream in(*missing);
+  for (int r; in >> r;) ranks.push_back(r);
+  return ranks;
 }
 
 void FailureBoard::leave(std::chrono::milliseconds linger) {
   if (left_.exchange(true)) return;
   quiet_store_warnings();
-  run_bounded([](c10d::Store& s) { return std::to_string(s.add(kLeftKey, 1)); });
+  int me = rank_;
+  run_bounded([me](c10d::Store& s) {
+    s.set(signed_out_key(me), to_bytes("1"));
+    return std::to_string(s.add(kLeftKey, 1));
+  });
   if (rank_ != 0) return;
   auto deadline = std::chrono::steady_clock::now() + linger;
   while (std::chrono::steady_clock::now() < deadline) {

@@ -56,6 +56,26 @@ class FailureBoard {
   // the header comment); never empty.
   std::string explain();
 
+  // posted_failure(), else a peer on this machine whose process is gone: a cause known
+  // for certain; nullopt when there is none (yet) or the store does not answer.
+  std::optional<std::string> known_failure();
+
+  // While the world connects: waits until every rank has joined the board, up to
+  // `deadline` or until a failure is posted. Returns the ranks still missing then (empty:
+  // all joined), or nullopt when the store stopped answering.
+  std::optional<std::vector<int>> await_members(std::chrono::steady_clock::time_point deadline);
+
+  // Posts "rank R <why> (seen by rank S)" about each of `ranks` that has no post yet, and
+  // signs them out (they will never sign out themselves): for ranks that never arrived.
+  void post_absent(const std::vector<int>& ranks, const std::string& why);
+
+  // Records that this rank started (finished = false) or finished connecting group
+  // `group`; without_connect_mark() lists which of `world_ranks` have no such record
+  // (nullopt when the store does not answer).
+  void mark_connect(const std::string& group, bool finished);
+  std::optional<std::vector<int>> without_connect_mark(const std::string& group, bool finished,
+                                                       const std::vector<int>& world_ranks);
+
   // This rank is about to exit after a failure: signs out, and on the store's host waits
   // until every rank signed out (or was posted as gone) or `linger` passed.
   void leave(std::chrono::milliseconds linger);
@@ -73,7 +93,8 @@ class FailureBoard {
   // What a rank recorded about itself when it joined.
   struct Member {
     int rank = 0;
-    std::string machine;  // this_machine_id()
+    bool signed_out = false;  // it left after a failure (leave())
+    std::string machine;      // this_machine_id()
     long pid = 0;
     std::string host;
   };
@@ -94,6 +115,9 @@ class FailureBoard {
 // The machine this process runs on, as far as its pids go: the kernel's boot id and the
 // host name (containers or namespaces that name themselves apart count as other hosts).
 std::string this_machine_id();
+
+// "rank 2" or "ranks 0, 2, 3".
+std::string ranks_phrase(const std::vector<int>& ranks);
 
 // Whether process `pid` on this machine has exited (gone or a zombie).
 bool process_is_gone(long pid);

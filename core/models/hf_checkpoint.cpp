@@ -10,17 +10,14 @@
 #include "core/io/atomic_file.h"
 #include "core/io/hf_config.h"
 #include "core/io/safetensors.h"
+#include "core/io/shape_text.h"
 #include "core/nn/deferred_init.h"
 
 namespace fsdpp::models {
 
-namespace {
+using io::shape_text;
 
-std::string shape_text(c10::IntArrayRef shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
+namespace {
 
 // Names under which `name` may be stored: itself, then without the base-model prefix.
 std::vector<std::string> stored_names(const std::string& name) {

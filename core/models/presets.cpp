@@ -7,11 +7,14 @@
 #include <stdexcept>
 #include <unordered_set>
 
+#include "core/io/shape_text.h"
 #include "core/models/gpt2.h"
 #include "core/models/llama.h"
 #include "core/models/opt.h"
 
 namespace fsdpp::models {
+
+using io::shape_text;
 
 namespace {
 
@@ -125,12 +128,6 @@ at::Generator row_generator(uint64_t key) {
 }
 
 bool is_bias(const std::string& name) { return name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0; }
-
-std::string shape_text(c10::IntArrayRef shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
 
 }  // namespace
 

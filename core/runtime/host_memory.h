@@ -17,11 +17,11 @@ namespace fsdpp::runtime {
 // Cost: between steps the resident set keeps the step's peak working set (~130 MiB more
 // per rank on the CPU reference model). Process-wide; call it before training allocates.
 // Returns false when glibc refuses a threshold (the process then keeps glibc's defaults
-// for that one).
+// for that one), and in a sanitizer build, whose heap is not glibc's (nothing is set).
 bool keep_freed_host_memory(std::size_t bytes = std::size_t{1} << 30);
 
-// Whether keep_freed_host_memory() succeeded in this process: "kept", else "glibc" (for
-// benchmark records).
+// Whether keep_freed_host_memory() succeeded in this process: "kept", else "glibc", or
+// "sanitizer" in a sanitizer build (for benchmark records and the CLI's warning).
 const char* host_heap_policy();
 
 }  // namespace fsdpp::runtime

@@ -130,7 +130,8 @@ int run_distributed(const std::vector<std::string>& argv, const DistributedFlags
       std::fprintf(stderr, "fsdpp: warning: %d local ranks x %d threads exceed the %d available cores\n",
                    world.local_world_size, threads, runtime::available_cores());
     runtime::configure_threads(threads);
-    if (!flags.release_host_memory && !runtime::keep_freed_host_memory())
+    if (!flags.release_host_memory && !runtime::keep_freed_host_memory() &&
+        std::string(runtime::host_heap_policy()) == "glibc")
       std::fprintf(stderr, "fsdpp: warning: glibc refused the heap thresholds; freed host blocks go back to the OS\n");
     const char* bound = std::getenv("FSDPP_BOUND_CPUS");  // set by --bind-cores
     std::printf("%s threads=%d%s%s\n", world.describe().c_str(), threads, bound ? " cpus=" : "", bound ? bound : "");

@@ -68,6 +68,7 @@ LaunchReport run_ranks(int world_size, const RankBody& body, const RunOptions& o
       comm_options.timeout = options.comm_timeout;
       std::shared_ptr<comm::Communicator> communicator;
       try {
+        if (options.before_connect) options.before_connect(rank);
         communicator = comm::Communicator::connect(world, comm_options);
         RankContext ctx{rank, world_size, *communicator, shared_dir, threads};
         body(ctx);

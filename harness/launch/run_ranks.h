@@ -27,6 +27,9 @@ struct RunOptions {
   std::chrono::milliseconds comm_timeout{std::chrono::seconds(60)};
   int threads_per_rank = 0;  // 0: floor(cores / world_size), at least 1
   std::string master_addr = "127.0.0.1";  // where rank 0 hosts the TCPStore
+  // Runs in each rank's process just before it connects (tests of the connect phase: a
+  // rank that never arrives, or dies while the others connect).
+  std::function<void(int rank)> before_connect;
 };
 
 using RankBody = std::function<void(RankContext&)>;

@@ -248,6 +248,94 @@ TEST(RankFailures, AfterATimeoutTheGroupRefusesFurtherWork) {
       options_with(std::chrono::seconds(60), std::chrono::seconds(2), /*kill_all=*/false));
 }
 
+// The connect phase (core/comm/connect.h): a rank that never arrives, or dies while the
+// others connect, is named by them within about twice the collective timeout. Before,
+// a rank killed while the others connected left them in Gloo's connectFullMesh for five
+// timeouts, and a missing rank 0 for three, without a name (the fault trials found it).
+constexpr auto kConnectTimeout = std::chrono::seconds(3);
+
+harness::RunOptions connect_trial(std::function<void(int rank)> before_connect) {
+  auto o = options_with(std::chrono::seconds(90), kConnectTimeout, /*kill_all=*/false);
+  o.before_connect = std::move(before_connect);
+  return o;
+}
+
+// Every rank but `culprit` failed in its communicator with one line matching `names`,
+// within two timeouts (meeting, then the Gloo mesh), rank 0's 3 s linger, and slack for a
+// loaded machine.
+void expect_the_others_name(const LaunchReport& report, int culprit, const std::string& names) {
+  for (const auto& r : report.ranks) {
+    if (r.rank == culprit) continue;
+    EXPECT_EQ(r.status, RankStatus::Failed) << report.summary();
+    EXPECT_TRUE(r.comm_failure) << r.message;
+    EXPECT_THAT(r.message, ::testing::ContainsRegex(names)) << "rank " << r.rank;
+    EXPECT_LT(r.ended_after_s, 2 * kConnectTimeout.count() + 3 + 5.0) << r.message;
+    EXPECT_EQ(r.message.find('\n'), std::string::npos) << "one line: " << r.message;
+  }
+}
+
+TEST(ConnectFailures, ARankThatNeverArrivesIsNamedByTheOthers) {
+  auto report = harness::run_ranks(3, all_reduce_ones, connect_trial([](int rank) {
+                                     if (rank == 2) std::raise(SIGKILL);
+                                   }));
+  EXPECT_EQ(report.ranks[2].status, RankStatus::Crashed) << report.summary();
+  expect_the_others_name(report, 2, "rank 2 did not join the world at 127\\.0\\.0\\.1:[0-9]+ within 3000 ms");
+}
+
+TEST(ConnectFailures, WithoutRankZeroTheOthersSayItNeverAnswered) {
+  auto report = harness::run_ranks(3, all_reduce_ones, connect_trial([](int rank) {
+                                     if (rank == 0) std::raise(SIGKILL);
+                                   }));
+  expect_the_others_name(report, 0, "rank 0 never answered: no TCPStore at 127\\.0\\.0\\.1:[0-9]+ within 3000 ms");
+}
+
+// Rank 2 is SIGKILLed after the given delay from the start of its connect: at any moment
+// of the meeting, the Gloo mesh or the first collective, the others name it.
+class ARankKilledWhileTheOthersConnect : public ::testing::TestWithParam<int> {};
+
+TEST_P(ARankKilledWhileTheOthersConnect, IsNamedByThem) {
+  const int delay_ms = GetParam();
+  auto report = harness::run_ranks(
+      3,
+      [](RankContext& ctx) {
+        if (ctx.rank == 2) std::this_thread::sleep_for(std::chrono::seconds(30));  // the kill comes first
+        all_reduce_ones(ctx);
+      },
+      connect_trial([delay_ms](int rank) {
+        if (rank != 2) return;
+        std::thread([delay_ms] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+          std::raise(SIGKILL);
+        }).detach();
+      }));
+  EXPECT_EQ(report.ranks[2].status, RankStatus::Crashed) << report.summary();
+  expect_the_others_name(report, 2, "rank 2 (did not join the world|\\(pid [0-9]+ on [^)]*\\) is gone)");
+}
+
+INSTANTIATE_TEST_SUITE_P(DelaysMs, ARankKilledWhileTheOthersConnect, ::testing::Values(5, 30, 80, 200, 600));
+
+TEST(ConnectFailures, ARankThatNeverConnectsASubgroupIsNamedAfterTheTimeout) {
+  // Rank 2 is alive and in the world but never builds the subgroup the others wait in.
+  auto report = harness::run_ranks(
+      3,
+      [](RankContext& ctx) {
+        all_reduce_ones(ctx);
+        if (ctx.rank == 2) {
+          std::this_thread::sleep_for(kConnectTimeout + std::chrono::seconds(4));
+          return;
+        }
+        ctx.comm.subgroup({0, 1, 2}, "late");
+      },
+      options_with(std::chrono::seconds(90), kConnectTimeout, /*kill_all=*/false));
+  for (int r : {0, 1}) {
+    const auto& rank = report.ranks[r];
+    EXPECT_EQ(rank.status, RankStatus::Failed) << report.summary();
+    EXPECT_THAT(rank.message, HasSubstr("every rank is still running; rank 2 never began connecting it"));
+    EXPECT_THAT(rank.message, HasSubstr("here connecting group 'world/late' (rank " + std::to_string(r) + " of 3)"));
+    EXPECT_LT(rank.ended_after_s, kConnectTimeout.count() + 5.0) << rank.message;
+  }
+}
+
 TEST(RankSuccess, EveryRankSharesOneTemporaryDirectory) {
   harness::expect_ranks_pass(3, [](RankContext& ctx) {
     ASSERT_TRUE(std::filesystem::is_directory(ctx.shared_dir));

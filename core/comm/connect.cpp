@@ -1,0 +1,225 @@
+#include "core/comm/connect.h"
+
+#include <arpa/inet.h>
+#include <c10/util/Logging.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/comm/communicator.h"
+#include "core/comm/deadline.h"
+
+namespace fsdpp::comm {
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// How often a rank that waits for a group to connect reads the failure board.
+constexpr std::chrono::milliseconds kConnectPoll{1000};
+// How long rank 0 stays up after it gave up on absent ranks, so that the others read its
+// post about them (at most the timeout).
+constexpr std::chrono::milliseconds kAbsentLinger{3000};
+
+std::string ms_text(std::chrono::milliseconds ms) { return std::to_string(ms.count()) + " ms"; }
+
+std::string since(Clock::time_point start) {
+  return ms_text(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start));
+}
+
+std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+// c10d's client retries a refused connection until its timeout and logs a warning with a
+// C++ stack trace for each retry: a rank waiting for a late or dead rank 0 says so once,
+// in its own error, instead. Errors still print.
+class QuietStoreWarnings {
+ public:
+  QuietStoreWarnings() : saved_(FLAGS_caffe2_log_level) {
+    FLAGS_caffe2_log_level = std::max(saved_, c10::GLOG_ERROR);
+  }
+  ~QuietStoreWarnings() { FLAGS_caffe2_log_level = saved_; }
+  QuietStoreWarnings(const QuietStoreWarnings&) = delete;
+  QuietStoreWarnings& operator=(const QuietStoreWarnings&) = delete;
+
+ private:
+  decltype(FLAGS_caffe2_log_level) saved_;
+};
+
+// The TCPStore's listening socket when the master address is loopback: bound to
+// 127.0.0.1 only, so the store is not reachable from other machines (c10d's own server
+// listens on every interface). Returns the bound socket's fd; the store takes it over.
+int loopback_listen_fd(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw CommError(std::string("fsdpp comm: rank 0 could not create the TCPStore's socket: ") + std::strerror(errno));
+  int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+    int error = errno;
+    ::close(fd);
+    throw CommError("fsdpp comm: rank 0 could not listen on 127.0.0.1:" + std::to_string(port) +
+                    " for the TCPStore: " + std::strerror(error));
+  }
+  return fd;
+}
+
+// This machine's address on the route to host:port (a UDP socket "connected" there sends
+// nothing), or "" if there is none. Gloo listens on it: it is where peers that reach the
+// master can reach this rank too, while the host name may resolve to loopback (Debian's
+// /etc/hosts maps it to 127.0.1.1) and leave other machines unable to connect.
+std::string local_address_towards(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return "";
+  std::string local;
+  for (auto* a = found; a != nullptr && local.empty(); a = a->ai_next) {
+    int fd = ::socket(a->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    sockaddr_storage mine{};
+    socklen_t length = sizeof(mine);
+    char text[INET6_ADDRSTRLEN] = {};
+    if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0 &&
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&mine), &length) == 0 &&
+        ::getnameinfo(reinterpret_cast<sockaddr*>(&mine), length, text, sizeof(text), nullptr, 0, NI_NUMERICHOST) == 0)
+      local = text;
+    ::close(fd);
+  }
+  ::freeaddrinfo(found);
+  return local;
+}
+
+}  // namespace
+
+bool is_loopback_address(const std::string& address) {
+  return address == "localhost" || address.rfind("127.", 0) == 0;
+}
+
+JoinedWorld join_world(const WorldSpec& world, std::chrono::milliseconds timeout) {
+  const auto start = Clock::now();
+  const std::string me = "rank " + std::to_string(world.rank);
+  const std::string where = world.master_addr + ":" + std::to_string(world.master_port);
+  c10d::TCPStoreOptions options;
+  options.port = static_cast<std::uint16_t>(world.master_port);
+  options.isServer = world.rank == 0;
+  options.numWorkers = world.world_size;
+  options.waitWorkers = false;  // the board's records say who arrived, and who did not
+  options.timeout = timeout;
+  JoinedWorld joined;
+  if (world.rank == 0) {
+    if (is_loopback_address(world.master_addr)) options.masterListenFd = loopback_listen_fd(world.master_port);
+    try {
+      joined.store = c10::make_intrusive<c10d::TCPStore>(world.master_addr, options);
+    } catch (const std::exception& e) {
+      throw CommError("fsdpp comm: rank 0 could not host the TCPStore at " + where + ": " + first_line(e.what()));
+    }
+  } else {
+    QuietStoreWarnings quiet;
+    std::optional<c10::intrusive_ptr<c10d::TCPStore>> store;
+    std::string error;
+    try {
+      std::string host = world.master_addr;
+      store = with_deadline<c10::intrusive_ptr<c10d::TCPStore>>(
+          [host, options] { return c10::make_intrusive<c10d::TCPStore>(host, options); },
+          timeout + std::chrono::seconds(1));
+    } catch (const std::exception& e) {
+      error = ": " + first_line(e.what());
+    }
+    if (!store)
+      throw CommError("fsdpp comm: rank 0 never answered: no TCPStore at " + where + " within " + ms_text(timeout) +
+                      " (rank 0 is not running, failed before it hosted the store, or cannot be reached from here); " +
+                      me + " gave up" + error);
+    joined.store = *store;
+  }
+  auto board_timeout = std::clamp(timeout, std::chrono::milliseconds(500), std::chrono::milliseconds(3000));
+  joined.board = FailureBoard::join(world, board_timeout);
+  if (!joined.board)
+    throw CommError("fsdpp comm: rank 0 is gone or cut off: the TCPStore it hosts at " + where +
+                    " stopped answering while " + me + " joined it");
+  // Rank 0 counts from its own start; a rank that joined a late rank 0 still gets a moment.
+  auto deadline = std::max(start + timeout, Clock::now() + std::chrono::seconds(1));
+  auto missing = joined.board->await_members(deadline);
+  if (missing && missing->empty()) return joined;
+  // Who failed: a post (the rank 0 that gave up on an absent rank posts about it), a
+  // member whose process is gone, the store gone, or the ranks that never arrived.
+  std::string cause;
+  if (auto known = joined.board->known_failure()) {
+    cause = *known;
+  } else if (!missing || !joined.board->store_reachable()) {
+    cause = joined.board->explain();
+  } else {
+    std::string why = "did not join the world at " + where + " within " + ms_text(timeout) +
+                      " (not started, failed before connecting, or cannot reach the master)";
+    joined.board->post_absent(*missing, why);
+    cause = ranks_phrase(*missing) + " " + why;
+  }
+  joined.board->leave(std::min(timeout, kAbsentLinger));
+  throw CommError("fsdpp comm: " + cause + "; here " + me + " of " + std::to_string(world.world_size) +
+                  " stopped waiting for the world to meet after " + since(start));
+}
+
+c10::intrusive_ptr<c10d::ProcessGroupGloo> connect_group(
+    const std::function<c10::intrusive_ptr<c10d::ProcessGroupGloo>()>& make_group, FailureBoard& board,
+    const std::string& group_name, const std::vector<int>& world_ranks, int group_rank,
+    std::chrono::milliseconds timeout) {
+  const auto start = Clock::now();
+  const std::string here = "connecting group '" + group_name + "' (rank " + std::to_string(group_rank) + " of " +
+                           std::to_string(world_ranks.size()) + ")";
+  board.mark_connect(group_name, /*finished=*/false);
+  auto group = start_detached<c10::intrusive_ptr<c10d::ProcessGroupGloo>>(make_group);
+  // Also name the peers that never began connecting this group (they are where the cause
+  // lies), else those that had not finished.
+  auto cause = [&] {
+    std::string text = board.explain();
+    std::vector<int> others = world_ranks;
+    others.erase(others.begin() + group_rank);
+    if (auto absent = board.without_connect_mark(group_name, false, others); absent && !absent->empty())
+      text += "; " + ranks_phrase(*absent) + " never began connecting it";
+    else if (auto behind = board.without_connect_mark(group_name, true, others); behind && !behind->empty())
+      text += "; " + ranks_phrase(*behind) + " had not finished connecting it";
+    return text;
+  };
+  const auto deadline = start + timeout;
+  for (;;) {
+    auto wait = std::min<Clock::duration>(kConnectPoll, std::max<Clock::duration>(deadline - Clock::now(), {}));
+    if (group.wait_for(wait) == std::future_status::ready) {
+      try {
+        auto connected = group.get();
+        board.mark_connect(group_name, /*finished=*/true);
+        return connected;
+      } catch (const std::exception& e) {
+        throw CommError("fsdpp comm: " + cause() + "; here " + here + " failed after " + since(start) + ": " +
+                        first_line(e.what()));
+      }
+    }
+    if (auto known = board.known_failure())
+      throw CommError("fsdpp comm: " + *known + "; here " + here + " stopped waiting after " + since(start));
+    if (!board.store_reachable()) throw CommError("fsdpp comm: " + board.explain() + "; here " + here + " failed");
+    if (Clock::now() >= deadline)
+      throw CommError("fsdpp comm: " + cause() + "; here " + here + " timed out after " + since(start));
+  }
+}
+
+GlooListen gloo_listen_for(const WorldSpec& world) {
+  GlooListen listen;
+  if (const char* iface = std::getenv("GLOO_SOCKET_IFNAME"); iface != nullptr && *iface != '\0')
+    listen.interface = iface;
+  else if (is_loopback_address(world.master_addr))
+    listen.address = "127.0.0.1";
+  else
+    listen.address = local_address_towards(world.master_addr, world.master_port);
+  return listen;
+}
+
+}  // namespace fsdpp::comm
