@@ -125,15 +125,23 @@ int run_distributed(const std::vector<std::string>& argv, const DistributedFlags
     overrides.master_addr = flags.master_addr;
     overrides.master_port = flags.master_port;
     auto world = comm::resolve_world(comm::process_env(), overrides);
-    int threads = flags.threads > 0 ? flags.threads : runtime::default_threads_per_rank(world.local_world_size);
-    if (threads * world.local_world_size > runtime::available_cores())
-      std::fprintf(stderr, "fsdpp: warning: %d local ranks x %d threads exceed the %d available cores\n",
-                   world.local_world_size, threads, runtime::available_cores());
+    const char* bound = std::getenv("FSDPP_BOUND_CPUS");  // set by --bind-cores
+    // A rank pinned by --bind-cores sees only its own slice of the cores
+    // (runtime::available_cores()), so it alone must fit there.
+    const int sharing = bound != nullptr ? 1 : world.local_world_size;
+    int threads = flags.threads > 0 ? flags.threads : runtime::default_threads_per_rank(sharing);
+    if (threads * sharing > runtime::available_cores()) {
+      if (bound != nullptr)
+        std::fprintf(stderr, "fsdpp: warning: %d threads exceed the %d cores bound to this rank\n", threads,
+                     runtime::available_cores());
+      else
+        std::fprintf(stderr, "fsdpp: warning: %d local ranks x %d threads exceed the %d available cores\n",
+                     world.local_world_size, threads, runtime::available_cores());
+    }
     runtime::configure_threads(threads);
     if (!flags.release_host_memory && !runtime::keep_freed_host_memory() &&
         std::string(runtime::host_heap_policy()) == "glibc")
       std::fprintf(stderr, "fsdpp: warning: glibc refused the heap thresholds; freed host blocks go back to the OS\n");
-    const char* bound = std::getenv("FSDPP_BOUND_CPUS");  // set by --bind-cores
     std::printf("%s threads=%d%s%s\n", world.describe().c_str(), threads, bound ? " cpus=" : "", bound ? bound : "");
     std::fflush(stdout);
     comm::CommOptions options;
