@@ -30,6 +30,13 @@ printf 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned lon
 clang++ -fsanitize=fuzzer,address,undefined "$probe/probe.cpp" -o "$probe/probe" 2>"$probe/log" ||
   die "clang++ cannot link a libFuzzer program (libclang_rt.fuzzer missing?): $(head -c 300 "$probe/log")"
 
+# The tree the targets are built from, read before the build: HEAD may move during a
+# campaign of an hour. Not `git status | grep -q .`: grep leaves at the first line and,
+# under pipefail, git's SIGPIPE made a dirty tree read as clean.
+commit=$(git -C "$repo" rev-parse HEAD 2>/dev/null || echo unknown)
+dirty=false
+[ -n "$(git -C "$repo" status --porcelain 2>/dev/null)" ] && dirty=true
+
 # Everything runs under nice: this machine may be timing benchmarks at the same time.
 build_start=$(date +%s)
 nice -n 19 cmake -S "$fuzz_src" -B "$build" -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang \
@@ -107,11 +114,6 @@ for t in "${targets[@]}"; do
 done
 
 if [ -n "$out_json" ]; then
-  commit=$(git -C "$repo" rev-parse HEAD 2>/dev/null || echo unknown)
-  # Not `git status | grep -q .`: grep leaves at the first line and, under pipefail, git's
-  # SIGPIPE made a dirty tree read as clean.
-  dirty=false
-  [ -n "$(git -C "$repo" status --porcelain 2>/dev/null)" ] && dirty=true
   clang_version=$(clang++ --version | head -n 1)
   PYTHONPATH="$repo/ci/lib" python3 - "$results" "$out_json" "$seconds" "$commit" "$dirty" "$clang_version" "$build_s" "$replayed" "$runs_bound" <<'EOF'
 import datetime, sys
