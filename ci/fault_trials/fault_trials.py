@@ -380,6 +380,15 @@ def names_rank(lines, dead, survivor):
     return re.search(r"\branks?(?:\(s\))?\s*[:#]?\s*(?:\d+\s*(?:,|and|&)\s*)*%d\b" % dead, text) is not None
 
 
+def keep_folder_if_failed(rec, folder, keep_work):
+    """A trial's folder: removed when the trial passed (unless --keep-work), else kept and
+    named in its record (`logs`)."""
+    if rec["ok"] and not keep_work:
+        shutil.rmtree(folder, ignore_errors=True)
+    else:
+        rec["logs"] = folder
+
+
 def tail(lines, n=300):
     return lines[-1][:n] if lines else None
 
@@ -564,10 +573,7 @@ class RankDeath:
         rec["ok"] = (not rec["hang"] and rec["survivor_crashed"] == 0 and
                      (rec["survivor_exit_zero"] == 0 or rec["exit_zero_accepted"]) and
                      rec["survivors_not_naming_dead_rank"] == 0)
-        if rec["ok"] and not a.keep_work:
-            shutil.rmtree(folder, ignore_errors=True)
-        else:
-            rec["logs"] = folder
+        keep_folder_if_failed(rec, folder, a.keep_work)
         return rec
 
     def campaign(self, trials):
@@ -833,10 +839,7 @@ class CrashDuringSave:
         rec["lost_or_half_read"] = bool(after["lost"] or after["incomplete"] or
                                         (rec.get("at_end") or {}).get("incomplete"))
         rec["ok"] = not problems
-        if rec["ok"] and not a.keep_work:
-            shutil.rmtree(folder, ignore_errors=True)
-        else:
-            rec["logs"] = folder
+        keep_folder_if_failed(rec, folder, a.keep_work)
         return rec
 
     def campaign(self, trials):
@@ -986,10 +989,7 @@ class DiskFull:
                     log("disk full: %d rank(s) %s, tmpfs %d bytes: %s" % (
                         world, "async" if async_save else "sync", size,
                         "ok" if rec["ok"] else "FAILED " + "; ".join(rec["problems"])))
-                    if rec["ok"] and not self.a.keep_work:
-                        shutil.rmtree(folder, ignore_errors=True)
-                    else:
-                        rec["logs"] = folder
+                    keep_folder_if_failed(rec, folder, self.a.keep_work)
                 if not mount_ok:
                     break
             if not mount_ok:
@@ -1013,10 +1013,7 @@ class DiskFull:
                 recs.append(rec)
                 log("disk full: RLIMIT_FSIZE, %d rank(s) %s: %s" % (
                     world, "async" if async_save else "sync", "ok" if rec["ok"] else "FAILED " + "; ".join(rec["problems"])))
-                if rec["ok"] and not self.a.keep_work:
-                    shutil.rmtree(folder, ignore_errors=True)
-                else:
-                    rec["logs"] = folder
+                keep_folder_if_failed(rec, folder, self.a.keep_work)
         return {
             "trials": len(recs),
             "tmpfs_trials": sum(1 for r in recs if r["case"] == "tmpfs"),
@@ -1164,10 +1161,7 @@ class Corruption:
             log("corruption %s / %s: %s%s" % (name, label, "ok" if rec["ok"] else "FAILED",
                                              "" if rec["ok"] else " (silent %s, crashed %s, unclear %s)" % (
                                                  rec["silent"], rec["crashed"], rec["unclear"])))
-            if rec["ok"] and not self.a.keep_work:
-                shutil.rmtree(folder, ignore_errors=True)
-            else:
-                rec["logs"] = folder
+            keep_folder_if_failed(rec, folder, self.a.keep_work)
             recs.append(rec)
         files = sorted({r["file"] for r in recs})
         return {

@@ -89,10 +89,6 @@ class PostedFailure : public std::runtime_error {
 
 // How often a rank blocked in a collective reads the failure board.
 constexpr std::chrono::milliseconds kBoardPollInterval{1000};
-// How long a failing store host waits for the other ranks to read the board and leave
-// (at most the collective timeout).
-constexpr std::chrono::milliseconds kFailureLinger{3000};
-
 
 }  // namespace
 
@@ -508,17 +504,11 @@ std::shared_ptr<Communicator> Communicator::connect(const WorldSpec& world, cons
     std::vector<int> members(world.world_size);
     std::iota(members.begin(), members.end(), 0);
     int rank = world.rank, size = world.world_size;
-    try {
-      impl->gloo = connect_group(
-          [prefixed, rank, size, gloo_options] {
-            return c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, rank, size, gloo_options);
-          },
-          *impl->board, options.name, members, world.rank, options.timeout);
-    } catch (const CommError&) {
-      // As fail(): the store's host stays up a moment, so that the others read the board.
-      impl->board->leave(std::min(options.timeout, kFailureLinger));
-      throw;
-    }
+    impl->gloo = connect_group(
+        [prefixed, rank, size, gloo_options] {
+          return c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, rank, size, gloo_options);
+        },
+        *impl->board, options.name, members, world.rank, options.timeout);
   }
   return std::shared_ptr<Communicator>(new Communicator(std::move(impl)));
 }

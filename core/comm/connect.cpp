@@ -25,9 +25,6 @@ namespace {
 
 // How often a rank that waits for a group to connect reads the failure board.
 constexpr std::chrono::milliseconds kConnectPoll{1000};
-// How long rank 0 stays up after it gave up on absent ranks, so that the others read its
-// post about them (at most the timeout).
-constexpr std::chrono::milliseconds kAbsentLinger{3000};
 
 std::string ms_text(std::chrono::milliseconds ms) { return std::to_string(ms.count()) + " ms"; }
 
@@ -164,7 +161,7 @@ JoinedWorld join_world(const WorldSpec& world, std::chrono::milliseconds timeout
     joined.board->post_absent(*missing, why);
     cause = ranks_phrase(*missing) + " " + why;
   }
-  joined.board->leave(std::min(timeout, kAbsentLinger));
+  joined.board->leave(std::min(timeout, kFailureLinger));
   throw CommError("fsdpp comm: " + cause + "; here " + me + " of " + std::to_string(world.world_size) +
                   " stopped waiting for the world to meet after " + since(start));
 }
@@ -190,6 +187,12 @@ c10::intrusive_ptr<c10d::ProcessGroupGloo> connect_group(
       text += "; " + ranks_phrase(*behind) + " had not finished connecting it";
     return text;
   };
+  // Every failure signs out first, as Communicator::fail() does: the store's host then
+  // stays up a moment, so that the others read the board.
+  auto failure = [&](const std::string& message) {
+    board.leave(std::min(timeout, kFailureLinger));
+    return CommError("fsdpp comm: " + message);
+  };
   const auto deadline = start + timeout;
   for (;;) {
     auto wait = std::min<Clock::duration>(kConnectPoll, std::max<Clock::duration>(deadline - Clock::now(), {}));
@@ -199,15 +202,14 @@ c10::intrusive_ptr<c10d::ProcessGroupGloo> connect_group(
         board.mark_connect(group_name, /*finished=*/true);
         return connected;
       } catch (const std::exception& e) {
-        throw CommError("fsdpp comm: " + cause() + "; here " + here + " failed after " + since(start) + ": " +
-                        first_line(e.what()));
+        throw failure(cause() + "; here " + here + " failed after " + since(start) + ": " + first_line(e.what()));
       }
     }
     if (auto known = board.known_failure())
-      throw CommError("fsdpp comm: " + *known + "; here " + here + " stopped waiting after " + since(start));
-    if (!board.store_reachable()) throw CommError("fsdpp comm: " + board.explain() + "; here " + here + " failed");
+      throw failure(*known + "; here " + here + " stopped waiting after " + since(start));
+    if (!board.store_reachable()) throw failure(board.explain() + "; here " + here + " failed");
     if (Clock::now() >= deadline)
-      throw CommError("fsdpp comm: " + cause() + "; here " + here + " timed out after " + since(start));
+      throw failure(cause() + "; here " + here + " timed out after " + since(start));
   }
 }
 

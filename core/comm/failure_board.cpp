@@ -11,6 +11,7 @@
 #include <fstream>
 #include <future>
 #include <mutex>
+#include <numeric>
 #include <sstream>
 #include <thread>
 
@@ -256,21 +257,28 @@ std::optional<std::string> FailureBoard::known_failure() {
   return peer_gone_on_this_machine(*members);
 }
 
+std::optional<std::vector<int>> FailureBoard::ranks_without(const std::function<std::string(int)>& key,
+                                                            const std::vector<int>& ranks) {
+  auto missing = run_bounded([key, ranks](c10d::Store& s) {
+    std::string list;
+    for (int r : ranks)
+      if (!s.check({key(r)})) list += std::to_string(r) + " ";
+    return list;
+  });
+  if (!missing) return std::nullopt;
+  std::vector<int> found;
+  std::istringstream in(*missing);
+  for (int r; in >> r;) found.push_back(r);
+  return found;
+}
+
 std::optional<std::vector<int>> FailureBoard::await_members(std::chrono::steady_clock::time_point deadline) {
-  int n = world_size_;
+  std::vector<int> everyone(world_size_);
+  std::iota(everyone.begin(), everyone.end(), 0);
   for (;;) {
-    auto missing = run_bounded([n](c10d::Store& s) {
-      std::string list;
-      for (int r = 0; r < n; ++r)
-        if (!s.check({member_key(r)})) list += std::to_string(r) + " ";
-      return list;
-    });
-    if (!missing) return std::nullopt;
-    std::vector<int> ranks;
-    std::istringstream in(*missing);
-    for (int r; in >> r;) ranks.push_back(r);
-    if (ranks.empty() || std::chrono::steady_clock::now() >= deadline) return ranks;
-    if (posted_failure()) return ranks;
+    auto missing = ranks_without(member_key, everyone);
+    if (!missing || missing->empty() || std::chrono::steady_clock::now() >= deadline || posted_failure())
+      return missing;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
 }
@@ -291,17 +299,7 @@ void FailureBoard::mark_connect(const std::string& group, bool finished) {
 
 std::optional<std::vector<int>> FailureBoard::without_connect_mark(const std::string& group, bool finished,
                                                                    const std::vector<int>& world_ranks) {
-  auto missing = run_bounded([group, finished, world_ranks](c10d::Store& s) {
-    std::string list;
-    for (int r : world_ranks)
-      if (!s.check({connect_key(group, finished, r)})) list += std::to_string(r) + " ";
-    return list;
-  });
-  if (!missing) return std::nullopt;
-  std::vector<int> ranks;
-  std::istringstream in(*missing);
-  for (int r; in >> r;) ranks.push_back(r);
-  return ranks;
+  return ranks_without([group, finished](int r) { return connect_key(group, finished, r); }, world_ranks);
 }
 
 void FailureBoard::leave(std::chrono::milliseconds linger) {

@@ -33,6 +33,10 @@ class Store;
 
 namespace fsdpp::comm {
 
+// How long a failing store host waits, at most, for the other ranks to read the board and
+// sign out (leave()); callers cap it at the collective timeout.
+constexpr std::chrono::milliseconds kFailureLinger{3000};
+
 class FailureBoard {
  public:
   // Connects this rank's board client to the world's store at world.master_addr:port
@@ -101,6 +105,9 @@ class FailureBoard {
   // The other ranks' records; nullopt when the store does not answer.
   std::optional<std::vector<Member>> other_members();
   std::optional<std::string> peer_gone_on_this_machine(const std::vector<Member>& members);
+  // Which of `ranks` have no `key(rank)` in the store; nullopt when it does not answer.
+  std::optional<std::vector<int>> ranks_without(const std::function<std::string(int)>& key,
+                                                const std::vector<int>& ranks);
 
   int rank_ = 0;
   int world_size_ = 1;
