@@ -117,7 +117,7 @@ std::vector<std::string> TrainCommand::expand_config(const std::vector<std::stri
   return out;
 }
 
-void TrainCommand::finish_config() {
+const train::TrainConfig& TrainCommand::finish_config() {
   config_.shuffle = !no_shuffle_;
   config_.lr_decay = optim::parse_lr_decay(lr_schedule_);
   config_.fsdp.strategy = fsdp::parse_strategy(strategy_);
@@ -125,6 +125,7 @@ void TrainCommand::finish_config() {
   config_.fsdp.backward_prefetch = backward_prefetch_ == "none"   ? fsdp::BackwardPrefetch::None
                                    : backward_prefetch_ == "post" ? fsdp::BackwardPrefetch::Post
                                                                   : fsdp::BackwardPrefetch::Pre;
+  return config_;
 }
 
 int TrainCommand::run_parsed(const std::vector<std::string>& argv) {

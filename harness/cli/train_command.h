@@ -23,11 +23,16 @@ class TrainCommand {
   // the key for unknown options or unusable values.
   std::vector<std::string> expand_config(const std::vector<std::string>& argv) const;
 
+  // The TrainConfig the parsed flags describe: the string flags (strategy, LR schedule,
+  // prefetch) turned into their enums; throws std::invalid_argument naming a bad value.
+  // Not yet validated (TrainConfig::validate) or checked against model and data
+  // (train::preflight): run_parsed does both before it launches a rank.
+  const train::TrainConfig& finish_config();
+
   // The exit code of `train` if it was parsed, or -1.
   int run_parsed(const std::vector<std::string>& argv);
 
  private:
-  void finish_config();
 
   CLI::App* command_ = nullptr;
   train::TrainConfig config_;

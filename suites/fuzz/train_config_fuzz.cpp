@@ -4,72 +4,28 @@
 // as config.yaml, and goes the way `fsdpp train --config FILE` takes it
 // (harness/cli/main.cpp): TrainCommand::expand_config reads it with
 // io::load_json_or_yaml_file (core/io/yaml_json.cpp) and turns every key into a flag;
-// CLI11 parses the flags into the TrainConfig; TrainCommand::run_parsed finishes the
-// config and calls train::preflight, which is replaced here by TrainConfig::validate
-// (core/train/train_config.cpp) and a stop: no data is read and no rank is launched. The
-// same text also goes through io::yaml_documents_to_json, the reader of `fsdpp data
-// prepare`'s .yaml inputs.
+// CLI11 parses the flags into the TrainConfig; TrainCommand::finish_config turns its
+// string flags into enums, and TrainConfig::validate (core/train/train_config.cpp) checks
+// it: what run_parsed does before train::preflight reads model and data. No data is read
+// and no rank is launched. The same text also goes through io::yaml_documents_to_json, the
+// reader of `fsdpp data prepare`'s .yaml inputs.
 //
-// Link seams: train::preflight and train::train (core/train/trainer.cpp) and
-// comm::Communicator::rank are defined below; so is cli::run_distributed, which replaces
-// harness/cli/distributed.cpp's (made weak at build time, see CMakeLists.txt), so that no
-// launching or communication code is linked. The stubs that must never run abort.
+// The libFuzzer build links only the sources it lists (CMakeLists.txt), so it adds
+// train_link_seams.cpp for the functions train_command.cpp calls and this target never
+// reaches; the main build's fuzz_brief links the real ones.
 //
 // Expected: a std::exception (CLI::ParseError included) naming the file or flag. Finding:
 // anything else (crash, sanitizer report, non-std exception, hang, huge allocation).
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <nlohmann/json.hpp>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "core/io/yaml_json.h"
-#include "core/train/trainer.h"
-#include "harness/cli/distributed.h"
 #include "harness/cli/train_command.h"
 #include "suites/fuzz/fuzz_support.h"
-
-namespace fsdpp {
-
-namespace train {
-
-// The checks preflight starts with; the rest of it reads models and data, not the config.
-Preflight preflight(const TrainConfig& config) {
-  config.validate();
-  throw std::runtime_error("fuzz: the config is valid; stopping before preflight reads model and data");
-}
-
-TrainResult train(comm::Communicator&, const TrainConfig&, int) {
-  std::fprintf(stderr, "fuzz harness: train::train reached\n");
-  std::abort();
-}
-
-}  // namespace train
-
-namespace comm {
-
-// Only the rank lambda of run_parsed, which never runs here, calls it.
-int Communicator::rank() const {
-  std::fprintf(stderr, "fuzz harness: Communicator::rank reached\n");
-  std::abort();
-}
-
-}  // namespace comm
-
-namespace cli {
-
-int run_distributed(const std::vector<std::string>&, const DistributedFlags&, const RankMain&) {
-  std::fprintf(stderr, "fuzz harness: run_distributed reached\n");
-  std::abort();
-}
-
-}  // namespace cli
-
-}  // namespace fsdpp
 
 namespace {
 
@@ -88,7 +44,7 @@ void run_train_command(const std::string& config_file) {
   std::vector<char*> arg_ptrs;
   for (auto& a : args) arg_ptrs.push_back(a.data());
   app.parse(static_cast<int>(arg_ptrs.size()), arg_ptrs.data());
-  train.run_parsed(args);
+  train.finish_config().validate();
 }
 
 }  // namespace
