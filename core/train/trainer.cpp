@@ -27,6 +27,7 @@
 #include "core/tokenizer/load.h"
 #include "core/train/metrics_log.h"
 #include "core/train/train_checkpoint.h"
+#include "core/train/train_step.h"
 
 namespace fsdpp::train {
 
@@ -88,14 +89,6 @@ data::TokenDataset open_dataset(const std::string& spec, const std::string& flag
   return dataset;
 }
 
-// Sum of next-token cross-entropy over [rows, seq_len] targets, in fp32.
-torch::Tensor summed_loss(const models::CausalLm& lm, const torch::Tensor& inputs, const torch::Tensor& targets) {
-  auto logits = lm.logits(inputs);
-  return torch::nn::functional::cross_entropy(
-      logits.reshape({-1, logits.size(-1)}).to(torch::kFloat), targets.reshape({-1}),
-      torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
-}
-
 // Held-out loss over the first `max_windows` windows (0: all). Rank r scores windows
 // r, r + N, r + 2N, ...; every rank runs the same number of forward passes (a rank out
 // of windows scores window 0 and discards it) so FSDP's collectives stay in step.
@@ -117,7 +110,7 @@ EvalScore evaluate(comm::Communicator& comm, const models::CausalLm& lm, const d
     const bool idle = rows.empty();
     if (idle) rows.push_back(0);
     auto [inputs, targets] = dataset.windows(rows, seq_len);
-    double s = summed_loss(lm, inputs.to(device), targets.to(device)).item<double>();
+    double s = summed_cross_entropy(lm, inputs.to(device), targets.to(device)).item<double>();
     if (!idle) loss_sum += s;
   }
   auto total = torch::tensor({loss_sum}, torch::kDouble);
@@ -203,7 +196,7 @@ Preflight preflight(const TrainConfig& c) {
   return p;
 }
 
-TrainResult train(comm::Communicator& comm, const TrainConfig& c, int local_rank) {
+TrainResult train(comm::Communicator& comm, const TrainConfig& c, int local_rank, const TrainHooks& hooks) {
   const auto checked = preflight(c);
   const bool lead = comm.rank() == 0;
   const int world = comm.size();
@@ -264,14 +257,16 @@ TrainResult train(comm::Communicator& comm, const TrainConfig& c, int local_rank
   if (c.activation_checkpointing)
     fsdp::apply_activation_checkpointing(*lm.module, fsdp::CheckpointPolicy{{lm.block_type}, c.ac_freq});
   auto optimizer = optim::make_adamw(sharded->named_parameters(), c.adamw);
+  TrainStepOptions step_options;
+  step_options.rows_per_micro_batch = c.batch_size;
+  step_options.seq_len = checked.seq_len;
+  step_options.grad_accum_steps = c.grad_accum_steps;
+  step_options.grad_clip = c.grad_clip;
+  step_options.world_size_invariant = invariant;
   // fp16's narrow range needs dynamic loss scaling (bf16 has fp32's exponent range).
-  std::optional<optim::ShardedGradScaler> scaler;
-  if (c.mixed_precision == "fp16" || c.loss_scaling) {
-    optim::GradScalerOptions scaler_options;
-    scaler_options.growth_interval = c.loss_scale_growth_interval;
-    scaler.emplace(scaler_options, &comm);
-  }
-  const auto shards = sharded->parameters();
+  step_options.loss_scaling = c.mixed_precision == "fp16" || c.loss_scaling;
+  step_options.loss_scale_growth_interval = c.loss_scale_growth_interval;
+  TrainStep train_step(comm, lm, sharded.get(), *optimizer, step_options);
 
   data::SamplerOptions so;
   so.num_windows = train_set.num_windows(seq_len);
@@ -282,7 +277,7 @@ TrainResult train(comm::Communicator& comm, const TrainConfig& c, int local_rank
   so.shuffle = c.shuffle;
   so.seed = c.seed;
   data::DistributedSampler sampler(so);
-  const TrainCheckpointParts checkpoint_parts{*sharded, *optimizer, scaler ? &*scaler : nullptr, sampler,
+  const TrainCheckpointParts checkpoint_parts{*sharded, *optimizer, train_step.scaler(), sampler,
                                               checked.model_config};
   int64_t start_step = 0;
   if (resume_from) {
@@ -302,12 +297,7 @@ TrainResult train(comm::Communicator& comm, const TrainConfig& c, int local_rank
                       : static_cast<int64_t>(std::ceil(c.num_epochs * static_cast<double>(so.num_windows) /
                                                        static_cast<double>(global_batch)));
   optim::LrSchedule schedule{c.adamw.lr, c.min_lr, c.warmup_steps, total_steps, c.lr_decay};
-  const int64_t tokens_per_step = global_batch * seq_len;
-  // World-size invariant: each chunk's backward scale is the same on every layout, and
-  // the folded sum of the chunks' gradients is divided once by their number.
-  const int64_t chunks_per_step = static_cast<int64_t>(world) * c.grad_accum_steps;
-  const double backward_scale =
-      1.0 / static_cast<double>(c.batch_size * seq_len * (invariant ? 1 : c.grad_accum_steps));
+  const int64_t tokens_per_step = train_step.tokens_per_step();
 
   const std::string tokenizer = tokenizer_source(c);
   std::unique_ptr<MetricsLog> metrics;
@@ -373,56 +363,13 @@ TrainResult train(comm::Communicator& comm, const TrainConfig& c, int local_rank
   for (int64_t step = start_step; step < total_steps; ++step) {
     const auto step_start = Clock::now();
     const double lr = schedule.at(step);
-    optim::set_lr(*optimizer, lr);
     sharded->reset_comm_stats();
-    double data_ms = 0, forward_ms = 0, backward_ms = 0, local_loss = 0;
-    std::vector<double> chunk_losses;  // this rank's loss sum per micro-step
-    for (int micro = 0; micro < c.grad_accum_steps; ++micro) {
-      auto t = Clock::now();
-      auto [host_inputs, host_targets] = train_set.windows(sampler.micro_batch(micro), seq_len);
-      const auto inputs = host_inputs.to(device), targets = host_targets.to(device);
-      data_ms += ms_since(t);
-      t = Clock::now();
-      auto loss = summed_loss(lm, inputs, targets);
-      chunk_losses.push_back(loss.item<double>());
-      local_loss += chunk_losses.back();
-      forward_ms += ms_since(t);
-      t = Clock::now();
-      auto scaled = loss * backward_scale;
-      (scaler ? scaler->scale(scaled) : scaled).backward();
-      backward_ms += ms_since(t);
-    }
-    auto t = Clock::now();
-    if (invariant)
-      for (const auto& p : shards)
-        if (p.grad().defined()) p.mutable_grad().div_(static_cast<double>(chunks_per_step));
-    if (scaler) scaler->unscale(shards);  // clipping sees the true gradients
-    const double grad_norm = c.grad_clip > 0 ? sharded->clip_grad_norm(c.grad_clip) : sharded->grad_norm();
-    bool stepped = true;
-    if (scaler) {
-      stepped = scaler->step(*optimizer, shards);  // every rank skips an overflowing step alike
-      scaler->update();
-    } else {
-      optimizer->step();
-    }
-    optim::clear_gradients(*optimizer);
-    const double optimizer_ms = ms_since(t);
+    const StepRecord done = train_step.run(lr, [&](int micro) {
+      auto [inputs, targets] = train_set.windows(sampler.micro_batch(micro), seq_len);
+      return MicroBatch{inputs.to(device), targets.to(device)};
+    });
     sampler.advance();
-    double loss_sum = 0;
-    if (invariant) {
-      // Every chunk's loss sum, folded in chunk order c = micro * world + rank.
-      auto mine = torch::tensor(chunk_losses, torch::kDouble);
-      auto all = torch::empty({world * c.grad_accum_steps}, torch::kDouble);
-      comm.all_gather_into(all, mine);
-      const double* by_rank = all.data_ptr<double>();  // [rank][micro]
-      for (int micro = 0; micro < c.grad_accum_steps; ++micro)
-        for (int r = 0; r < world; ++r) loss_sum += by_rank[r * c.grad_accum_steps + micro];
-    } else {
-      auto loss_total = torch::tensor({local_loss}, torch::kDouble);
-      comm.all_reduce(loss_total, comm::ReduceOp::Sum);
-      loss_sum = loss_total.item<double>();
-    }
-    const double loss = loss_sum / static_cast<double>(tokens_per_step);
+    const double loss = done.loss;
     const double step_ms = ms_since(step_start);
     const double tokens_per_s = static_cast<double>(tokens_per_step) / (step_ms / 1000.0);
     if (step == start_step) result.first_loss = loss;  // this process's first step, also after a resume
@@ -432,11 +379,11 @@ TrainResult train(comm::Communicator& comm, const TrainConfig& c, int local_rank
     if (lead) {
       auto mem = sharded->memory();
       const auto device_mem = runtime::device_memory(device);  // the device training runs on
-      metrics->write({{"kind", "train"}, {"step", step + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm},
+      metrics->write({{"kind", "train"}, {"step", step + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", done.grad_norm},
                       {"tokens_per_s", tokens_per_s}, {"tokens", (step + 1) * tokens_per_step},
                       {"epoch", static_cast<double>(sampler.position()) / static_cast<double>(so.num_windows)},
-                      {"time_ms", {{"data", data_ms}, {"forward", forward_ms}, {"backward", backward_ms},
-                                   {"optimizer", optimizer_ms}, {"step", step_ms}}},
+                      {"time_ms", {{"data", done.data_ms}, {"forward", done.forward_ms},
+                                   {"backward", done.backward_ms}, {"optimizer", done.optimizer_ms}, {"step", step_ms}}},
                       {"memory", {{"peak_rss_bytes", peak_rss_bytes()}, {"shard_bytes", mem.shard_bytes},
                                   {"peak_unsharded_bytes", mem.peak_unsharded_bytes},
                                   {"allocated_bytes", device_mem.allocated_bytes},
@@ -444,14 +391,14 @@ TrainResult train(comm::Communicator& comm, const TrainConfig& c, int local_rank
                                   {"window_peak_allocated_bytes", device_mem.peak_allocated_bytes},
                                   {"window_peak_reserved_bytes", device_mem.peak_reserved_bytes}}},
                       {"comm_bytes_sent", comm_bytes(*sharded)},
-                      {"optimizer_step", stepped},
-                      {"loss_scale", scaler ? scaler->current_scale() : 1.0}});
+                      {"optimizer_step", done.optimizer_stepped},
+                      {"loss_scale", done.loss_scale}});
       if ((step + 1) % c.log_freq == 0 || step + 1 == total_steps || step == 0) {
         progress->clear();
         std::printf("step %lld/%lld | loss %.4f | lr %.3e | grad_norm %.3f | %.0f tok/s | %.0f ms "
                     "(data %.0f, fwd %.0f, bwd %.0f, opt %.0f) | rss %.0f MiB\n",
-                    static_cast<long long>(step + 1), static_cast<long long>(total_steps), loss, lr, grad_norm,
-                    tokens_per_s, step_ms, data_ms, forward_ms, backward_ms, optimizer_ms,
+                    static_cast<long long>(step + 1), static_cast<long long>(total_steps), loss, lr, done.grad_norm,
+                    tokens_per_s, step_ms, done.data_ms, done.forward_ms, done.backward_ms, done.optimizer_ms,
                     static_cast<double>(peak_rss_bytes()) / (1 << 20));
         std::fflush(stdout);
         runtime::reset_peak_memory(device);  // peaks are per logging window, like get_mem_stats
@@ -462,10 +409,9 @@ TrainResult train(comm::Communicator& comm, const TrainConfig& c, int local_rank
     if ((c.ckpt_freq > 0 && (step + 1) % c.ckpt_freq == 0) || step + 1 == total_steps)
       checkpointer.save(step + 1, checkpoint_parts);
     report_checkpoints();
-    // Fault injection for the resume tests: every rank dies (SIGKILL, as in a crash)
-    // right after this step, its checkpoint (if any) committed, asynchronous or not.
-    static const char* kill_after = std::getenv("FSDPP_KILL_AFTER_STEP");
-    if (kill_after != nullptr && std::atoll(kill_after) == step + 1) {
+    // The resume tests' crash (TrainHooks): every rank dies by SIGKILL right after this
+    // step, its checkpoint (if any) committed, asynchronous or not.
+    if (hooks.crash_after_step == step + 1) {
       checkpointer.finish();
       report_checkpoints();
       ::raise(SIGKILL);

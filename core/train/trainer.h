@@ -59,13 +59,24 @@ struct Preflight {
 };
 Preflight preflight(const TrainConfig& config);
 
-// Collective: every rank calls it with the same config. Rank 0 writes
+// Hooks for tests, set explicitly by the caller (the CLI sets them from the environment
+// only for the resume tests: harness/cli/train_command.cpp).
+struct TrainHooks {
+  // After this step (1-based) has finished and its checkpoint, if one was due, has
+  // committed (background saves included), every rank raises SIGKILL: a crash at a known
+  // point. 0: never.
+  int64_t crash_after_step = 0;
+};
+
+// Collective: every rank calls it with the same config; each step is one TrainStep
+// (train_step.h). Rank 0 writes
 // <run_dir>/metrics.jsonl (format: core/train/METRICS.md), prints a log line every
 // log_freq steps (and a progress bar when attached to a terminal), and writes the HF
 // folder. Throws std::invalid_argument / std::runtime_error naming the flag or file at
 // fault (dataset shorter than one window, tokens outside the vocabulary, seq_len above
 // the model's positions, an existing run directory ...).
 // `local_rank` (the rank on this node) picks the GPU for --device cuda.
-TrainResult train(comm::Communicator& comm, const TrainConfig& config, int local_rank = 0);
+TrainResult train(comm::Communicator& comm, const TrainConfig& config, int local_rank = 0,
+                  const TrainHooks& hooks = {});
 
 }  // namespace fsdpp::train

@@ -10,6 +10,8 @@
 #include <thread>
 
 #include "core/compat/torch_compat.h"
+#include "core/data/sampler.h"
+#include "core/data/token_dataset.h"
 #include "core/fsdp/activation_checkpointing.h"
 #include "core/fsdp/sharded_model.h"
 #include "core/models/causal_lm.h"
@@ -17,9 +19,9 @@
 #include "core/models/presets.h"
 #include "core/nn/deferred_init.h"
 #include "core/optim/adamw.h"
-#include "core/optim/gradients.h"
 #include "core/runtime/device.h"
 #include "core/runtime/host_memory.h"
+#include "core/train/train_step.h"
 #include "harness/bench/step_profiler.h"
 #include "harness/results/stats.h"
 
@@ -88,10 +90,56 @@ const std::vector<comm::CollectiveKind>& reported_kinds() {
   return kinds;
 }
 
+// The benchmark's batches. With --data: the windows `fsdpp train` gives this rank at each
+// step (DistributedSampler over the dataset, shuffled with the seed, one micro-batch per
+// step), so that train and bench-step with the same flags see the same tokens. Without:
+// one batch drawn once, randint(0, vocab) from a CPU generator seeded seed * 1000003 +
+// rank (torch_peer.py --fixed-batch draws the same), reused every step.
+class BatchSource {
+ public:
+  BatchSource(const StepBenchConfig& c, int64_t vocab_size, const comm::Communicator& comm, at::Device device)
+      : seq_len_(c.seq_len), device_(device) {
+    if (c.data.empty()) {
+      auto gen = at::detail::createCPUGenerator(c.seed * 1000003 + static_cast<uint64_t>(comm.rank()));
+      auto tokens = at::randint(0, vocab_size, {c.batch_size, c.seq_len + 1}, gen, at::TensorOptions().dtype(at::kLong))
+                        .to(device);
+      fixed_ = train::MicroBatch{tokens.narrow(1, 0, c.seq_len).contiguous(), tokens.narrow(1, 1, c.seq_len).contiguous()};
+      return;
+    }
+    dataset_.emplace(data::TokenDataset::open(c.data));
+    dataset_->require_window(c.seq_len, "--data " + c.data);
+    if (dataset_->max_token() >= vocab_size)
+      throw std::invalid_argument("--data " + c.data + ": token id " + std::to_string(dataset_->max_token()) +
+                                  " is outside the model's vocabulary of " + std::to_string(vocab_size));
+    data::SamplerOptions so;
+    so.num_windows = dataset_->num_windows(c.seq_len);
+    so.batch_per_rank = c.batch_size;
+    so.world_size = comm.size();
+    so.rank = comm.rank();
+    so.seed = c.seed;
+    sampler_.emplace(so);
+  }
+
+  train::MicroBatch next() {
+    if (!dataset_) return *fixed_;
+    auto [inputs, targets] = dataset_->windows(sampler_->micro_batch(0), seq_len_);
+    sampler_->advance();
+    return train::MicroBatch{inputs.to(device_), targets.to(device_)};
+  }
+
+ private:
+  int64_t seq_len_;
+  at::Device device_;
+  std::optional<train::MicroBatch> fixed_;
+  std::optional<data::TokenDataset> dataset_;
+  std::optional<data::DistributedSampler> sampler_;
+};
+
 }  // namespace
 
 nlohmann::json run_step_bench(comm::Communicator& comm, int local_rank, const StepBenchConfig& c) {
-  auto device = runtime::parse_device(c.device, "--device");
+  auto device = runtime::parse_device(c.device.empty() ? (runtime::cuda_available() ? "cuda" : "cpu") : c.device,
+                                      "--device");
   if (device.is_cuda() && !device.has_index())
     device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(local_rank % runtime::cuda_device_count()));
   runtime::set_current_device(device);
@@ -143,21 +191,27 @@ nlohmann::json run_step_bench(comm::Communicator& comm, int local_rank, const St
   adam.weight_decay = 0.1;
   adam.fused = !c.per_tensor_adamw;
   auto optimizer = optim::make_adamw(sharded ? sharded->named_parameters() : named_parameter_list(*lm.module), adam);
-  // The unsharded model's parameters for clipping and counting: the optimizer's, where a
-  // tied weight is once (Module::parameters lists it under each name, which clipped the
-  // tied embedding's gradient twice and counted its norm twice).
+  // The unsharded model's parameters for counting bytes: the optimizer's, where a tied
+  // weight is once (Module::parameters lists it under each name).
   std::vector<at::Tensor> full_parameters;
   if (!sharded)
     for (auto& group : optimizer->param_groups())
       full_parameters.insert(full_parameters.end(), group.params().begin(), group.params().end());
-  const bool autocast = c.unsharded && compute_dtype != at::kFloat;
+  // The step `fsdpp train` runs (core/train/train_step.h), with the benchmark's fixed
+  // choices: one micro-batch, clipping at 1.0, loss scaling with fp16 as in training.
+  train::TrainStepOptions step_options;
+  step_options.rows_per_micro_batch = c.batch_size;
+  step_options.seq_len = c.seq_len;
+  step_options.grad_clip = 1.0;
+  step_options.loss_scaling = compute_dtype == at::kHalf;
+  // The unsharded baseline's mixed precision is autocast (FSDP casts its parameters itself).
+  if (c.unsharded) step_options.autocast_dtype = compute_dtype;
+  train::TrainStep train_step(comm, lm, sharded.get(), *optimizer, step_options);
   runtime::synchronize(device);
   const int64_t persistent_after_setup = runtime::device_memory(device).allocated_bytes;
 
-  auto gen = at::detail::createCPUGenerator(c.seed * 1000003 + static_cast<uint64_t>(comm.rank()));
-  auto tokens = at::randint(0, lm.vocab_size, {c.batch_size, c.seq_len + 1}, gen, at::TensorOptions().dtype(at::kLong))
-                    .to(device);
-  auto inputs = tokens.narrow(1, 0, c.seq_len).contiguous(), targets = tokens.narrow(1, 1, c.seq_len).contiguous();
+  // Batches: from --data as `fsdpp train` draws them, or one fixed random batch per rank.
+  BatchSource batches(c, lm.vocab_size, comm, device);
 
   std::vector<double> step_ms, losses, injected_ms;
   int64_t persistent_between_steps = 0;
@@ -175,23 +229,7 @@ nlohmann::json run_step_bench(comm::Communicator& comm, int local_rank, const St
     comm.barrier();
     RECORD_USER_SCOPE(kStepScope);
     auto t0 = Clock::now();
-    optim::clear_gradients(*optimizer);
-    at::Tensor loss;
-    {
-      // The unsharded baseline's mixed precision: autocast (the sharded model casts its
-      // parameters itself).
-      std::optional<compat::AutocastGuard> scope;
-      if (autocast) scope.emplace(compat::AutocastState::only(device.type(), compute_dtype));
-      auto logits = lm.logits(inputs);
-      loss = torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}).to(at::kFloat),
-                                                  targets.reshape({-1}));
-    }
-    loss.backward();
-    if (sharded)
-      sharded->clip_grad_norm(1.0);
-    else
-      optim::clip_grad_norm(full_parameters, 1.0);
-    optimizer->step();
+    const train::StepRecord done = train_step.run(adam.lr, [&](int) { return batches.next(); });
     runtime::synchronize(device);
     double delay_ms = 0;
     if (c.inject_delay_pct > 0) {
@@ -203,19 +241,12 @@ nlohmann::json run_step_bench(comm::Communicator& comm, int local_rank, const St
     comm.all_reduce(slowest, comm::ReduceOp::Max);
     if (step >= 0) {
       step_ms.push_back(slowest.item<double>());
-      losses.push_back(loss.item<double>());
+      losses.push_back(done.loss);
       injected_ms.push_back(delay_ms);
     }
   }
   profiler.stop_and_save();
   auto memory = runtime::device_memory(device);
-  // The logged loss of a step is the mean of the ranks' losses (each on its own batch), as
-  // the peers log theirs: one all-reduce, after the timed steps.
-  if (!losses.empty()) {
-    auto mean = torch::tensor(losses, torch::kDouble);
-    comm.all_reduce(mean, comm::ReduceOp::Avg);
-    losses.assign(mean.data_ptr<double>(), mean.data_ptr<double>() + mean.numel());
-  }
 
   const double tokens_per_step = static_cast<double>(c.batch_size * c.seq_len * comm.size());
   const double total_ms = [&] {

@@ -1,5 +1,6 @@
 // One benchmark cell: a causal LM trained with fsdpp on this rank's device, timed step by
-// step. Whole training steps (forward, backward, reduce, clip, AdamW) are timed on every
+// step. Each step is `fsdpp train`'s step (core/train/train_step.h: forward, backward,
+// reduce, unscale with fp16's loss scaling, clip at 1.0, AdamW, the loss all-reduce), timed on every
 // rank after a device synchronisation, and a step's time is the slowest rank's (one MAX
 // all-reduce per step, outside the timed region). The same cell's matmul peak is measured
 // in the same process, in the cell's compute dtype, so MFU needs no datasheet figure.
@@ -34,15 +35,22 @@ struct StepBenchConfig {
   int64_t seq_len = 1024;
   int warmup_steps = 3;
   int steps = 10;                    // measured
-  std::string device = "cuda";       // cpu, cuda, cuda:N (rank r uses cuda:(local_rank % count))
-  std::string mixed_precision = "bf16";  // param dtype: fp32, bf16, fp16 (fp32 masters, fp32 reduce)
+  // cpu, cuda, cuda:N (rank r uses cuda:(local_rank % count)); empty: cuda where this
+  // build and machine have a GPU, else cpu.
+  std::string device;
+  std::string mixed_precision = "fp32";  // param dtype: fp32, bf16, fp16 (fp32 masters, fp32 reduce), as train's
+  // A TokenDataset spec (as train's --data): each step trains on the windows `fsdpp train`
+  // would give this rank (its sampler, shuffled with `seed`). Empty: one fixed random batch.
+  std::string data;
   fsdp::ShardingStrategy strategy = fsdp::ShardingStrategy::FullShard;
   int hybrid_shard_size = 0;         // hybrid strategies: ranks per shard group (0: FsdpOptions' default)
   bool unsharded = false;            // the plain model without FSDP (see above); needs a world of 1
   bool activation_checkpointing = false;
   bool cpu_offload = false;
   bool prefetch = true;
-  bool deterministic = false;        // at::globalContext().setDeterministicAlgorithms(true), as `fsdpp train`
+  // Deterministic kernels (at::globalContext().setDeterministicAlgorithms(true)). Unlike
+  // train's --deterministic, not the world-size invariant folding of gradients and losses.
+  bool deterministic = false;
   // Each rank sleeps this percentage of its step's measured duration inside the timed
   // region (a synthetic slowdown for testing regression gates). 0: none.
   double inject_delay_pct = 0;
@@ -65,10 +73,10 @@ struct StepBenchConfig {
 // the measured steps; rank 0's, and the maximum over ranks), comm bytes per step by kind
 // with the communication thread's busy time and the part callers waited for (exposed),
 // the sleep injected into each timed step (injected_delay_ms, this rank's), which RMSNorm
-// ran (rms_norm: "fused" or "eager"; Llama only), losses (per timed step, the mean over
-// ranks, each rank training every step on one batch: randint(0, vocab) from a CPU
-// generator seeded seed * 1000003 + rank; torch_peer.py --fixed-batch draws the same),
-// versions and device name.
+// ran (rms_norm: "fused" or "eager"; Llama only), losses (per timed step, the loss train
+// logs: the mean over every rank's tokens; without `data` each rank trains every step on
+// one batch: randint(0, vocab) from a CPU generator seeded seed * 1000003 + rank;
+// torch_peer.py --fixed-batch draws the same), versions and device name.
 nlohmann::json run_step_bench(comm::Communicator& comm, int local_rank, const StepBenchConfig& config);
 
 // FLOP/s of an n x n x n matmul in `dtype` on `device` (median of `reps` after warm-up).

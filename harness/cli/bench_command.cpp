@@ -25,8 +25,13 @@ void BenchCommand::add_to(CLI::App& app) {
   command_->add_option("--seq-len", c.seq_len, "Tokens per sequence")->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   command_->add_option("--warmup", c.warmup_steps, "Untimed steps first")->check(CLI::Range(0, 1000));
   command_->add_option("--steps", c.steps, "Timed steps")->check(CLI::Range(1, 100000));
-  command_->add_option("--device", c.device, "cpu, cuda or cuda:N");
-  command_->add_option("--mixed-precision", c.mixed_precision, "Compute dtype: fp32, bf16 or fp16 (fp32 masters and reduce)")
+  command_->add_option("--device", c.device, "cpu, cuda or cuda:N (default: cuda where there is a GPU, else cpu)");
+  command_->add_option("--data", c.data,
+                       "Train on this token data as fsdpp train --data does (its sampler, shuffled with --seed); "
+                       "default: one fixed random batch per rank");
+  command_->add_option("--mixed-precision", c.mixed_precision,
+                       "Compute dtype: fp32 (default, as train), bf16 or fp16 (fp32 masters and reduce; fp16 with "
+                       "dynamic loss scaling)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   command_->add_option("--strategy", strategy_,
                        "full_shard, shard_grad_op, no_shard, hybrid_shard, hybrid_shard_zero2, or unsharded "
@@ -36,7 +41,9 @@ void BenchCommand::add_to(CLI::App& app) {
   command_->add_flag("--activation-checkpointing", c.activation_checkpointing, "Checkpoint every transformer block");
   command_->add_flag("--cpu-offload", c.cpu_offload, "Shards, gradients and optimizer state in host memory");
   command_->add_flag("--no-prefetch", no_prefetch_, "Disable forward and backward prefetching");
-  command_->add_flag("--deterministic", c.deterministic, "Deterministic algorithms only (as fsdpp train --deterministic)");
+  command_->add_flag("--deterministic", c.deterministic,
+                     "Deterministic kernels only (train's --deterministic also folds gradients in a world-size "
+                     "invariant order)");
   command_->add_option("--inject-delay-pct", c.inject_delay_pct,
                        "Sleep this % of each step's duration inside the timed region (tests regression gates)")
       ->check(CLI::Range(0.0, 10000.0));

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <stdexcept>
 
 #include "core/fsdp/sharding.h"
@@ -140,6 +141,9 @@ int TrainCommand::run_parsed(const std::vector<std::string>& argv) {
   } catch (const std::exception& e) {
     throw UsageError(e.what());
   }
+  // The resume tests' crash point, read here once (train::TrainHooks).
+  train::TrainHooks hooks;
+  if (const char* kill_after = std::getenv("FSDPP_KILL_AFTER_STEP")) hooks.crash_after_step = std::atoll(kill_after);
   return run_distributed(argv, dist_, [&](comm::Communicator& comm, const comm::WorldSpec& world) {
     train::TrainConfig config = config_;
     // On several nodes, hybrid strategies shard inside a node and replicate across nodes
@@ -150,7 +154,7 @@ int TrainCommand::run_parsed(const std::vector<std::string>& argv) {
     if (hybrid && config.fsdp.hybrid_shard_size == 0 && world.local_world_size < world.world_size &&
         world.world_size % world.local_world_size == 0)
       config.fsdp.hybrid_shard_size = world.local_world_size;
-    auto result = train::train(comm, config, world.local_rank);
+    auto result = train::train(comm, config, world.local_rank, hooks);
     if (comm.rank() == 0) {
       const auto steps = static_cast<long long>(result.steps), start = static_cast<long long>(result.start_step);
       if (start == 0)

@@ -1,12 +1,15 @@
 // `fsdpp bench` end to end on one small cell: the document, the history, and the delay
 // that --inject-delay-pct sleeps inside each timed step; and which AdamW kernels
-// `fsdpp bench-step` records.
+// `fsdpp bench-step` records; and that bench-step times the step `fsdpp train` runs.
+#include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/data/token_file.h"
 #include "harness/results/results_document.h"
 #include "harness/testing/temp_dir.h"
 
@@ -90,6 +93,45 @@ TEST(BenchCommand, AFilterThatSelectsNothingIsAnError) {
   auto [code, output] = run_shell(std::string(FSDPP_CLI_PATH) + " bench --preset smoke --filter 'no-such-cell' --list");
   EXPECT_NE(code, 0);
   EXPECT_NE(output.find("no-such-cell"), std::string::npos) << output;
+}
+
+// Bench and train share one TrainStep (core/train/train_step.h): given the same model,
+// data, seed and optimizer settings, bench-step's per-step losses are train's, bit for bit,
+// on two ranks with clipping, and fp16 with its loss scaling.
+TEST(BenchStep, TrainsTheSameLossesAsFsdppTrainBitForBit) {
+  TempDir dir("bench-step-same");
+  const auto tokens_path = dir / "tokens.bin";
+  data::write_llmc_tokens(tokens_path, at::remainder(at::arange(4000, at::kLong) * 7 + 3, 97));
+  for (const std::string precision : {"fp32", "fp16"}) {
+    SCOPED_TRACE(precision);
+    const std::string common = " --nproc 2 --model-type gpt2 --model-size tiny --vocab-size 97 --seq-len 16"
+                               " --batch-size 2 --seed 5 --mixed-precision " + precision +
+                               " --data " + tokens_path.string();
+    auto [train_code, train_output] =
+        run_shell(std::string(FSDPP_CLI_PATH) + " train --from-scratch --max-steps 5 --lr 3e-4 --weight-decay 0.1"
+                  " --lr-schedule constant --grad-clip 1 --save-dir " + dir.path().string() +
+                  " --experiment-name " + precision + common);
+    ASSERT_EQ(train_code, 0) << train_output;
+    std::vector<double> train_losses;
+    std::ifstream metrics(dir / precision / "metrics.jsonl");
+    for (std::string line; std::getline(metrics, line);) {
+      const auto record = nlohmann::json::parse(line);
+      if (record["kind"] == "train") train_losses.push_back(record["loss"].get<double>());
+    }
+    const auto cell_path = dir / (precision + "-cell.json");
+    auto [bench_code, bench_output] = run_shell(std::string(FSDPP_CLI_PATH) +
+                                                " bench-step --device cpu --warmup 0 --steps 5 --strategy full_shard"
+                                                " --out " + cell_path.string() + common);
+    ASSERT_EQ(bench_code, 0) << bench_output;
+    std::ifstream cell_file(cell_path);
+    const auto bench_losses = nlohmann::json::parse(cell_file)["losses"].get<std::vector<double>>();
+    ASSERT_EQ(train_losses.size(), 5u) << train_output;
+    ASSERT_EQ(bench_losses.size(), 5u);
+    for (size_t i = 0; i < 5; ++i)
+      EXPECT_EQ(std::memcmp(&train_losses[i], &bench_losses[i], sizeof(double)), 0)
+          << "step " << i + 1 << ": train " << train_losses[i] << ", bench-step " << bench_losses[i];
+    EXPECT_NE(train_losses.front(), train_losses.back());  // it trained: the losses moved
+  }
 }
 
 }  // namespace

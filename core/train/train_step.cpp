@@ -1,0 +1,139 @@
+#include "core/train/train_step.h"
+
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+#include "core/compat/torch_compat.h"
+#include "core/optim/adamw.h"
+#include "core/optim/gradients.h"
+#include "core/runtime/stopwatch.h"
+
+namespace fsdpp::train {
+
+namespace {
+
+using Clock = runtime::SteadyClock;
+using runtime::ms_since;
+
+// The optimizer's parameters: each tensor once, a tied weight included (make_adamw lists
+// it once; Module::parameters lists it under each name).
+std::vector<at::Tensor> optimizer_parameters(torch::optim::Optimizer& optimizer) {
+  std::vector<at::Tensor> out;
+  for (auto& group : optimizer.param_groups()) out.insert(out.end(), group.params().begin(), group.params().end());
+  return out;
+}
+
+}  // namespace
+
+at::Tensor summed_cross_entropy(const models::CausalLm& lm, const at::Tensor& inputs, const at::Tensor& targets) {
+  auto logits = lm.logits(inputs);
+  return torch::nn::functional::cross_entropy(
+      logits.reshape({-1, logits.size(-1)}).to(torch::kFloat), targets.reshape({-1}),
+      torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+}
+
+TrainStep::TrainStep(comm::Communicator& comm, const models::CausalLm& lm, fsdp::ShardedModel* sharded,
+                     torch::optim::Optimizer& optimizer, const TrainStepOptions& options)
+    : comm_(comm), lm_(lm), sharded_(sharded), optimizer_(optimizer), options_(options) {
+  if (options.rows_per_micro_batch < 1 || options.seq_len < 1 || options.grad_accum_steps < 1)
+    throw std::invalid_argument("TrainStep: rows_per_micro_batch, seq_len and grad_accum_steps must be >= 1, got " +
+                                std::to_string(options.rows_per_micro_batch) + ", " + std::to_string(options.seq_len) +
+                                ", " + std::to_string(options.grad_accum_steps));
+  if (sharded == nullptr && comm.size() != 1)
+    throw std::invalid_argument("TrainStep: the plain model (no FSDP) trains in one process, not " +
+                                std::to_string(comm.size()) + " ranks");
+  if (sharded != nullptr && options.autocast_dtype != at::kFloat)
+    throw std::invalid_argument("TrainStep: autocast is for the plain model; FSDP casts its parameters itself");
+  parameters_ = sharded ? sharded->parameters() : optimizer_parameters(optimizer);
+  if (options.loss_scaling) {
+    optim::GradScalerOptions scaler_options;
+    scaler_options.growth_interval = options.loss_scale_growth_interval;
+    scaler_.emplace(scaler_options, &comm);
+  }
+  backward_scale_ =
+      1.0 / static_cast<double>(options.rows_per_micro_batch * options.seq_len *
+                                (options.world_size_invariant ? 1 : options.grad_accum_steps));
+}
+
+int64_t TrainStep::tokens_per_step() const {
+  return options_.rows_per_micro_batch * options_.seq_len * options_.grad_accum_steps * comm_.size();
+}
+
+StepRecord TrainStep::run(double lr, const std::function<MicroBatch(int)>& micro_batch) {
+  StepRecord record;
+  optim::set_lr(optimizer_, lr);
+  std::vector<at::Tensor> chunk_losses;  // this rank's loss sum per micro-batch
+  for (int micro = 0; micro < options_.grad_accum_steps; ++micro) {
+    auto t = Clock::now();
+    const MicroBatch batch = micro_batch(micro);
+    record.data_ms += ms_since(t);
+    t = Clock::now();
+    at::Tensor loss;
+    {
+      std::optional<compat::AutocastGuard> autocast;
+      if (options_.autocast_dtype != at::kFloat)
+        autocast.emplace(compat::AutocastState::only(batch.inputs.device().type(), options_.autocast_dtype));
+      loss = summed_cross_entropy(lm_, batch.inputs, batch.targets);
+    }
+    chunk_losses.push_back(loss.detach());
+    record.forward_ms += ms_since(t);
+    t = Clock::now();
+    auto scaled = loss * backward_scale_;
+    (scaler_ ? scaler_->scale(scaled) : scaled).backward();
+    record.backward_ms += ms_since(t);
+  }
+  const auto t = Clock::now();
+  if (options_.world_size_invariant) {
+    const double chunks = static_cast<double>(comm_.size()) * options_.grad_accum_steps;
+    for (const auto& p : parameters_)
+      if (p.grad().defined()) p.mutable_grad().div_(chunks);
+  }
+  if (scaler_) scaler_->unscale(parameters_);  // clipping sees the true gradients
+  record.grad_norm = norm_and_clip();
+  if (scaler_) {
+    record.optimizer_stepped = scaler_->step(optimizer_, parameters_);  // every rank skips an overflow alike
+    scaler_->update();
+    record.loss_scale = scaler_->current_scale();
+  } else {
+    optimizer_.step();
+  }
+  optim::clear_gradients(optimizer_);
+  record.loss = reduce_loss(chunk_losses);
+  record.optimizer_ms = ms_since(t);
+  return record;
+}
+
+double TrainStep::norm_and_clip() {
+  if (sharded_ != nullptr)
+    return options_.grad_clip > 0 ? sharded_->clip_grad_norm(options_.grad_clip) : sharded_->grad_norm();
+  // An infinite bound measures the norm and never clips (clip_grad_norm_'s coefficient is
+  // then above 1).
+  const double bound = options_.grad_clip > 0 ? options_.grad_clip : std::numeric_limits<double>::infinity();
+  return optim::clip_grad_norm(parameters_, bound);
+}
+
+double TrainStep::reduce_loss(const std::vector<at::Tensor>& chunk_losses) {
+  std::vector<double> sums;  // each micro-batch's loss sum, as a double on the host
+  for (const auto& l : chunk_losses) sums.push_back(l.item<double>());
+  double loss_sum = 0;
+  if (options_.world_size_invariant) {
+    // Every chunk's loss sum, folded in chunk order c = micro * world + rank.
+    const int world = comm_.size();
+    auto mine = torch::tensor(sums, torch::kDouble);
+    auto all = torch::empty({world * options_.grad_accum_steps}, torch::kDouble);
+    comm_.all_gather_into(all, mine);
+    const double* by_rank = all.data_ptr<double>();  // [rank][micro]
+    for (int micro = 0; micro < options_.grad_accum_steps; ++micro)
+      for (int r = 0; r < world; ++r) loss_sum += by_rank[r * options_.grad_accum_steps + micro];
+  } else {
+    double local = 0;
+    for (double s : sums) local += s;
+    auto total = torch::tensor({local}, torch::kDouble);
+    comm_.all_reduce(total, comm::ReduceOp::Sum);
+    loss_sum = total.item<double>();
+  }
+  return loss_sum / static_cast<double>(tokens_per_step());
+}
+
+}  // namespace fsdpp::train

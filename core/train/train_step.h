@@ -1,0 +1,104 @@
+// One optimizer step of a causal LM: the only training step in fsdpp. `fsdpp train` runs
+// it once per step (trainer.cpp); `fsdpp bench-step` and the benchmark matrix time it
+// (harness/bench/step_bench.cpp), so the figures in results/ are for the code training runs.
+//
+// A step, in torchtitan's train_step order:
+//   1. for each of grad_accum_steps micro-batches: forward, the summed next-token
+//      cross-entropy in fp32, times backward_scale (times the loss scale), backward; FSDP
+//      reduces the gradients (core/fsdp);
+//   2. world-size invariant mode: the folded gradient divided once by the number of chunks
+//      (world_size x grad_accum_steps; trainer.h says why);
+//   3. loss scaling: the gradients unscaled, so that clipping sees the true ones;
+//   4. the global gradient norm, clipped to grad_clip when that is > 0;
+//   5. the learning rate set, the optimizer step (skipped on every rank alike when the
+//      scaler found an overflow), the gradients cleared;
+//   6. the logged loss: the mean over every rank's tokens of the step (one all-reduce, or in
+//      invariant mode one all-gather folded in chunk order).
+//
+// backward_scale is 1 / (batch_size x seq_len x grad_accum_steps), or without the
+// grad_accum_steps factor in invariant mode: with FSDP's averaging over ranks, the gradient
+// is that of the logged loss.
+//
+// Not thread-safe; collective: every rank calls run() the same number of times.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+
+#include "core/comm/communicator.h"
+#include "core/fsdp/sharded_model.h"
+#include "core/models/causal_lm.h"
+#include "core/optim/grad_scaler.h"
+
+namespace fsdpp::train {
+
+// A micro-batch of one rank: token ids [rows, seq_len], targets the next tokens, on the
+// device the model computes on.
+struct MicroBatch {
+  at::Tensor inputs, targets;
+};
+
+struct TrainStepOptions {
+  int64_t rows_per_micro_batch = 1;  // batch_size: windows per rank per micro-batch
+  int64_t seq_len = 1;
+  int grad_accum_steps = 1;
+  double grad_clip = 0;  // max global 2-norm; 0: the norm is measured, nothing is clipped
+  bool world_size_invariant = false;  // --deterministic's arithmetic (trainer.h)
+  // Dynamic loss scaling (ShardedGradScaler): always with fp16 parameters.
+  bool loss_scaling = false;
+  int64_t loss_scale_growth_interval = 2000;
+  // The plain model without FSDP only (the benchmark's unsharded baseline): autocast its
+  // forward to this dtype, PyTorch's single-device mixed precision. kFloat: off.
+  at::ScalarType autocast_dtype = at::kFloat;
+};
+
+// What one step did, the same on every rank except the times.
+struct StepRecord {
+  double loss = 0;       // mean next-token cross-entropy over every rank's tokens
+  double grad_norm = 0;  // global 2-norm before clipping (unscaled)
+  bool optimizer_stepped = true;  // false: the scaler skipped an overflowing step
+  double loss_scale = 1;           // the scale this step used (1 without loss scaling)
+  // Host time of each phase: getting the micro-batches, forwards, backwards, and
+  // unscale + norm + clip + optimizer + loss reduction. On CUDA, kernels still queued
+  // when a phase ends are counted in a later one.
+  double data_ms = 0, forward_ms = 0, backward_ms = 0, optimizer_ms = 0;
+};
+
+// Sum of next-token cross-entropy over every target of [rows, seq_len], in fp32.
+at::Tensor summed_cross_entropy(const models::CausalLm& lm, const at::Tensor& inputs, const at::Tensor& targets);
+
+class TrainStep {
+ public:
+  // `sharded` is the model under FSDP, or null for the plain model in one process (its
+  // parameters are the optimizer's). The references must outlive the step.
+  TrainStep(comm::Communicator& comm, const models::CausalLm& lm, fsdp::ShardedModel* sharded,
+            torch::optim::Optimizer& optimizer, const TrainStepOptions& options);
+
+  // One optimizer step at learning rate `lr` over the micro-batches micro_batch(0) ..
+  // micro_batch(grad_accum_steps - 1). Throws what the model, FSDP or the communicator throw.
+  StepRecord run(double lr, const std::function<MicroBatch(int micro)>& micro_batch);
+
+  // The loss scaler (null without loss scaling); checkpoints save and restore its state.
+  optim::ShardedGradScaler* scaler() { return scaler_ ? &*scaler_ : nullptr; }
+
+  // The global tokens one step trains on: rows x seq_len x grad_accum_steps x world size.
+  int64_t tokens_per_step() const;
+
+ private:
+  double norm_and_clip();
+  double reduce_loss(const std::vector<at::Tensor>& chunk_losses);
+
+  comm::Communicator& comm_;
+  const models::CausalLm& lm_;
+  fsdp::ShardedModel* sharded_;
+  torch::optim::Optimizer& optimizer_;
+  TrainStepOptions options_;
+  std::vector<at::Tensor> parameters_;  // FSDP's local shards, or the optimizer's (a tie once)
+  std::optional<optim::ShardedGradScaler> scaler_;
+  double backward_scale_ = 1;
+};
+
+}  // namespace fsdpp::train
