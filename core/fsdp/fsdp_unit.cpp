@@ -54,6 +54,49 @@ FsdpUnit::FsdpUnit(std::string name, std::vector<std::pair<std::string, at::Tens
   state_ = State::Sharded;
 }
 
+namespace {
+
+const char* to_string(FsdpUnit::State state) { return state == FsdpUnit::State::Sharded ? "SHARDED" : "UNSHARDED"; }
+
+const char* to_string(FsdpUnit::TrainingState state) {
+  switch (state) {
+    case FsdpUnit::TrainingState::Idle: return "IDLE";
+    case FsdpUnit::TrainingState::Forward: return "FORWARD";
+    case FsdpUnit::TrainingState::PreBackward: return "PRE_BACKWARD";
+    case FsdpUnit::TrainingState::PostBackward: return "POST_BACKWARD";
+  }
+  return "?";
+}
+
+}  // namespace
+
+std::string FsdpUnit::describe_state() const {
+  std::string out = std::string(to_string(state_)) + ", " + to_string(training_state_);
+  if (gather_work_) out += ", all-gather in flight";
+  if (!reduce_work_.empty()) out += ", reduce-scatter in flight";
+  return out;
+}
+
+void FsdpUnit::protocol_error(const std::string& call, const std::string& why) const {
+  throw std::logic_error("FSDP unit '" + name_ + "': " + call + " in state " + describe_state() + ": " + why);
+}
+
+bool FsdpUnit::enter_pre_backward() {
+  if (training_state_ == TrainingState::Idle)
+    protocol_error("pre-backward", "backward before forward (the unit ran no forward this iteration)");
+  if (training_state_ != TrainingState::Forward) return false;
+  training_state_ = TrainingState::PreBackward;
+  return true;
+}
+
+bool FsdpUnit::enter_post_backward() {
+  if (training_state_ == TrainingState::Idle)
+    protocol_error("post-backward", "backward before forward (the unit ran no forward this iteration)");
+  if (training_state_ == TrainingState::PostBackward) return false;
+  training_state_ = TrainingState::PostBackward;
+  return true;
+}
+
 at::ScalarType FsdpUnit::param_dtype() const { return precision_.param_dtype.value_or(master_dtype_); }
 at::ScalarType FsdpUnit::reduce_dtype() const { return precision_.reduce_dtype.value_or(param_dtype()); }
 
@@ -97,6 +140,8 @@ void FsdpUnit::discard_unshard() {
 }
 
 void FsdpUnit::reduce_gradients_async(bool sync) {
+  if (training_state_ != TrainingState::PostBackward)
+    protocol_error("reduce_gradients_async", "gradients are reduced in post-backward, after the unit's backward");
   if (comms_.world && !sync)
     throw std::logic_error("fully_shard: unit '" + name_ +
                            "': gradient accumulation without sync (no_sync) is not allowed in the world-size-invariant "
@@ -218,6 +263,8 @@ void FsdpUnit::finish_gradients() {
 }
 
 std::vector<at::Tensor> FsdpUnit::gather_full(bool gradients) {
+  if (gradients && !reduce_work_.empty())
+    protocol_error("gather_full(gradients)", "the sharded gradients are written by finish_gradients(), not yet called");
   std::vector<at::Tensor> out;
   if (params_.empty()) return out;
   if (replicated_) {

@@ -1,7 +1,14 @@
 // A unit: the parameters that one fully_shard call manages, all-gathered together
 // through one flat buffer and reduce-scattered together (compare FSDP2's
-// FSDPParamGroup). States: SHARDED <-> UNSHARDED, with the all-gather possibly in
-// flight in between (issued by a prefetch, completed by the next wait).
+// FSDPParamGroup). Two states, both named in every protocol error:
+//   - State (FSDP2's ShardedState): SHARDED <-> UNSHARDED, with the all-gather possibly
+//     in flight in between (issued by a prefetch, completed by the next wait);
+//   - TrainingState (FSDP2's TrainingState): IDLE -> FORWARD -> PRE_BACKWARD ->
+//     POST_BACKWARD -> IDLE, moved by ShardedModel's hooks (a unit that took no part in
+//     backward goes FORWARD -> POST_BACKWARD at the final callback).
+// A call the protocol does not allow in the current state throws std::logic_error naming
+// the unit, its states and the call: e.g. a backward hook before any forward, or reading
+// the sharded gradients while their reduce-scatter is in flight.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -46,6 +53,7 @@ struct UnitMemory {
 class FsdpUnit {
  public:
   enum class State { Sharded, Unsharded };
+  enum class TrainingState { Idle, Forward, PreBackward, PostBackward };
 
   // Parameters keep living in the module; a group of one with no mixed precision and no
   // offload is "replicated": the module's tensors are the shards (no second copy).
@@ -54,6 +62,22 @@ class FsdpUnit {
 
   const std::string& name() const { return name_; }
   State state() const { return state_; }
+  TrainingState training_state() const { return training_state_; }
+  // "UNSHARDED, FORWARD" and what is in flight ("all-gather in flight",
+  // "reduce-scatter in flight"): the words protocol errors use.
+  std::string describe_state() const;
+
+  // The training-state transitions, called by ShardedModel's hooks.
+  // Any state -> IDLE: a new iteration (the root's pre-forward) or the end of backward.
+  void enter_idle() { training_state_ = TrainingState::Idle; }
+  // Any state -> FORWARD (a unit may run forward more than once in an iteration).
+  void enter_forward() { training_state_ = TrainingState::Forward; }
+  // FORWARD -> PRE_BACKWARD: true. Already PRE_BACKWARD or POST_BACKWARD this backward:
+  // false, nothing to do. IDLE: throws (backward before forward).
+  bool enter_pre_backward();
+  // FORWARD or PRE_BACKWARD -> POST_BACKWARD: true. Already POST_BACKWARD: false. IDLE:
+  // throws (backward before forward).
+  bool enter_post_backward();
   bool replicated() const { return replicated_; }
   bool reshard_after_forward() const { return reshard_after_forward_; }
   std::vector<FsdpParam>& params() { return params_; }
@@ -70,7 +94,7 @@ class FsdpUnit {
   // would go stale once the optimizer updates the shards.
   void discard_unshard();
 
-  // After this unit's backward: with sync, reduce its gradients in reduce_dtype
+  // After this unit's backward (TrainingState POST_BACKWARD, else throws): with sync, reduce its gradients in reduce_dtype
   // (reduce-scatter over the shard group, averaged like FSDP2's ReduceOp.AVG); then frees
   // the unsharded grads. Without sync (no_sync / gradient accumulation) they are added
   // into an unsharded accumulator kept in reduce_dtype, reduced at the next sync.
@@ -86,16 +110,16 @@ class FsdpUnit {
   void finish_gradients();
 
   // Collective over the shard group: the full value of every parameter (unit order).
+  // Gradients: throws while a reduction is in flight (finish_gradients writes them).
   std::vector<at::Tensor> gather_full(bool gradients);
 
   UnitMemory memory() const;
   int64_t full_param_bytes() const { return full_param_bytes_; }
   int64_t shard_total() const { return shard_total_; }
 
-  bool post_backward_done = false;
-  bool pre_backward_done = false;
-
  private:
+  [[noreturn]] void protocol_error(const std::string& call, const std::string& why) const;
+
   struct PendingGather {
     comm::CommWork work;
     at::Tensor output;
@@ -119,6 +143,7 @@ class FsdpUnit {
   bool reshard_after_forward_;
   bool replicated_;
   State state_ = State::Sharded;
+  TrainingState training_state_ = TrainingState::Idle;
   int64_t shard_total_ = 0;   // elements per rank in the flat shard buffer
   at::Device device_ = at::kCPU;  // where the module computes (the all-gather runs there)
   at::ScalarType master_dtype_ = at::kFloat;  // the shards' (optimizer's) dtype

@@ -140,9 +140,10 @@ at::Tensor ShardedModel::Hooks::pre_forward(ShardedModel& m, FsdpUnit* u, at::Te
   } else {
     if (u == root(m)) {
       m.forward_order_.clear();
-      for (auto& unit : m.units_) unit->pre_backward_done = unit->post_backward_done = false;
+      for (auto& unit : m.units_) unit->enter_idle();
     }
     m.forward_order_.push_back(u);
+    u->enter_forward();
   }
   const auto& mp = m.options_.mixed_precision;
   if (mp.cast_forward_inputs && mp.param_dtype && x.is_floating_point() && x.scalar_type() != *mp.param_dtype)
@@ -176,15 +177,13 @@ at::Tensor ShardedModel::Hooks::post_forward(ShardedModel& m, FsdpUnit* u, at::T
 
 void ShardedModel::Hooks::pre_backward(ShardedModel& m, FsdpUnit* u) {
   queue_final_callback(m);
-  if (u->pre_backward_done) return;
-  u->pre_backward_done = true;
+  if (!u->enter_pre_backward()) return;  // this backward's pre-backward already ran
   unshard_now(m, u);
   if (m.options_.backward_prefetch == BackwardPrefetch::Pre) prefetch(m, backward_successor(m, u));
 }
 
 void ShardedModel::Hooks::post_backward(ShardedModel& m, FsdpUnit* u) {
-  if (u->post_backward_done) return;
-  u->post_backward_done = true;
+  if (!u->enter_post_backward()) return;  // already reduced in this backward
   u->reduce_gradients_async(m.sync_gradients_);
   reshard(m, u);
   // The root's post-backward is the last of the iteration: nothing runs backward after it.
@@ -202,7 +201,7 @@ void ShardedModel::Hooks::final_callback(ShardedModel& m) {
       unit->discard_unshard();
     }
   }
-  for (auto& unit : m.units_) unit->pre_backward_done = unit->post_backward_done = false;
+  for (auto& unit : m.units_) unit->enter_idle();
   m.callback_queued_ = false;
 }
 
