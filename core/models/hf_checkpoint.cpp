@@ -5,13 +5,13 @@
 #include <cstdio>
 #include <cstring>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "core/io/atomic_file.h"
 #include "core/io/hf_config.h"
 #include "core/io/safetensors.h"
 #include "core/io/shape_text.h"
 #include "core/nn/deferred_init.h"
+#include "core/nn/unique_parameters.h"
 
 namespace fsdpp::models {
 
@@ -25,23 +25,6 @@ std::vector<std::string> stored_names(const std::string& name) {
   for (const char* prefix : {"transformer.", "model."})
     if (name.rfind(prefix, 0) == 0) names.push_back(name.substr(std::strlen(prefix)));
   return names;
-}
-
-// Each parameter object of a model once, in named_parameters order, with all of its names
-// (a tie has several; the first is the one save_pretrained stores).
-struct ModelParameter {
-  at::Tensor tensor;
-  std::vector<std::string> names;
-};
-std::vector<ModelParameter> unique_parameters(const torch::nn::Module& module) {
-  std::unordered_map<const c10::TensorImpl*, size_t> index_of;
-  std::vector<ModelParameter> unique;
-  for (const auto& item : module.named_parameters(true)) {
-    auto [it, fresh] = index_of.emplace(item.value().unsafeGetTensorImpl(), unique.size());
-    if (fresh) unique.push_back({item.value(), {}});
-    unique[it->second].names.push_back(item.key());
-  }
-  return unique;
 }
 
 // The name under which `checkpoint` stores the parameter `name`, known in the model also by
@@ -75,8 +58,8 @@ CausalLm load_pretrained(const std::filesystem::path& dir, at::ScalarType dtype)
   }
   auto checkpoint = io::load_checkpoint_dir(dir);
   torch::NoGradGuard no_grad;
-  for (auto& [param, names] : unique_parameters(*lm.module)) {
-    auto stored = checkpoint.tensor(stored_name(checkpoint, names.front(), names, param.sizes(), lm.model_type));
+  for (auto& [name, param, aliases] : nn::unique_parameters(*lm.module)) {
+    auto stored = checkpoint.tensor(stored_name(checkpoint, name, aliases, param.sizes(), lm.model_type));
     if (stored.scalar_type() == dtype && stored.is_contiguous()) {
       // Zero copy: the parameter's storage is the file's mapped pages (copy-on-write), so
       // loading needs no second copy in memory and pages are read when first used.
@@ -94,9 +77,7 @@ CausalLm load_pretrained(const std::filesystem::path& dir, at::ScalarType dtype)
 void save_pretrained(const CausalLm& lm, const std::filesystem::path& dir, uint64_t max_shard_bytes) {
   std::filesystem::create_directories(dir);
   io::NamedTensors tensors;
-  std::unordered_set<const c10::TensorImpl*> seen;
-  for (const auto& item : lm.module->named_parameters(true))
-    if (seen.insert(item.value().unsafeGetTensorImpl()).second) tensors.emplace_back(item.key(), item.value().detach());
+  for (const auto& [name, param] : nn::unique_named_parameters(*lm.module)) tensors.emplace_back(name, param.detach());
   io::write_sharded_safetensors(dir, tensors, max_shard_bytes);
   auto config = lm.config;
   const at::ScalarType dtype = tensors.empty() ? at::kFloat : tensors.front().second.scalar_type();
@@ -124,8 +105,8 @@ PretrainedRows PretrainedRows::open(const std::filesystem::path& dir) {
     lm = build_causal_lm(config.raw, config.path.string());
   }
   auto state = std::make_shared<State>(State{dir, lm.model_type, io::load_checkpoint_dir(dir), {}});
-  for (const auto& param : unique_parameters(*lm.module))
-    for (const auto& name : param.names) state->aliases[name] = param.names;
+  for (const auto& param : nn::unique_parameters(*lm.module))
+    for (const auto& name : param.aliases) state->aliases[name] = param.aliases;
   return PretrainedRows(std::move(state));
 }
 

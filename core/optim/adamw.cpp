@@ -1,7 +1,6 @@
 #include "core/optim/adamw.h"
 
-#include <unordered_set>
-
+#include "core/nn/unique_parameters.h"
 #include "core/optim/fused_adamw.h"
 
 namespace fsdpp::optim {
@@ -10,12 +9,10 @@ bool decays(const at::Tensor& parameter) { return parameter.dim() >= 2; }
 
 std::unique_ptr<torch::optim::AdamW> make_adamw(const std::vector<std::pair<std::string, at::Tensor>>& named,
                                                 const AdamWSettings& s) {
-  // A tied weight appears under each of its names (LibTorch's named_parameters lists it
-  // twice); torch::optim::AdamW would step it once per appearance.
+  // A tied weight appears under each of its names; torch::optim::AdamW would step it once
+  // per appearance.
   std::vector<at::Tensor> decay, no_decay;
-  std::unordered_set<const c10::TensorImpl*> seen;
-  for (const auto& [name, p] : named)
-    if (seen.insert(p.unsafeGetTensorImpl()).second) (decays(p) ? decay : no_decay).push_back(p);
+  for (const auto& p : nn::unique_parameters(named)) (decays(p.tensor) ? decay : no_decay).push_back(p.tensor);
   auto options = [&](double wd) {
     return std::make_unique<torch::optim::AdamWOptions>(
         torch::optim::AdamWOptions(s.lr).betas({s.beta1, s.beta2}).eps(s.eps).weight_decay(wd));
@@ -31,6 +28,12 @@ std::unique_ptr<torch::optim::AdamW> make_adamw(const std::vector<std::pair<std:
 const char* step_implementation(const torch::optim::AdamW& optimizer) {
   const auto* fused = dynamic_cast<const FusedAdamW*>(&optimizer);
   return fused != nullptr ? fused->last_step_kernels() : "per-tensor";
+}
+
+std::vector<at::Tensor> optimizer_parameters(const torch::optim::Optimizer& optimizer) {
+  std::vector<at::Tensor> out;
+  for (const auto& group : optimizer.param_groups()) out.insert(out.end(), group.params().begin(), group.params().end());
+  return out;
 }
 
 void set_lr(torch::optim::Optimizer& optimizer, double lr) {

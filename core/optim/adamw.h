@@ -25,7 +25,8 @@ struct AdamWSettings {
   bool fused = true;
 };
 
-// A tensor listed under several names (a tied weight) is one parameter, stepped once.
+// A tensor listed under several names (a tied weight) is one parameter, stepped once
+// (core/nn/unique_parameters.h).
 std::unique_ptr<torch::optim::AdamW> make_adamw(const std::vector<std::pair<std::string, at::Tensor>>& named,
                                                 const AdamWSettings& settings);
 
@@ -33,6 +34,10 @@ std::unique_ptr<torch::optim::AdamW> make_adamw(const std::vector<std::pair<std:
 // CUDA kernel), "fused-cpu" (fsdpp's host kernel), "fused+fused-cpu", or "per-tensor"
 // (torch::optim::AdamW's step).
 const char* step_implementation(const torch::optim::AdamW& optimizer);
+
+// The optimizer's parameters in its groups' order, each once (make_adamw lists a tied
+// weight once; the model's named_parameters lists it under each name).
+std::vector<at::Tensor> optimizer_parameters(const torch::optim::Optimizer& optimizer);
 
 // Sets every group's learning rate.
 void set_lr(torch::optim::Optimizer& optimizer, double lr);

@@ -16,14 +16,6 @@ namespace {
 using Clock = runtime::SteadyClock;
 using runtime::ms_since;
 
-// The optimizer's parameters: each tensor once, a tied weight included (make_adamw lists
-// it once; Module::parameters lists it under each name).
-std::vector<at::Tensor> optimizer_parameters(torch::optim::Optimizer& optimizer) {
-  std::vector<at::Tensor> out;
-  for (auto& group : optimizer.param_groups()) out.insert(out.end(), group.params().begin(), group.params().end());
-  return out;
-}
-
 }  // namespace
 
 at::Tensor summed_cross_entropy(const models::CausalLm& lm, const at::Tensor& inputs, const at::Tensor& targets) {
@@ -45,7 +37,7 @@ TrainStep::TrainStep(comm::Communicator& comm, const models::CausalLm& lm, fsdp:
                                 std::to_string(comm.size()) + " ranks");
   if (sharded != nullptr && options.autocast_dtype != at::kFloat)
     throw std::invalid_argument("TrainStep: autocast is for the plain model; FSDP casts its parameters itself");
-  parameters_ = sharded ? sharded->parameters() : optimizer_parameters(optimizer);
+  parameters_ = sharded ? sharded->parameters() : optim::optimizer_parameters(optimizer);
   if (options.loss_scaling) {
     optim::GradScalerOptions scaler_options;
     scaler_options.growth_interval = options.loss_scale_growth_interval;

@@ -18,6 +18,7 @@
 #include "core/models/layers.h"
 #include "core/models/presets.h"
 #include "core/nn/deferred_init.h"
+#include "core/nn/unique_parameters.h"
 #include "core/optim/adamw.h"
 #include "core/runtime/device.h"
 #include "core/runtime/host_memory.h"
@@ -43,7 +44,8 @@ double model_flops_per_token(const torch::nn::Module& module, const nlohmann::js
   for (const auto& item : module.named_parameters(true))
     if (item.key() == "lm_head.weight") separate_head = true;
   double matmul_params = 0;
-  for (const auto& item : module.named_parameters(true)) {  // unique tensors: a tie counts once
+  // A tied head is listed as lm_head.weight too; its embedding is then skipped as a lookup.
+  for (const auto& item : module.named_parameters(true)) {
     const std::string& name = item.key();
     if (item.value().dim() < 2) continue;  // biases, norms
     if (name.find("wpe") != std::string::npos || name.find("embed_positions") != std::string::npos) continue;
@@ -77,12 +79,6 @@ double measure_matmul_flops(const std::string& device_text, const std::string& d
 }
 
 namespace {
-
-std::vector<std::pair<std::string, at::Tensor>> named_parameter_list(const torch::nn::Module& module) {
-  std::vector<std::pair<std::string, at::Tensor>> out;
-  for (const auto& item : module.named_parameters(true)) out.emplace_back(item.key(), item.value());
-  return out;
-}
 
 const std::vector<comm::CollectiveKind>& reported_kinds() {
   static const std::vector<comm::CollectiveKind> kinds = {
@@ -190,13 +186,7 @@ nlohmann::json run_step_bench(comm::Communicator& comm, int local_rank, const St
   adam.lr = 3e-4;
   adam.weight_decay = 0.1;
   adam.fused = !c.per_tensor_adamw;
-  auto optimizer = optim::make_adamw(sharded ? sharded->named_parameters() : named_parameter_list(*lm.module), adam);
-  // The unsharded model's parameters for counting bytes: the optimizer's, where a tied
-  // weight is once (Module::parameters lists it under each name).
-  std::vector<at::Tensor> full_parameters;
-  if (!sharded)
-    for (auto& group : optimizer->param_groups())
-      full_parameters.insert(full_parameters.end(), group.params().begin(), group.params().end());
+  auto optimizer = optim::make_adamw(sharded ? sharded->named_parameters() : nn::unique_named_parameters(*lm.module), adam);
   // The step `fsdpp train` runs (core/train/train_step.h), with the benchmark's fixed
   // choices: one micro-batch, clipping at 1.0, loss scaling with fp16 as in training.
   train::TrainStepOptions step_options;
@@ -296,7 +286,7 @@ nlohmann::json run_step_bench(comm::Communicator& comm, int local_rank, const St
   const int64_t param_bytes = [&] {
     if (sharded) return sharded->memory().shard_bytes;
     int64_t bytes = 0;
-    for (const auto& p : full_parameters) bytes += p.numel() * static_cast<int64_t>(p.element_size());
+    for (const auto& p : nn::unique_parameters(*lm.module)) bytes += p.tensor.numel() * static_cast<int64_t>(p.tensor.element_size());
     return bytes;
   }();
   nlohmann::json record = {

@@ -89,7 +89,11 @@ void BenchCommand::add_to(CLI::App& app) {
   matrix_command_->add_option("--table", table_, "Print the README baseline table of this results document and exit");
 }
 
-int BenchCommand::run_parsed(const std::vector<std::string>& argv) {
+bool BenchCommand::parsed() const {
+  return (command_ != nullptr && command_->parsed()) || (matrix_command_ != nullptr && matrix_command_->parsed());
+}
+
+int BenchCommand::run(const std::vector<std::string>& argv) {
   if (command_ != nullptr && command_->parsed()) return run_step(argv);
   if (matrix_command_ != nullptr && matrix_command_->parsed()) return run_matrix(argv);
   return -1;

@@ -16,15 +16,17 @@
 
 #include "harness/bench/matrix_run.h"
 #include "harness/bench/step_bench.h"
+#include "harness/cli/command.h"
 #include "harness/cli/distributed.h"
 
 namespace fsdpp::cli {
 
-class BenchCommand {
+class BenchCommand final : public Command {
  public:
-  void add_to(CLI::App& app);
-  // The exit code of `bench-step` or `bench` if one was parsed, or -1.
-  int run_parsed(const std::vector<std::string>& argv);
+  // Command (command.h): parsed() if `bench-step` or `bench` was.
+  void add_to(CLI::App& app) override;
+  bool parsed() const override;
+  int run(const std::vector<std::string>& argv) override;
 
  private:
   int run_step(const std::vector<std::string>& argv);

@@ -25,7 +25,11 @@ void CheckpointCommands::add_to(CLI::App& app) {
   inspect_->add_flag("--json", json_, "Print one JSON object instead of text");
 }
 
-int CheckpointCommands::run_parsed() {
+bool CheckpointCommands::parsed() const {
+  return (export_ != nullptr && export_->parsed()) || (inspect_ != nullptr && inspect_->parsed());
+}
+
+int CheckpointCommands::run(const std::vector<std::string>& /*argv*/) {
   if (export_ != nullptr && export_->parsed()) {
     auto reader = checkpoint::CheckpointReader::open(checkpoint_);
     auto result = checkpoint::export_hf_folder(reader, out_, max_shard_bytes_);

@@ -6,14 +6,18 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include "harness/cli/command.h"
 
 namespace fsdpp::cli {
 
-class CheckpointCommands {
+class CheckpointCommands final : public Command {
  public:
-  void add_to(CLI::App& app);
-  // The exit code of a `checkpoint` subcommand if one was parsed, or -1.
-  int run_parsed();
+  // Command (command.h): parsed() if a `checkpoint` subcommand was.
+  void add_to(CLI::App& app) override;
+  bool parsed() const override;
+  int run(const std::vector<std::string>& argv) override;
 
  private:
   CLI::App* export_ = nullptr;

@@ -54,7 +54,7 @@ void DataCommands::add_to(CLI::App& app) {
   data_->require_subcommand(1);
   prepare_ = data_->add_subcommand(
       "prepare", "Tokenize .txt, .json, .jsonl and .yaml files into fsdpp token shards (core/data/TOKENS.md)");
-  // Required flags are checked in run_parsed: a missing one is then one "fsdpp: error:" line.
+  // Required flags are checked in run: a missing one is then one "fsdpp: error:" line.
   prepare_->add_option("--input", options_.input, "Input file or directory (walked recursively) (required)");
   prepare_->add_option("--output", options_.output_dir,
                        "Output directory: train_NNNNNN.tok, eval_NNNNNN.tok, manifest.json (required)");
@@ -74,8 +74,9 @@ void DataCommands::add_to(CLI::App& app) {
   prepare_->add_option("--workers", options_.workers, "Tokenizer threads (0: one per core)")->check(CLI::Range(0, 1024));
 }
 
-int DataCommands::run_parsed() {
-  if (prepare_ == nullptr || !prepare_->parsed()) return -1;
+bool DataCommands::parsed() const { return prepare_ != nullptr && prepare_->parsed(); }
+
+int DataCommands::run(const std::vector<std::string>& /*argv*/) {
   for (const auto& [flag, value] : {std::pair<const char*, const std::filesystem::path*>{"--input", &options_.input},
                                     {"--output", &options_.output_dir},
                                     {"--tokenizer", &options_.tokenizer}})

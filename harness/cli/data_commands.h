@@ -3,15 +3,20 @@
 
 #include <CLI/CLI.hpp>
 
+#include <string>
+#include <vector>
+
 #include "core/data/prepare.h"
+#include "harness/cli/command.h"
 
 namespace fsdpp::cli {
 
-class DataCommands {
+class DataCommands final : public Command {
  public:
-  void add_to(CLI::App& app);
-  // The exit code of `data prepare` if it was parsed, or -1.
-  int run_parsed();
+  // Command (command.h): parsed() if `data prepare` was.
+  void add_to(CLI::App& app) override;
+  bool parsed() const override;
+  int run(const std::vector<std::string>& argv) override;
 
  private:
   CLI::App* data_ = nullptr;

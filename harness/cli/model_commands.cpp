@@ -51,7 +51,13 @@ void ModelCommands::add_to(CLI::App& app) {
       ->check(CLI::IsMember(models::llama_preset_names()));
 }
 
-int ModelCommands::run_parsed() {
+bool ModelCommands::parsed() const {
+  for (const CLI::App* command : {generate_, eval_, size_})
+    if (command != nullptr && command->parsed()) return true;
+  return false;
+}
+
+int ModelCommands::run(const std::vector<std::string>& /*argv*/) {
   if (generate_ != nullptr && generate_->parsed()) {
     auto tok = read_input([&] { return tokenizer::load_tokenizer(model_dir_); });
     auto lm = read_input([&] { return models::load_pretrained(model_dir_, parse_dtype(dtype_)); });

@@ -8,13 +8,16 @@
 #include <string>
 #include <vector>
 
+#include "harness/cli/command.h"
+
 namespace fsdpp::cli {
 
-class ModelCommands {
+class ModelCommands final : public Command {
  public:
-  void add_to(CLI::App& app);
-  // The exit code of whichever of the two commands was parsed, or -1 if neither.
-  int run_parsed();
+  // Command (command.h): parsed() if any of the three was.
+  void add_to(CLI::App& app) override;
+  bool parsed() const override;
+  int run(const std::vector<std::string>& argv) override;
 
  private:
   CLI::App* generate_ = nullptr;

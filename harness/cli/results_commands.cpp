@@ -79,8 +79,9 @@ void ResultsCommands::add_to(CLI::App& app) {
   profile_->add_option("--top", top_, "Names listed (default 30)")->check(CLI::Range(1, 100000));
 }
 
-int ResultsCommands::run_parsed() {
-  if (group_ == nullptr || !group_->parsed()) return -1;
+bool ResultsCommands::parsed() const { return group_ != nullptr && group_->parsed(); }
+
+int ResultsCommands::run(const std::vector<std::string>& /*argv*/) {
   try {
     if (validate_->parsed()) return validate();
     if (compare_->parsed()) return compare();

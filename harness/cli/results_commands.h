@@ -11,15 +11,18 @@
 #include <string>
 #include <vector>
 
+#include "harness/cli/command.h"
 #include "harness/results/compare.h"
 
 namespace fsdpp::cli {
 
-class ResultsCommands {
+class ResultsCommands final : public Command {
  public:
-  void add_to(CLI::App& app);
-  // The exit code of a `results` subcommand if one was parsed, or -1.
-  int run_parsed();
+  // Command (command.h): parsed() if a `results` subcommand was. run() reports its own
+  // errors (one line) and returns 2 for them: it throws nothing.
+  void add_to(CLI::App& app) override;
+  bool parsed() const override;
+  int run(const std::vector<std::string>& argv) override;
 
  private:
   int validate() const;

@@ -129,8 +129,9 @@ const train::TrainConfig& TrainCommand::finish_config() {
   return config_;
 }
 
-int TrainCommand::run_parsed(const std::vector<std::string>& argv) {
-  if (command_ == nullptr || !command_->parsed()) return -1;
+bool TrainCommand::parsed() const { return command_ != nullptr && command_->parsed(); }
+
+int TrainCommand::run(const std::vector<std::string>& argv) {
   finish_config();
   // Reductions inside kernels (bias gradients, LayerNorm) may depend on the intra-op
   // thread count, which defaults to cores / ranks: one thread per rank on any world size.

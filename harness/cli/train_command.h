@@ -8,29 +8,31 @@
 #include <vector>
 
 #include "core/train/train_config.h"
+#include "harness/cli/command.h"
 #include "harness/cli/distributed.h"
 
 namespace fsdpp::cli {
 
-class TrainCommand {
+class TrainCommand final : public Command {
  public:
-  void add_to(CLI::App& app);
+  void add_to(CLI::App& app) override;
 
   // If argv is a `train` command with --config FILE: the same argv with the file's options
   // inserted right after "train" (keys are option names without "--", '_' or '-'; values
   // strings, numbers, or booleans for switches), so flags given on the command line,
   // which come later, override them. Throws std::invalid_argument naming the file and
   // the key for unknown options or unusable values.
-  std::vector<std::string> expand_config(const std::vector<std::string>& argv) const;
+  std::vector<std::string> expand_config(const std::vector<std::string>& argv) const override;
 
   // The TrainConfig the parsed flags describe: the string flags (strategy, LR schedule,
   // prefetch) turned into their enums; throws std::invalid_argument naming a bad value.
   // Not yet validated (TrainConfig::validate) or checked against model and data
-  // (train::preflight): run_parsed does both before it launches a rank.
+  // (train::preflight): run does both before it launches a rank.
   const train::TrainConfig& finish_config();
 
-  // The exit code of `train` if it was parsed, or -1.
-  int run_parsed(const std::vector<std::string>& argv);
+  // Command (command.h): parsed() if `train` was.
+  bool parsed() const override;
+  int run(const std::vector<std::string>& argv) override;
 
  private:
 

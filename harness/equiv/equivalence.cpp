@@ -9,11 +9,11 @@
 #include <optional>
 #include <sstream>
 #include <stdexcept>
-#include <unordered_set>
 
 #include "core/models/tiny_transformer.h"
 #include "core/models/toy_mlp.h"
 #include "core/nn/module_hooks.h"
+#include "core/nn/unique_parameters.h"
 #include "core/optim/grad_scaler.h"
 #include "harness/oracle/tolerance.h"
 
@@ -32,15 +32,6 @@ TrainBatch concat_batches(const std::vector<TrainBatch>& parts) {
     targets.push_back(p.target);
   }
   return {torch::cat(inputs), torch::cat(targets)};
-}
-
-// Unique parameters by first name, in model order (tied weights once).
-std::vector<std::pair<std::string, torch::Tensor>> unique_parameters(torch::nn::Module& model) {
-  std::vector<std::pair<std::string, torch::Tensor>> out;
-  std::unordered_set<const c10::TensorImpl*> seen;
-  for (const auto& item : model.named_parameters(true))
-    if (seen.insert(item.value().unsafeGetTensorImpl()).second) out.emplace_back(item.key(), item.value());
-  return out;
 }
 
 bool scalar_close(double actual, double expected, at::ScalarType dtype = at::kFloat) {
@@ -146,7 +137,7 @@ RunTrace run_reference(const EquivModel& model, const EquivConfig& c, int world)
   RunTrace trace;
   auto net = model.build(c.seed);
   net->to(c.device);
-  auto named = unique_parameters(*net);
+  auto named = nn::unique_named_parameters(*net);
   std::vector<torch::Tensor> params;
   for (auto& [n, p] : named) params.push_back(p);
   torch::optim::AdamW opt(params, adamw_options(c));
@@ -158,7 +149,7 @@ RunTrace run_reference(const EquivModel& model, const EquivConfig& c, int world)
     compute->to(c.device);
     compute->to(*mp.param_dtype);
   }
-  auto compute_named = unique_parameters(*compute);
+  auto compute_named = nn::unique_named_parameters(*compute);
   const auto reduce = mp.reduce_dtype.value_or(mp.param_dtype.value_or(at::kFloat));
   auto checked = compare_steps(c);
   const auto& scaling = c.loss_scaling;

@@ -10,11 +10,11 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
-#include <unordered_set>
 #include <vector>
 
 #include "core/models/causal_lm.h"
 #include "core/models/presets.h"
+#include "core/nn/unique_parameters.h"
 #include "core/optim/adamw.h"
 #include "core/optim/adamw_kernel.h"
 #include "harness/results/stats.h"
@@ -65,14 +65,9 @@ int main(int argc, char** argv) {
   at::set_num_threads(threads);
   torch::manual_seed(0);
   auto lm = models::build_causal_lm(models::from_scratch_config("gpt2", "mini256", 8192), "mini256");
-  std::vector<std::pair<std::string, at::Tensor>> init;
+  const auto init = nn::unique_named_parameters(*lm.module);  // the tied LM head once
   int64_t numel = 0;
-  std::unordered_set<const c10::TensorImpl*> seen;  // the tied LM head is listed twice
-  for (const auto& item : lm.module->named_parameters(true)) {
-    if (!seen.insert(item.value().unsafeGetTensorImpl()).second) continue;
-    init.emplace_back(item.key(), item.value());
-    numel += item.value().numel();
-  }
+  for (const auto& [name, p] : init) numel += p.numel();
   Contender fused = make_contender(true, init), per_tensor = make_contender(false, init);
   using Clock = std::chrono::steady_clock;
   for (int step = -2; step < steps; ++step) {  // two warm-up steps each (state allocation)

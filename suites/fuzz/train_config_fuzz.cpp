@@ -6,7 +6,7 @@
 // io::load_json_or_yaml_file (core/io/yaml_json.cpp) and turns every key into a flag;
 // CLI11 parses the flags into the TrainConfig; TrainCommand::finish_config turns its
 // string flags into enums, and TrainConfig::validate (core/train/train_config.cpp) checks
-// it: what run_parsed does before train::preflight reads model and data. No data is read
+// it: what TrainCommand::run does before train::preflight reads model and data. No data is read
 // and no rank is launched. The same text also goes through io::yaml_documents_to_json, the
 // reader of `fsdpp data prepare`'s .yaml inputs.
 //

@@ -1,6 +1,6 @@
 // Link seams for the libFuzzer build of train_config_fuzz.cpp (suites/fuzz/CMakeLists.txt),
 // which compiles harness/cli/train_command.cpp but not the trainer, the communicator or the
-// launcher. train_command.cpp's run_parsed calls them; the target never does (it stops at
+// launcher. TrainCommand::run calls them; the target never does (it stops at
 // TrainConfig::validate), so each aborts if reached. cli::run_distributed replaces
 // harness/cli/distributed.cpp's, made weak at build time, so that no launch code is linked.
 // The main build (fuzz_brief) links the real functions instead.
@@ -30,7 +30,7 @@ TrainResult train(comm::Communicator&, const TrainConfig&, int) {
 
 namespace comm {
 
-// Only the rank lambda of run_parsed, which never runs here, calls it.
+// Only the rank lambda of TrainCommand::run, which never runs here, calls it.
 int Communicator::rank() const {
   std::fprintf(stderr, "fuzz harness: Communicator::rank reached\n");
   std::abort();

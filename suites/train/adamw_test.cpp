@@ -3,7 +3,12 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <string>
+#include <vector>
+
 #include "core/models/presets.h"
+#include "core/nn/unique_parameters.h"
 #include "core/optim/adamw.h"
 
 namespace fsdpp::optim {
@@ -58,6 +63,31 @@ TEST(AdamWGroups, ATiedWeightListedUnderTwoNamesIsSteppedOnce) {
   ref->step();
   EXPECT_TRUE(torch::equal(tied, alone)) << tied << alone;  // stepped twice it would be 0.8, not 0.9
   EXPECT_EQ(opt->param_groups()[0].params().size(), 1u);
+}
+
+TEST(UniqueParameters, ATiedWeightIsListedOnceUnderItsFirstNameWithEveryAlias) {
+  auto lm = models::build_causal_lm(models::from_scratch_config("gpt2", "tiny", 1000), "tiny");
+  const auto unique = nn::unique_parameters(*lm.module);
+  size_t listed = lm.module->named_parameters(true).size();
+  ASSERT_EQ(unique.size(), listed - 1) << "GPT-2's LM head is its token embedding";
+  const auto tie = std::find_if(unique.begin(), unique.end(), [](const auto& p) { return p.aliases.size() > 1; });
+  ASSERT_NE(tie, unique.end());
+  EXPECT_EQ(tie->name, "transformer.wte.weight");
+  EXPECT_EQ(tie->aliases, (std::vector<std::string>{"transformer.wte.weight", "lm_head.weight"}));
+  EXPECT_TRUE(tie->tensor.is_same(lm.module->named_parameters(true)["lm_head.weight"]));
+  // The pairs form keeps named_parameters' order with the tie dropped.
+  const auto named = nn::unique_named_parameters(*lm.module);
+  ASSERT_EQ(named.size(), unique.size());
+  for (size_t i = 0; i < named.size(); ++i) EXPECT_EQ(named[i].first, unique[i].name);
+}
+
+TEST(UniqueParameters, TheOptimizerListsEachTensorOnceInGroupOrder) {
+  auto tied = torch::ones({2, 3}, torch::requires_grad()), bias = torch::ones({3}, torch::requires_grad());
+  auto opt = make_adamw({{"wte.weight", tied}, {"b", bias}, {"lm_head.weight", tied}}, AdamWSettings{});
+  const auto params = optimizer_parameters(*opt);
+  ASSERT_EQ(params.size(), 2u);
+  EXPECT_TRUE(params[0].is_same(tied));  // the decay group first
+  EXPECT_TRUE(params[1].is_same(bias));
 }
 
 TEST(FromScratchInit, MatricesAreNormalBiasesZeroNormsOne) {
