@@ -57,7 +57,7 @@ class CommWork {
   struct State;
 
  private:
-  friend class Communicator;
+  friend struct CommWorkAccess;  // comm_work_state.h: how backends make and reach works
   explicit CommWork(std::shared_ptr<State> state) : state_(std::move(state)) {}
   std::shared_ptr<State> state_;
 };

@@ -4,6 +4,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <string>
+
 #include "core/comm/device_mesh.h"
 #include "harness/oracle/collective_reference.h"
 #include "harness/oracle/tolerance.h"
@@ -189,6 +192,27 @@ TEST(CollectiveArguments, WrongOutputSizeIsRejected) {
   EXPECT_THROW(c->reduce_scatter(at::empty({3}), at::empty({2}), ReduceOp::Sum), comm::CommError);
   EXPECT_THROW(c->all_gather_into(at::empty({2}, at::kHalf), at::empty({2})), comm::CommError);
   EXPECT_THROW(c->broadcast(at::empty({2}), 1), comm::CommError);
+}
+
+TEST(CollectiveArguments, ATensorOnADeviceNoBackendMovesIsRefusedNamingTheOpAndTheDevice) {
+  // Backends are tried in order (core/comm/backend.h): Gloo serves CPU tensors, NCCL or
+  // host staging CUDA tensors in a CUDA build; a meta tensor is served by none.
+  auto c = solo();
+  const auto expect_refused = [](const std::function<void()>& call, const std::string& op) {
+    try {
+      call();
+      FAIL() << op << ": expected CommError";
+    } catch (const comm::CommError& e) {
+      EXPECT_THAT(e.what(), ::testing::HasSubstr(op));
+      EXPECT_THAT(e.what(), ::testing::HasSubstr("tensor is on meta"));
+    }
+  };
+  const auto meta = [] { return at::empty({4}, at::TensorOptions().device(at::kMeta)); };
+  expect_refused([&] { c->all_reduce(meta(), ReduceOp::Sum); }, "all_reduce[sum](4 x Float)");
+  expect_refused([&] { c->broadcast(meta(), 0); }, "broadcast[root 0](4 x Float)");
+  expect_refused([&] { c->all_gather_into(at::empty({4}), meta()); }, "all_gather_into(4 x Float)");
+  expect_refused([&] { c->reduce_scatter(meta(), at::empty({4}), ReduceOp::Sum); }, "reduce_scatter[sum](4 x Float)");
+  expect_refused([&] { c->all_to_all_single(at::empty({4}), meta()); }, "all_to_all_single(4 x Float)");
 }
 
 }  // namespace
