@@ -4,9 +4,9 @@
 
 #include <stdexcept>
 
-namespace fsdpp::fsdp {
+#include "core/fsdp/fsdp_collectives.h"
 
-using comm::ReduceOp;
+namespace fsdpp::fsdp {
 
 FsdpUnit::FsdpUnit(std::string name, std::vector<std::pair<std::string, at::Tensor>> params, UnitComms comms,
                    bool reshard_after_forward, const UnitPrecision& precision)
@@ -34,6 +34,7 @@ FsdpUnit::FsdpUnit(std::string name, std::vector<std::pair<std::string, at::Tens
   if (replicated_) {
     for (auto& p : params_) p.materialize_in_place(precision_.materialize, device_);
     state_ = State::Unsharded;  // the module's parameters are the only copy
+    reducer_ = make_grad_reducer(comms_, replicated_, shard_total_);
     return;
   }
   for (const auto& p : params_) {
@@ -41,6 +42,7 @@ FsdpUnit::FsdpUnit(std::string name, std::vector<std::pair<std::string, at::Tens
       throw std::invalid_argument("fully_shard: unit '" + name_ + "' mixes parameter dtypes");
     shard_total_ += p.layout().shard_numel();
   }
+  reducer_ = make_grad_reducer(comms_, replicated_, shard_total_);
   if (params_.empty()) return;
   auto master = params_.front().unsharded().options().device(device_).requires_grad(false);
   if (precision_.offload) master = master.device(at::kCPU).pinned_memory(device_.is_cuda());
@@ -102,15 +104,11 @@ at::ScalarType FsdpUnit::reduce_dtype() const { return precision_.reduce_dtype.v
 
 void FsdpUnit::unshard_async() {
   if (replicated_ || params_.empty() || state_ == State::Unsharded || gather_work_) return;
-  auto& shard = *comms_.shard;
-  // Offload: copy the shard to the compute device (host to host on CPU builds);
-  // mixed precision: cast it to param_dtype, so the all-gather moves param_dtype bytes.
-  at::Tensor input = flat_shard_;
-  if (precision_.offload || param_dtype() != master_dtype_)
-    input = flat_shard_.to(device_, param_dtype(), /*non_blocking=*/true, /*copy=*/true);
-  at::Tensor output = at::empty({shard_total_ * shard.size()}, input.options());
   for (auto& p : params_) p.alloc_unsharded();
-  gather_work_ = PendingGather{shard.all_gather_into_async(output, input), output};
+  // Offload: the shard is copied to the compute device (host to host on CPU builds); mixed
+  // precision: cast to param_dtype, so the all-gather moves param_dtype bytes.
+  const bool copy_in = precision_.offload || param_dtype() != master_dtype_;
+  gather_work_ = all_gather_async(*comms_.shard, flat_shard_, copy_in, device_, param_dtype());
 }
 
 void FsdpUnit::wait_unshard() {
@@ -119,9 +117,7 @@ void FsdpUnit::wait_unshard() {
   gather_work_->work.wait();
   at::Tensor output = gather_work_->output;
   gather_work_.reset();
-  // variable_data(): writes that autograd does not see (no version bump), since the
-  // same tensors may be saved for backward and are refilled before it (FULL_SHARD).
-  for (auto& p : params_) p.copy_out(output, shard_total_, p.unsharded().variable_data());
+  all_gather_copy_out(params_, output, shard_total_);
   state_ = State::Unsharded;
 }
 
@@ -169,96 +165,21 @@ void FsdpUnit::reduce_gradients_async(bool sync) {
     any = any || has_grad.back();
   }
   // A unit no parameter of which got a gradient (on every rank alike, as with FSDP2)
-  // has nothing to reduce.
-  if (!any) return;
-  PendingReduce pending;
-  pending.has_grad = has_grad;
-  if (replicated_) {
-    // NO_SHARD: one flat all-reduce (average) over the replicas, padded to a multiple of
-    // the group so that every rank owns an equal chunk.
-    auto& rep = *comms_.replicate;
-    if (rep.size() == 1) return;  // one replica: the local gradients are the result
-    int64_t total = 0;
-    for (auto& p : params_) total += p.full_numel();
-    int64_t padded = (total + rep.size() - 1) / rep.size() * rep.size();
-    at::Tensor flat = at::zeros({padded}, params_.front().unsharded().options().requires_grad(false));
-    int64_t offset = 0;
-    for (size_t i = 0; i < params_.size(); ++i) {
-      auto& p = params_[i];
-      if (has_grad[i]) flat.narrow(0, offset, p.full_numel()).copy_(p.unsharded().grad().reshape({-1}));
-      offset += p.full_numel();
-    }
-    pending.output = flat;
-    pending.work = rep.all_reduce_async(flat, ReduceOp::Avg);
-  } else {
-    auto& shard = *comms_.shard;
-    auto options = at::TensorOptions().device(device_).dtype(reduce_dtype());
-    at::Tensor input = at::zeros({shard_total_ * shard.size()}, options);
-    for (size_t i = 0; i < params_.size(); ++i) {
-      if (!has_grad[i]) continue;
-      params_[i].copy_in_grad(grad_accumulators_[i], input, shard_total_);
-      grad_accumulators_[i] = at::Tensor();
-    }
-    if (comms_.world) {
-      // World-size invariant: world rank j gets every rank's slice of shard j % S,
-      // unsummed (finish_gradients folds them in rank order). The pieces, in shard order,
-      // repeat once per replica (the hybrid mesh is row-major; NO_SHARD: S = 1).
-      const int64_t n = comms_.world->size(), s = shard.size();
-      at::Tensor send = input.view({s, shard_total_});
-      if (n != s) send = send.repeat({n / s, 1});
-      pending.output = at::empty({n * shard_total_}, options);
-      pending.work = comms_.world->all_to_all_single_async(pending.output.view({n, shard_total_}), send);
-      pending.world_slices = true;
-    } else {
-      pending.output = at::empty({shard_total_}, options);
-      pending.work = shard.reduce_scatter_async(pending.output, input, ReduceOp::Avg);
-      pending.needs_replicate = comms_.replicate && comms_.replicate->size() > 1;
-    }
-  }
-  reduce_work_.push_back(std::move(pending));
+  // has nothing to reduce; one replica's local gradients are the result.
+  if (!any || !reducer_) return;
+  at::Tensor input =
+      replicated_ ? replica_reduce_input(params_, has_grad, comms_.replicate->size())
+                  : reduce_scatter_input(params_, grad_accumulators_, has_grad, shard_total_, comms_.shard->size(),
+                                         at::TensorOptions().device(device_).dtype(reduce_dtype()));
+  reduce_work_.push_back(PendingReduce{reducer_->issue(input), std::move(has_grad)});
 }
 
 void FsdpUnit::finish_gradients() {
-  for (auto& pending : reduce_work_) {
-    pending.work.wait();
-    // Hybrid sharding: the shard group's average, averaged again across replicas.
-    if (pending.needs_replicate) comms_.replicate->all_reduce(pending.output, ReduceOp::Avg);
-    int64_t offset = 0;
-    for (size_t i = 0; i < params_.size(); ++i) {
-      auto& p = params_[i];
-      int64_t span = replicated_ ? p.full_numel() : p.layout().shard_numel();
-      if (pending.has_grad[i]) {
-        at::Tensor reduced = pending.output.narrow(0, offset, span);
-        if (replicated_) {
-          p.unsharded().mutable_grad() = reduced.view(p.shape()).clone();
-        } else {
-          std::vector<int64_t> padded_shape = p.shape();
-          if (padded_shape.empty()) padded_shape.push_back(1);
-          padded_shape[0] = p.layout().shard_rows;
-          reduced = reduced.view(padded_shape).narrow(0, 0, p.sharded().size(0));
-          // Into the master dtype and place (host memory with offload).
-          auto& grad = p.sharded().mutable_grad();
-          if (pending.world_slices) {
-            // grad = ((grad + slice_0) + slice_1) + ..., from zeros when undefined, so that
-            // a first step, a step after zero_grad and a resumed step fold alike.
-            if (!grad.defined()) grad = at::zeros(p.sharded().sizes(), flat_shard_.options());
-            const int n = comms_.world->size();
-            for (int r = 0; r < n; ++r) {
-              at::Tensor slice = pending.output.narrow(0, r * shard_total_ + offset, span)
-                                     .view(padded_shape)
-                                     .narrow(0, 0, p.sharded().size(0));
-              grad.add_(slice.to(grad.device(), grad.scalar_type()));
-            }
-          } else if (grad.defined()) {
-            grad.add_(reduced.to(grad.device()));
-          } else {
-            grad = reduced.to(flat_shard_.options(), /*non_blocking=*/false, /*copy=*/true);
-          }
-        }
-      }
-      offset += span;
-    }
-  }
+  // Sharded gradients take the flat shard's dtype and place (a replicated unit has none).
+  const at::TensorOptions master = replicated_ ? at::TensorOptions() : flat_shard_.options();
+  for (auto& pending : reduce_work_)
+    fold_reduced_gradients(params_, pending.has_grad, reducer_->wait(pending.reduction), replicated_,
+                           reducer_->folds_from_zero(), master);
   reduce_work_.clear();
 }
 

@@ -19,7 +19,9 @@
 #include <vector>
 
 #include "core/comm/communicator.h"
+#include "core/fsdp/fsdp_collectives.h"
 #include "core/fsdp/fsdp_param.h"
+#include "core/fsdp/grad_reducer.h"
 
 namespace fsdpp::fsdp {
 
@@ -94,16 +96,17 @@ class FsdpUnit {
   // would go stale once the optimizer updates the shards.
   void discard_unshard();
 
-  // After this unit's backward (TrainingState POST_BACKWARD, else throws): with sync, reduce its gradients in reduce_dtype
-  // (reduce-scatter over the shard group, averaged like FSDP2's ReduceOp.AVG); then frees
-  // the unsharded grads. Without sync (no_sync / gradient accumulation) they are added
+  // After this unit's backward (TrainingState POST_BACKWARD, else throws): with sync, issues
+  // the reduction of its gradients in reduce_dtype through the unit's GradReducer
+  // (grad_reducer.h: a reduce-scatter averaged like FSDP2's ReduceOp.AVG, hybrid, replica
+  // or world-ordered); then frees the unsharded grads. Without sync (no_sync / gradient accumulation) they are added
   // into an unsharded accumulator kept in reduce_dtype, reduced at the next sync.
   // World-size-invariant order (comms().world set): every world rank's gradient slice of
   // each destination's shard travels in one world-wide all-to-all, not summed; sync must
   // be true (throws std::logic_error: no-sync would pre-sum a rank's micro-steps).
   void reduce_gradients_async(bool sync);
-  // Waits for the reductions issued above (and the all-reduce across replicas) and adds
-  // the results into the sharded parameters' .grad. World-size-invariant order: folds
+  // Waits for the reductions issued above and adds the results into the sharded
+  // parameters' .grad. World-size-invariant order: folds
   // the received slices into .grad one at a time in world-rank order,
   // grad = ((grad + g_rank0) + g_rank1) + ..., starting from g_rank0 when .grad is
   // undefined; no averaging (the caller scales once).
@@ -120,16 +123,9 @@ class FsdpUnit {
  private:
   [[noreturn]] void protocol_error(const std::string& call, const std::string& why) const;
 
-  struct PendingGather {
-    comm::CommWork work;
-    at::Tensor output;
-  };
   struct PendingReduce {
-    comm::CommWork work;
-    at::Tensor output;              // flat reduced gradient (shard buffer layout)
-    std::vector<bool> has_grad;     // which params had a gradient
-    bool needs_replicate = false;   // all-reduce across replicas still to do
-    bool world_slices = false;      // output holds world-size slices to fold (not a sum)
+    PendingReduction reduction;
+    std::vector<bool> has_grad;  // which params had a gradient
   };
 
   at::ScalarType param_dtype() const;
@@ -150,6 +146,7 @@ class FsdpUnit {
   int64_t full_param_bytes_ = 0;
   at::Tensor flat_shard_;
   std::optional<PendingGather> gather_work_;
+  std::unique_ptr<GradReducer> reducer_;  // grad_reducer.h; null: nothing to reduce (one replica)
   std::vector<PendingReduce> reduce_work_;
 };
 

@@ -34,6 +34,7 @@
 #include <unordered_set>
 
 #include "core/comm/device_mesh.h"
+#include "core/fsdp/grad_norm.h"
 #include "core/nn/checkpoint.h"
 #include "core/nn/deferred_init.h"
 #include "core/nn/module_hooks.h"
@@ -106,6 +107,7 @@ struct ShardedModel::Hooks {
   static void pre_backward(ShardedModel& m, FsdpUnit* u);
   static void post_backward(ShardedModel& m, FsdpUnit* u);
   static void final_callback(ShardedModel& m);
+  static void install(ShardedModel& m);
 };
 
 namespace {
@@ -206,6 +208,10 @@ void ShardedModel::Hooks::final_callback(ShardedModel& m) {
 }
 
 // ---------------------------------------------------------------- construction
+//
+// create() in four steps, each a function below: the units' process groups; which
+// parameters each unit manages; per unit, sync_module_states' broadcast and the sharding
+// (FsdpUnit's constructor); the forward hooks that drive the protocol.
 
 namespace {
 
@@ -215,58 +221,62 @@ int default_hybrid_shard_size(int world) {
   return 1;
 }
 
-}  // namespace
-
-std::shared_ptr<ShardedModel> ShardedModel::create(std::shared_ptr<torch::nn::Module> root, comm::Communicator& world,
-                                                   const FsdpOptions& options, const WrapPolicy& policy) {
-  static int instances = 0;  // same sequence on every rank: names the process groups
-  std::string tag = "fsdp" + std::to_string(instances++);
-  std::shared_ptr<ShardedModel> m(new ShardedModel());
-  m->root_ = root;
-  m->options_ = options;
-
+// Step 1: the process groups every unit shares (FSDP2's mesh), named after `tag`: the
+// shard group and the replicate group of the strategy, and for the world-size-invariant
+// order the world in rank order (FULL_SHARD's shard group or NO_SHARD's replicate group
+// is it; a hybrid mesh gets one more group).
+UnitComms make_unit_comms(comm::Communicator& world, const FsdpOptions& options, const std::string& tag) {
   const int n = world.size(), me = world.rank();
   std::vector<int> everyone(n), only_me = {me};
   std::iota(everyone.begin(), everyone.end(), 0);
+  UnitComms comms;
   switch (options.strategy) {
     case ShardingStrategy::FullShard:
     case ShardingStrategy::ShardGradOp:
-      m->comms_.shard = world.subgroup(everyone, tag + "/shard");
-      m->comms_.replicate = world.subgroup(only_me, tag + "/replicate" + std::to_string(me));
+      comms.shard = world.subgroup(everyone, tag + "/shard");
+      comms.replicate = world.subgroup(only_me, tag + "/replicate" + std::to_string(me));
       break;
     case ShardingStrategy::NoShard:
-      m->comms_.shard = world.subgroup(only_me, tag + "/shard" + std::to_string(me));
-      m->comms_.replicate = world.subgroup(everyone, tag + "/replicate");
+      comms.shard = world.subgroup(only_me, tag + "/shard" + std::to_string(me));
+      comms.replicate = world.subgroup(everyone, tag + "/replicate");
       break;
     case ShardingStrategy::HybridShard:
     case ShardingStrategy::HybridShardZero2: {
       int s = options.hybrid_shard_size > 0 ? options.hybrid_shard_size : default_hybrid_shard_size(n);
       auto mesh = comm::make_hybrid_mesh(world, s, tag + "/mesh");
-      m->comms_.shard = mesh.shard;
-      m->comms_.replicate = mesh.replicate;
+      comms.shard = mesh.shard;
+      comms.replicate = mesh.replicate;
       break;
     }
   }
-  // The world-size-invariant order needs the world in rank order: FULL_SHARD's shard
-  // group or NO_SHARD's replicate group is it; a hybrid mesh gets one more group.
   if (options.reduction_order == ReductionOrder::WorldSizeInvariant) {
-    if (m->comms_.shard->size() == n)
-      m->comms_.world = m->comms_.shard;
-    else if (m->comms_.replicate->size() == n)
-      m->comms_.world = m->comms_.replicate;
+    if (comms.shard->size() == n)
+      comms.world = comms.shard;
+    else if (comms.replicate->size() == n)
+      comms.world = comms.replicate;
     else
-      m->comms_.world = world.subgroup(everyone, tag + "/world");
+      comms.world = world.subgroup(everyone, tag + "/world");
   }
-  bool reshard_after_forward =
-      options.strategy == ShardingStrategy::FullShard || options.strategy == ShardingStrategy::HybridShard;
-  const UnitPrecision precision{options.mixed_precision.param_dtype, options.mixed_precision.reduce_dtype,
-                                options.cpu_offload, options.materialize,
-                                options.device.value_or(at::Device(at::kCPU))};
+  return comms;
+}
 
+// One unit to be: the module it wraps and the parameters it manages, by first name.
+struct UnitPlan {
+  std::string name;  // the module's path; "" for the root
+  const torch::nn::Module* module = nullptr;
+  std::vector<std::pair<std::string, at::Tensor>> params;
+  bool is_root = false;
+};
+
+// Step 2: which parameters each unit manages, children first and the root last. A
+// module the policy wraps takes the parameters of its subtree that no wrapped descendant
+// took and that nothing outside the subtree uses (a tied weight belongs to the closest
+// wrapped ancestor of all its users); the root takes the rest.
+std::vector<UnitPlan> plan_units(const torch::nn::Module& root, const WrapPolicy& policy) {
   // Names and reference counts of every parameter object (tied weights appear twice).
   std::unordered_map<const c10::TensorImpl*, std::string> name_of;
   std::unordered_map<const c10::TensorImpl*, int> total_refs;
-  for (const auto& item : root->named_parameters(/*recurse=*/true)) {
+  for (const auto& item : root.named_parameters(/*recurse=*/true)) {
     auto* impl = item.value().unsafeGetTensorImpl();
     if (!name_of.count(impl)) name_of[impl] = item.key();
     total_refs[impl] += 1;
@@ -290,26 +300,14 @@ std::shared_ptr<ShardedModel> ShardedModel::create(std::shared_ptr<torch::nn::Mo
     }
     return out;
   };
+  std::vector<UnitPlan> plans;
   auto add_unit = [&](const std::string& name, const torch::nn::Module& module, bool is_root) {
-    auto params = unit_params(module, is_root);
-    for (auto& p : params) assigned.insert(p.second.unsafeGetTensorImpl());
-    // FSDP1's sync_module_states, one unit at a time: rank 0's values reach every rank
-    // right before they are sharded, so no rank holds more than one unit in full.
-    if (options.sync_module_states)
-      for (auto& [pname, t] : params) {
-        if (me == 0 && t.is_meta())
-          throw std::invalid_argument("sync_module_states: parameter '" + pname + "' is on the meta device on rank 0");
-        const at::Device target = precision.meta_device;
-        at::Tensor full = me == 0 ? t.detach().to(target).contiguous() : at::empty(t.sizes(), t.options().device(target));
-        world.broadcast(full, 0);
-        if (me != 0 || t.device() != target) nn::set_data_across_devices(t, full);
-      }
-    m->units_.push_back(std::make_shared<FsdpUnit>(name.empty() ? "root" : name, std::move(params), m->comms_,
-                                                   !is_root && reshard_after_forward, precision));
-    m->unit_modules_.push_back(&module);
+    UnitPlan plan{name, &module, unit_params(module, is_root), is_root};
+    for (auto& p : plan.params) assigned.insert(p.second.unsafeGetTensorImpl());
+    plans.push_back(std::move(plan));
   };
 
-  auto modules = root->named_modules("", /*include_self=*/false);
+  auto modules = root.named_modules("", /*include_self=*/false);
   for (auto it = modules.items().rbegin(); it != modules.items().rend(); ++it) {  // children first
     const std::string& name = it->key();
     const auto& module = it->value();
@@ -322,16 +320,58 @@ std::shared_ptr<ShardedModel> ShardedModel::create(std::shared_ptr<torch::nn::Mo
     for (auto& p : unit_params(*module, false)) numel += p.second.numel();
     if (numel > 0 && policy(WrapCandidate{name, *module, numel})) add_unit(name, *module, false);
   }
-  add_unit("", *root, true);
+  add_unit("", root, true);
+  return plans;
+}
 
-  for (size_t i = 0; i < m->units_.size(); ++i) {
-    ShardedModel* model = m.get();
-    FsdpUnit* unit = m->units_[i].get();
-    nn::ForwardHooks hooks;
-    hooks.pre = [model, unit](at::Tensor x) { return Hooks::pre_forward(*model, unit, std::move(x)); };
-    hooks.post = [model, unit](at::Tensor y) { return Hooks::post_forward(*model, unit, std::move(y)); };
-    nn::set_forward_hooks(m->unit_modules_[i], std::move(hooks));
+// Step 3a, FSDP1's sync_module_states for one unit: rank 0's values reach every rank
+// right before the unit is sharded, so that no rank holds more than one unit in full.
+void broadcast_from_rank0(comm::Communicator& world, const std::vector<std::pair<std::string, at::Tensor>>& params,
+                          at::Device target) {
+  const int me = world.rank();
+  for (const auto& [pname, t] : params) {
+    if (me == 0 && t.is_meta())
+      throw std::invalid_argument("sync_module_states: parameter '" + pname + "' is on the meta device on rank 0");
+    at::Tensor full = me == 0 ? t.detach().to(target).contiguous() : at::empty(t.sizes(), t.options().device(target));
+    world.broadcast(full, 0);
+    if (me != 0 || t.device() != target) nn::set_data_across_devices(t, full);
   }
+}
+
+}  // namespace
+
+// Step 4: every unit's module calls the protocol's forward hooks (nn::call).
+void ShardedModel::Hooks::install(ShardedModel& m) {
+  for (size_t i = 0; i < m.units_.size(); ++i) {
+    ShardedModel* model = &m;
+    FsdpUnit* unit = m.units_[i].get();
+    nn::ForwardHooks hooks;
+    hooks.pre = [model, unit](at::Tensor x) { return pre_forward(*model, unit, std::move(x)); };
+    hooks.post = [model, unit](at::Tensor y) { return post_forward(*model, unit, std::move(y)); };
+    nn::set_forward_hooks(m.unit_modules_[i], std::move(hooks));
+  }
+}
+
+std::shared_ptr<ShardedModel> ShardedModel::create(std::shared_ptr<torch::nn::Module> root, comm::Communicator& world,
+                                                   const FsdpOptions& options, const WrapPolicy& policy) {
+  static int instances = 0;  // same sequence on every rank: names the process groups
+  std::string tag = "fsdp" + std::to_string(instances++);
+  std::shared_ptr<ShardedModel> m(new ShardedModel());
+  m->root_ = root;
+  m->options_ = options;
+  m->comms_ = make_unit_comms(world, options, tag);
+  const bool reshard_after_forward =
+      options.strategy == ShardingStrategy::FullShard || options.strategy == ShardingStrategy::HybridShard;
+  const UnitPrecision precision{options.mixed_precision.param_dtype, options.mixed_precision.reduce_dtype,
+                                options.cpu_offload, options.materialize,
+                                options.device.value_or(at::Device(at::kCPU))};
+  for (auto& plan : plan_units(*root, policy)) {
+    if (options.sync_module_states) broadcast_from_rank0(world, plan.params, precision.meta_device);
+    m->units_.push_back(std::make_shared<FsdpUnit>(plan.name.empty() ? "root" : plan.name, std::move(plan.params),
+                                                   m->comms_, !plan.is_root && reshard_after_forward, precision));
+    m->unit_modules_.push_back(plan.module);
+  }
+  Hooks::install(*m);
   return m;
 }
 
@@ -356,75 +396,7 @@ std::vector<at::Tensor> ShardedModel::parameters() const {
 
 int ShardedModel::shard_group_size() const { return comms_.shard->size(); }
 
-namespace {
-
-// The world-size-invariant order's sum of |g|^p: each row's sum by a plain sequential
-// loop in double (no vectorisation, no threads), all-gathered over the shard group, and
-// folded in global row order (a parameter's shards in shard-rank order, parameters in
-// model order), so that neither the shard boundaries nor the kernels change a bit. All
-// units are on the flat-shard path in that order (fsdp_unit.cpp), rows = dim-0 slices.
-double row_ordered_power_sum(const std::vector<std::shared_ptr<FsdpUnit>>& units, comm::Communicator& shard,
-                             double norm_type) {
-  int64_t rows_per_rank = 0;
-  for (auto& unit : units)
-    for (auto& p : unit->params()) rows_per_rank += p.layout().shard_rows;
-  at::Tensor mine = at::zeros({rows_per_rank}, at::kDouble);
-  double* sums = mine.data_ptr<double>();
-  int64_t first = 0;
-  for (auto& unit : units)
-    for (auto& p : unit->params()) {
-      const auto& g = p.sharded().grad();
-      const int64_t row_numel = p.layout().row_numel;
-      if (g.defined() && g.numel() > 0 && row_numel > 0) {
-        at::Tensor values = g.detach().to(at::kCPU, at::kDouble).contiguous();
-        const double* v = values.data_ptr<double>();
-        for (int64_t r = 0; r < g.numel() / row_numel; ++r) {
-          double sum = 0;
-          for (int64_t k = 0; k < row_numel; ++k) {
-            double a = std::abs(v[r * row_numel + k]);
-            sum += norm_type == 2 ? a * a : std::pow(a, norm_type);
-          }
-          sums[first + r] = sum;
-        }
-      }
-      first += p.layout().shard_rows;
-    }
-  const int s = shard.size();
-  at::Tensor all = at::empty({s * rows_per_rank}, at::kDouble);
-  shard.all_gather_into(all, mine);
-  const double* gathered = all.data_ptr<double>();
-  double total = 0;
-  first = 0;
-  for (auto& unit : units)
-    for (auto& p : unit->params()) {
-      for (int r = 0; r < s; ++r)
-        for (int64_t row = 0; row < p.layout().valid_rows(r); ++row) total += gathered[r * rows_per_rank + first + row];
-      first += p.layout().shard_rows;
-    }
-  return total;
-}
-
-std::vector<at::Tensor> sharded_gradients(const std::vector<std::shared_ptr<FsdpUnit>>& units) {
-  std::vector<at::Tensor> grads;
-  for (auto& unit : units)
-    for (auto& p : unit->params()) grads.push_back(p.sharded().grad());
-  return grads;
-}
-
-}  // namespace
-
-double ShardedModel::grad_norm(double norm_type) {
-  if (!(norm_type > 0)) throw std::invalid_argument("grad norm: norm_type must be > 0 or inf");
-  bool inf = std::isinf(norm_type);
-  // The maximum does not depend on the order; sums do.
-  if (comms_.world && !inf) return std::pow(row_ordered_power_sum(units_, *comms_.shard, norm_type), 1.0 / norm_type);
-  double local = optim::gradient_power_sum(sharded_gradients(units_), norm_type);
-  // Shards of one replica partition the gradients; replicas hold the same values.
-  auto t = at::tensor({local}, at::kDouble);
-  if (comms_.shard->size() > 1) comms_.shard->all_reduce(t, inf ? comm::ReduceOp::Max : comm::ReduceOp::Sum);
-  double total = t.item<double>();
-  return inf ? total : std::pow(total, 1.0 / norm_type);
-}
+double ShardedModel::grad_norm(double norm_type) { return sharded_grad_norm(units_, comms_, norm_type); }
 
 double ShardedModel::clip_grad_norm(double max_norm, double norm_type) {
   double total = grad_norm(norm_type);

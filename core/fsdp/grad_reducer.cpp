@@ -1,0 +1,118 @@
+#include "core/fsdp/grad_reducer.h"
+
+#include <ATen/ATen.h>
+
+#include <stdexcept>
+
+#include "core/fsdp/fsdp_unit.h"
+
+namespace fsdpp::fsdp {
+
+using comm::ReduceOp;
+
+namespace {
+
+// FULL_SHARD, SHARD_GRAD_OP: reduce-scatter (AVG) over the shard group.
+class ShardAverage : public GradReducer {
+ public:
+  ShardAverage(std::shared_ptr<comm::Communicator> shard, int64_t shard_total)
+      : shard_(std::move(shard)), shard_total_(shard_total) {}
+
+  PendingReduction issue(const at::Tensor& input) override {
+    PendingReduction pending;
+    pending.output = at::empty({shard_total_}, input.options());
+    pending.work = shard_->reduce_scatter_async(pending.output, input, ReduceOp::Avg);
+    return pending;
+  }
+
+  std::vector<at::Tensor> wait(PendingReduction& pending) override {
+    pending.work.wait();
+    return {pending.output};
+  }
+
+ private:
+  std::shared_ptr<comm::Communicator> shard_;
+  int64_t shard_total_;
+};
+
+// Hybrid strategies: the shard group's average, averaged again across the replicas.
+class HybridAverage final : public ShardAverage {
+ public:
+  HybridAverage(std::shared_ptr<comm::Communicator> shard, std::shared_ptr<comm::Communicator> replicate,
+                int64_t shard_total)
+      : ShardAverage(std::move(shard), shard_total), replicate_(std::move(replicate)) {}
+
+  std::vector<at::Tensor> wait(PendingReduction& pending) override {
+    auto reduced = ShardAverage::wait(pending);
+    replicate_->all_reduce(reduced.front(), ReduceOp::Avg);
+    return reduced;
+  }
+
+ private:
+  std::shared_ptr<comm::Communicator> replicate_;
+};
+
+// NO_SHARD with the module's tensors as parameters: one flat all-reduce (AVG), in place.
+class ReplicaAverage final : public GradReducer {
+ public:
+  explicit ReplicaAverage(std::shared_ptr<comm::Communicator> replicate) : replicate_(std::move(replicate)) {}
+
+  PendingReduction issue(const at::Tensor& input) override {
+    return {replicate_->all_reduce_async(input, ReduceOp::Avg), input};
+  }
+
+  std::vector<at::Tensor> wait(PendingReduction& pending) override {
+    pending.work.wait();
+    return {pending.output};
+  }
+
+ private:
+  std::shared_ptr<comm::Communicator> replicate_;
+};
+
+// ReductionOrder::WorldSizeInvariant: world rank j gets every rank's slice of shard j % S,
+// unsummed. The pieces, in shard order, repeat once per replica (the hybrid mesh is
+// row-major; NO_SHARD: S = 1).
+class WorldOrdered final : public GradReducer {
+ public:
+  WorldOrdered(std::shared_ptr<comm::Communicator> world, int shard_group_size, int64_t shard_total)
+      : world_(std::move(world)), shard_group_size_(shard_group_size), shard_total_(shard_total) {}
+
+  PendingReduction issue(const at::Tensor& input) override {
+    const int64_t n = world_->size(), s = shard_group_size_;
+    at::Tensor send = input.view({s, shard_total_});
+    if (n != s) send = send.repeat({n / s, 1});
+    PendingReduction pending;
+    pending.output = at::empty({n * shard_total_}, input.options());
+    pending.work = world_->all_to_all_single_async(pending.output.view({n, shard_total_}), send);
+    return pending;
+  }
+
+  std::vector<at::Tensor> wait(PendingReduction& pending) override {
+    pending.work.wait();
+    std::vector<at::Tensor> slices;
+    for (int r = 0; r < world_->size(); ++r) slices.push_back(pending.output.narrow(0, r * shard_total_, shard_total_));
+    return slices;
+  }
+
+  bool folds_from_zero() const override { return true; }
+
+ private:
+  std::shared_ptr<comm::Communicator> world_;
+  int shard_group_size_;
+  int64_t shard_total_;
+};
+
+}  // namespace
+
+std::unique_ptr<GradReducer> make_grad_reducer(const UnitComms& comms, bool replicated, int64_t shard_total) {
+  if (!comms.shard || !comms.replicate) throw std::logic_error("make_grad_reducer: a unit needs its shard and replicate groups");
+  if (comms.world) return std::make_unique<WorldOrdered>(comms.world, comms.shard->size(), shard_total);
+  if (replicated)
+    return comms.replicate->size() > 1 ? std::make_unique<ReplicaAverage>(comms.replicate) : nullptr;
+  if (comms.replicate->size() > 1)
+    return std::make_unique<HybridAverage>(comms.shard, comms.replicate, shard_total);
+  return std::make_unique<ShardAverage>(comms.shard, shard_total);
+}
+
+}  // namespace fsdpp::fsdp

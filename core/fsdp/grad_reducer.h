@@ -1,0 +1,63 @@
+// How a unit's gradients are reduced across ranks: where a gradient is reduce-scattered.
+// One interface, one implementation per mode (make_grad_reducer picks it from the unit's
+// process groups, FsdpUnit owns it):
+//   - ShardAverage: FSDP2's reduce-scatter with ReduceOp.AVG over the shard group
+//     (FULL_SHARD, SHARD_GRAD_OP); the rank keeps the average of its shard.
+//   - HybridAverage: the same over the shard group, then an all-reduce (AVG) of the shard
+//     across the replicate group (HYBRID_SHARD, HYBRID_SHARD_ZERO2, and NO_SHARD units
+//     that keep a separate master copy: a shard group of one).
+//   - ReplicaAverage: NO_SHARD units whose module tensors are the parameters: one flat
+//     all-reduce (AVG) of the whole gradients across the replicas.
+//   - WorldOrdered: ReductionOrder::WorldSizeInvariant (sharded_model.h): every world
+//     rank's slice of each destination's shard in one world-wide all-to-all, unsummed; the
+//     unit folds them into .grad in world-rank order.
+// Buffers (fsdp_param.h has the layout): a sharded unit hands issue() the padded
+// reduce-scatter input [S * shard_total] in reduce dtype; a replicated unit hands it the
+// flat gradients padded to a multiple of the replicas. wait() gives back what the unit
+// adds into .grad, in the order it adds them.
+// Collective over the reducer's groups: every rank issues the same reductions in order.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <vector>
+
+#include "core/comm/communicator.h"
+
+namespace fsdpp::fsdp {
+
+struct UnitComms;  // fsdp_unit.h
+
+// One issued reduction: the collective and the buffer it writes.
+struct PendingReduction {
+  comm::CommWork work;
+  at::Tensor output;
+};
+
+class GradReducer {
+ public:
+  virtual ~GradReducer() = default;
+
+  // Issues the reduction of `input` (the layout above); returns at once.
+  virtual PendingReduction issue(const at::Tensor& input) = 0;
+
+  // Waits for `pending` and returns the buffers to add into the gradients, in order: one
+  // reduced shard (or the reduced flat gradients), or for WorldOrdered one slice per world
+  // rank, rank 0 first. Each has the shard buffer's layout ([shard_total], or the flat
+  // gradients for ReplicaAverage). Throws what the communicator throws.
+  virtual std::vector<at::Tensor> wait(PendingReduction& pending) = 0;
+
+  // Whether the fold starts from a zero .grad (WorldOrdered: ((0 + g_0) + g_1) + ..., so
+  // that a first step, a step after zero_grad and a resumed step fold alike) rather than
+  // from a copy of the first buffer.
+  virtual bool folds_from_zero() const { return false; }
+};
+
+// The reducer for a unit with these groups: WorldOrdered when comms.world is set, else
+// ReplicaAverage for a replicated unit (null where there is one replica: the local
+// gradients are the result), else HybridAverage where the replicate group has several
+// ranks, else ShardAverage. `shard_total`: elements per rank of the unit's shard buffer.
+std::unique_ptr<GradReducer> make_grad_reducer(const UnitComms& comms, bool replicated, int64_t shard_total);
+
+}  // namespace fsdpp::fsdp
