@@ -36,4 +36,15 @@ struct CausalLmLimits {
 };
 CausalLmLimits causal_lm_limits(const nlohmann::json& config, const std::string& source);
 
+// A config checked and parsed once (into its family's typed config), for a caller that
+// needs both its limits and the model, or the model more than once, without parsing the
+// JSON again. Same validation and errors as build_causal_lm; build() is build_causal_lm
+// of the same config, and never fails on it.
+struct CausalLmConfig {
+  std::string model_type;
+  CausalLmLimits limits;
+  std::function<CausalLm()> build;
+};
+CausalLmConfig parse_causal_lm_config(const nlohmann::json& config, const std::string& source);
+
 }  // namespace fsdpp::models

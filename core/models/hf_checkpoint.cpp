@@ -50,11 +50,15 @@ std::string stored_name(const io::SafetensorsIndex& checkpoint, const std::strin
 }  // namespace
 
 CausalLm load_pretrained(const std::filesystem::path& dir, at::ScalarType dtype) {
-  auto config = io::load_hf_config(dir);
+  const auto config = io::load_hf_config(dir);
+  return load_pretrained(dir, parse_causal_lm_config(config.raw, config.path.string()), dtype);
+}
+
+CausalLm load_pretrained(const std::filesystem::path& dir, const CausalLmConfig& config, at::ScalarType dtype) {
   CausalLm lm;
   {
     nn::DeferredInit deferred;  // every parameter is replaced below: never hold random weights
-    lm = build_causal_lm(config.raw, config.path.string());
+    lm = config.build();
   }
   auto checkpoint = io::load_checkpoint_dir(dir);
   torch::NoGradGuard no_grad;
@@ -98,11 +102,15 @@ struct PretrainedRows::State {
 PretrainedRows::PretrainedRows(std::shared_ptr<const State> state) : state_(std::move(state)) {}
 
 PretrainedRows PretrainedRows::open(const std::filesystem::path& dir) {
-  auto config = io::load_hf_config(dir);
+  const auto config = io::load_hf_config(dir);
+  return open(dir, parse_causal_lm_config(config.raw, config.path.string()));
+}
+
+PretrainedRows PretrainedRows::open(const std::filesystem::path& dir, const CausalLmConfig& config) {
   CausalLm lm;
   {
     nn::DeferredInit deferred;  // only the names and ties are wanted
-    lm = build_causal_lm(config.raw, config.path.string());
+    lm = config.build();
   }
   auto state = std::make_shared<State>(State{dir, lm.model_type, io::load_checkpoint_dir(dir), {}});
   for (const auto& param : nn::unique_parameters(*lm.module))

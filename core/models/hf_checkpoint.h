@@ -22,6 +22,10 @@ namespace fsdpp::models {
 // its size in memory once, not twice. Throws std::runtime_error naming the folder and
 // the tensor when one is missing or has another shape.
 CausalLm load_pretrained(const std::filesystem::path& dir, at::ScalarType dtype = at::kFloat);
+// The same, with the folder's config.json already read and parsed by the caller (it is not
+// read again).
+CausalLm load_pretrained(const std::filesystem::path& dir, const CausalLmConfig& config,
+                         at::ScalarType dtype = at::kFloat);
 
 // Writes config.json and the weights (each tied weight once, under its first name), as
 // one model.safetensors or as shards of at most max_shard_bytes plus an index.
@@ -38,6 +42,9 @@ class PretrainedRows {
   // config.json + model.safetensors, or an index + shards. Builds the model once under
   // nn::DeferredInit to learn its parameter names and ties (one part in memory at a time).
   static PretrainedRows open(const std::filesystem::path& dir);
+  // The same, with the folder's config.json already read and parsed by the caller (it is
+  // not read again).
+  static PretrainedRows open(const std::filesystem::path& dir, const CausalLmConfig& config);
   // Rows [first_row, first_row + out.size(0)) of the model parameter `name` (as in named_parameters
   // of the built model, e.g. "transformer.h.0.attn.c_attn.weight"), converted to out's dtype. out:
   // a CPU tensor [rows, shape[1:]...]; a 0-d or 1-d parameter counts its elements as rows. Throws
