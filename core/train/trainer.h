@@ -26,15 +26,11 @@
 #include <optional>
 
 #include "core/comm/communicator.h"
+#include "core/train/evaluator.h"
+#include "core/train/run_inputs.h"
 #include "core/train/train_config.h"
 
 namespace fsdpp::train {
-
-struct EvalScore {
-  double loss = 0;        // mean next-token cross-entropy
-  double perplexity = 0;  // exp(loss)
-  int64_t tokens = 0;
-};
 
 struct TrainResult {
   int64_t steps = 0;       // the run's total (--max-steps or the epochs' steps)
@@ -48,17 +44,6 @@ struct TrainResult {
   std::filesystem::path hf_dir;   // <run_dir>/hf
 };
 
-// What can be checked before any rank starts: the flags (TrainConfig::validate), the
-// model's config (from-scratch preset or <model>/config.json), the sequence length
-// against its positions, and the datasets (readable, at least one window, every token
-// inside the vocabulary). The launcher runs it so bad input is one error line; train()
-// runs it again on every rank. Throws naming the flag or file at fault.
-struct Preflight {
-  nlohmann::json model_config;
-  int64_t seq_len = 0;
-};
-Preflight preflight(const TrainConfig& config);
-
 // Hooks for tests, set explicitly by the caller (the CLI sets them from the environment
 // only for the resume tests: harness/cli/train_command.cpp).
 struct TrainHooks {
@@ -68,15 +53,17 @@ struct TrainHooks {
   int64_t crash_after_step = 0;
 };
 
-// Collective: every rank calls it with the same config; each step is one TrainStep
-// (train_step.h). Rank 0 writes
-// <run_dir>/metrics.jsonl (format: core/train/METRICS.md), prints a log line every
-// log_freq steps (and a progress bar when attached to a terminal), and writes the HF
-// folder. Throws std::invalid_argument / std::runtime_error naming the flag or file at
-// fault (dataset shorter than one window, tokens outside the vocabulary, seq_len above
-// the model's positions, an existing run directory ...).
+// Collective: every rank calls it with the same config and the inputs preflight(config)
+// resolved in its process (run_inputs.h; `config` may differ from the one resolved only in
+// fsdp.hybrid_shard_size). Set up once, then one TrainStep (train_step.h) per step, with
+// the components: Evaluator (evaluator.h), TrainLogger (train_logger.h: rank 0 writes
+// <run_dir>/metrics.jsonl, format core/train/METRICS.md, and prints a log line every
+// log_freq steps, and a progress bar when attached to a terminal) and TrainCheckpointer
+// (train_checkpoint.h). Rank 0 writes the HF folder at the end. Throws
+// std::invalid_argument / std::runtime_error naming the flag or file at fault (an existing
+// run directory, a checkpoint of another model ...).
 // `local_rank` (the rank on this node) picks the GPU for --device cuda.
-TrainResult train(comm::Communicator& comm, const TrainConfig& config, int local_rank = 0,
+TrainResult train(comm::Communicator& comm, const TrainConfig& config, const RunInputs& inputs, int local_rank = 0,
                   const TrainHooks& hooks = {});
 
 }  // namespace fsdpp::train

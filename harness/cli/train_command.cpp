@@ -136,12 +136,15 @@ int TrainCommand::run(const std::vector<std::string>& argv) {
   // Reductions inside kernels (bias gradients, LayerNorm) may depend on the intra-op
   // thread count, which defaults to cores / ranks: one thread per rank on any world size.
   if (config_.deterministic) dist_.threads = 1;
-  // Before launching ranks: bad input is one line from the launcher, and exit 2.
-  try {
-    train::preflight(config_);
-  } catch (const std::exception& e) {
-    throw UsageError(e.what());
-  }
+  // Before launching ranks: bad input is one line from the launcher, and exit 2. A rank
+  // process hands what it resolved to train::train, which reads none of it again.
+  const train::RunInputs inputs = [&] {
+    try {
+      return train::preflight(config_);
+    } catch (const std::exception& e) {
+      throw UsageError(e.what());
+    }
+  }();
   // The resume tests' crash point, read here once (train::TrainHooks).
   train::TrainHooks hooks;
   if (const char* kill_after = std::getenv("FSDPP_KILL_AFTER_STEP")) hooks.crash_after_step = std::atoll(kill_after);
@@ -155,7 +158,7 @@ int TrainCommand::run(const std::vector<std::string>& argv) {
     if (hybrid && config.fsdp.hybrid_shard_size == 0 && world.local_world_size < world.world_size &&
         world.world_size % world.local_world_size == 0)
       config.fsdp.hybrid_shard_size = world.local_world_size;
-    auto result = train::train(comm, config, world.local_rank, hooks);
+    auto result = train::train(comm, config, inputs, world.local_rank, hooks);
     if (comm.rank() == 0) {
       const auto steps = static_cast<long long>(result.steps), start = static_cast<long long>(result.start_step);
       if (start == 0)

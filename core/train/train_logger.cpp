@@ -1,0 +1,135 @@
+#include "core/train/train_logger.h"
+
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cstdarg>
+#include <cstdio>
+
+#include "core/runtime/device.h"
+
+namespace fsdpp::train {
+
+namespace {
+
+int64_t peak_rss_bytes() {
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+// Bytes this rank sent in each kind of FSDP collective since the last reset_comm_stats.
+nlohmann::json comm_bytes_sent(const fsdp::ShardedModel& sharded) {
+  nlohmann::json out;
+  for (auto kind : {comm::CollectiveKind::AllGather, comm::CollectiveKind::ReduceScatter, comm::CollectiveKind::AllReduce,
+                    comm::CollectiveKind::AllToAll})
+    out[comm::to_string(kind)] = sharded.comm_stats(kind).bytes_sent;
+  return out;
+}
+
+}  // namespace
+
+TrainLogger::TrainLogger(const comm::Communicator& comm, const std::filesystem::path& metrics_path,
+                         const TrainConfig& config, const RunShape& run, const fsdp::ShardedModel& sharded,
+                         at::Device device, bool append)
+    : lead_(comm.rank() == 0), log_freq_(config.log_freq), total_steps_(run.total_steps), device_(device) {
+  if (!lead_) return;
+  auto mem = sharded.memory();
+  metrics_ = std::make_unique<MetricsLog>(
+      metrics_path,
+      nlohmann::json{{"kind", "run"}, {"format", "fsdpp.metrics"}, {"version", 1}, {"start_step", run.start_step},
+                     {"world_size", run.world_size}, {"model_type", run.model_type},
+                     {"parameters", run.parameters}, {"shard_bytes", mem.shard_bytes},
+                     {"seq_len", run.seq_len}, {"global_batch", run.global_batch}, {"total_steps", run.total_steps},
+                     {"train_windows", run.train_windows}, {"config", config.to_json()}},
+      append);
+  std::printf("training %s (%lld parameters) on %d rank(s), %s: %lld steps of %lld windows x %lld tokens\n",
+              run.model_type.c_str(), static_cast<long long>(run.parameters), run.world_size,
+              fsdp::to_string(config.fsdp.strategy).c_str(), static_cast<long long>(run.total_steps),
+              static_cast<long long>(run.global_batch), static_cast<long long>(run.seq_len));
+  std::fflush(stdout);
+  progress_ = std::make_unique<ProgressBar>(run.total_steps);
+}
+
+void TrainLogger::begin_steps() { steps_start_ = runtime::SteadyClock::now(); }
+
+void TrainLogger::log_step(const StepLog& s, const fsdp::ShardedModel& sharded) {
+  if (!lead_) return;
+  const StepRecord& done = s.record;
+  auto mem = sharded.memory();
+  const auto device_mem = runtime::device_memory(device_);  // the device training runs on
+  metrics_->write({{"kind", "train"}, {"step", s.steps_done}, {"loss", done.loss}, {"lr", s.lr},
+                   {"grad_norm", done.grad_norm}, {"tokens_per_s", s.tokens_per_s}, {"tokens", s.tokens},
+                   {"epoch", s.epoch},
+                   {"time_ms", {{"data", done.data_ms}, {"forward", done.forward_ms},
+                                {"backward", done.backward_ms}, {"optimizer", done.optimizer_ms}, {"step", s.step_ms}}},
+                   {"memory", {{"peak_rss_bytes", peak_rss_bytes()}, {"shard_bytes", mem.shard_bytes},
+                               {"peak_unsharded_bytes", mem.peak_unsharded_bytes},
+                               {"allocated_bytes", device_mem.allocated_bytes},
+                               {"reserved_bytes", device_mem.reserved_bytes},
+                               {"window_peak_allocated_bytes", device_mem.peak_allocated_bytes},
+                               {"window_peak_reserved_bytes", device_mem.peak_reserved_bytes}}},
+                   {"comm_bytes_sent", comm_bytes_sent(sharded)},
+                   {"optimizer_step", done.optimizer_stepped},
+                   {"loss_scale", done.loss_scale}});
+  if (s.steps_done % log_freq_ == 0 || s.steps_done == total_steps_ || s.steps_done == 1) {
+    progress_->clear();
+    std::printf("step %lld/%lld | loss %.4f | lr %.3e | grad_norm %.3f | %.0f tok/s | %.0f ms "
+                "(data %.0f, fwd %.0f, bwd %.0f, opt %.0f) | rss %.0f MiB\n",
+                static_cast<long long>(s.steps_done), static_cast<long long>(total_steps_), done.loss, s.lr,
+                done.grad_norm, s.tokens_per_s, s.step_ms, done.data_ms, done.forward_ms, done.backward_ms,
+                done.optimizer_ms, static_cast<double>(peak_rss_bytes()) / (1 << 20));
+    std::fflush(stdout);
+    runtime::reset_peak_memory(device_);  // peaks are per logging window, like get_mem_stats
+  }
+  progress_->update(s.steps_done, done.loss,
+                    std::chrono::duration<double>(runtime::SteadyClock::now() - steps_start_).count());
+}
+
+void TrainLogger::log_checkpoints(const std::vector<nlohmann::json>& records) {
+  if (!lead_) return;
+  for (const auto& record : records) {
+    metrics_->write(record);
+    progress_->clear();
+    if (record.contains("error")) {
+      std::printf("warning: checkpoint step %lld failed in the background: %s (the next save or the end of "
+                  "training stops the run)\n",
+                  static_cast<long long>(record["step"].get<int64_t>()), record["error"].get<std::string>().c_str());
+    } else {
+      std::printf("checkpoint step %lld -> %s", static_cast<long long>(record["step"].get<int64_t>()),
+                  record["dir"].get<std::string>().c_str());
+      if (record["async"].get<bool>())
+        std::printf(" (written in the background: %.0f ms, training held %.0f ms)", record["save_ms"].get<double>(),
+                    record["blocked_ms"].get<double>());
+      std::printf("\n");
+      for (const auto& w : record["warnings"]) std::printf("warning: %s\n", w.get<std::string>().c_str());
+    }
+    std::fflush(stdout);
+  }
+}
+
+void TrainLogger::record(const nlohmann::json& record) {
+  if (lead_) metrics_->write(record);
+}
+
+void TrainLogger::print(const char* format, ...) {
+  if (!lead_) return;
+  progress_->clear();
+  va_list args;
+  va_start(args, format);
+  std::vprintf(format, args);
+  va_end(args);
+  std::fflush(stdout);
+}
+
+void TrainLogger::finish_steps() {
+  if (progress_) progress_->finish();
+}
+
+void TrainLogger::close(const std::filesystem::path& hf_dir) {
+  if (!lead_) return;
+  metrics_->close();
+  std::printf("wrote %s\n", hf_dir.string().c_str());
+}
+
+}  // namespace fsdpp::train
