@@ -40,7 +40,4 @@ struct RunInputs {
 // inside the vocabulary). Throws naming the flag or file at fault.
 RunInputs preflight(const TrainConfig& config);
 
-// The name preflight's result had; suites/fuzz/train_link_seams.cpp still spells it so.
-using Preflight = RunInputs;
-
 }  // namespace fsdpp::train

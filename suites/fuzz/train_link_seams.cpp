@@ -16,12 +16,12 @@ namespace fsdpp {
 
 namespace train {
 
-Preflight preflight(const TrainConfig&) {
+RunInputs preflight(const TrainConfig&) {
   std::fprintf(stderr, "fuzz harness: train::preflight reached\n");
   std::abort();
 }
 
-TrainResult train(comm::Communicator&, const TrainConfig&, int) {
+TrainResult train(comm::Communicator&, const TrainConfig&, const RunInputs&, int, const TrainHooks&) {
   std::fprintf(stderr, "fuzz harness: train::train reached\n");
   std::abort();
 }
