@@ -558,6 +558,12 @@ class RankDeath:
                 "stderr_tail": [l[:300] for l in lines[-3:]],
             })
         rec["survivors"] = out
+        # Rank 0 prints its summary only after the run's last collective (the export's
+        # barrier), which needs every rank: if it printed one after the kill, the victim had
+        # passed that barrier when it was stopped, and died in its teardown. This catches
+        # what the snapshot above misses when rank 0 had not yet printed its summary and the
+        # victim's stack could not be read.
+        rec["last_collective_passed"] = finished or "summary: " in lead.stdout()
         rec["launcher_children_hung"] = len(hung_children)
         rec["hang"] = bool(hung) or bool(hung_children)
         rec["survivor_exit_zero"] = sum(1 for s in out if s["exit_code"] == 0)
@@ -565,7 +571,7 @@ class RankDeath:
         rec["all_survivors_named_dead_rank"] = all(s["names_dead_rank"] for s in out) if out else None
         # A rank killed in its teardown, after the last collective of a finished run, leaves
         # nothing for the others to fail on: their exit 0 is right then.
-        rec["exit_zero_accepted"] = rec["phase"] == "shutdown" or finished
+        rec["exit_zero_accepted"] = rec["phase"] == "shutdown" or rec["last_collective_passed"]
         # Every survivor that failed must say which rank died: on one machine the failure
         # board always can (a post, or the dead rank's pid gone).
         rec["survivors_not_naming_dead_rank"] = sum(
