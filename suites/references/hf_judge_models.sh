@@ -8,6 +8,12 @@
 #   - greedy `fsdpp generate` gives transformers' greedy generate's tokens;
 #   - the folder `fsdpp train` exports loads with from_pretrained (offline) and gives the
 #     same logits as fsdpp on it.
+# Logits are judged with the fp32 policy and `--own-spread`: where the policy fails, fsdpp
+# still passes if it is no further from transformers' sdpa than transformers' own eager
+# attention is (hf_models.py). Two correct fp32 implementations differ by round-off at the
+# policy's edge on the tied Llama (logits of std 4): on an Intel Xeon, transformers' eager
+# and sdpa differ by 1.43e-5 on the exported folder (2 logits past atol 1e-5) and fsdpp
+# and sdpa by 1.24e-5 (2 logits); a real model difference is orders of magnitude larger.
 # The reference runs transformers' default attention (sdpa). Its eager attention differs
 # from its own sdpa by up to 1.5e-5 on the tied Llama (hf_models.py's README), which is
 # fp32 summation order, not a model difference.
@@ -46,7 +52,8 @@ judge() {  # ARCH TOKENS
   local ours theirs
   ours=$("$fsdpp" eval --model "$dir" --data $data --seq-len $T --json --logits-out "$work/fsdpp.st" 2>&1) ||
     { fail "$arch fsdpp eval: $ours"; return; }
-  theirs=$("${ref[@]}" logits --model "$dir" --data $data --seq-len $T --compare "$work/fsdpp.st" 2>"$work/log")
+  theirs=$("${ref[@]}" logits --model "$dir" --data $data --seq-len $T --own-spread --compare "$work/fsdpp.st" \
+    2>"$work/log")
   if [ -n "$theirs" ] && echo "$theirs" | json_field check | grep -q "'ok': True"; then
     echo "ok   $arch logits: $(echo "$theirs" | json_field check)"; passed=$((passed + 1))
   else
@@ -68,8 +75,8 @@ judge() {  # ARCH TOKENS
     --save-dir "$work/runs" --experiment-name "$arch" >"$work/log" 2>&1 || { fail "$arch train: $(tail -n3 "$work/log")"; return; }
   "$fsdpp" eval --model "$work/runs/$arch/hf" --data $data --seq-len $T --json --logits-out "$work/fsdpp.st" >/dev/null 2>&1 ||
     { fail "$arch eval of the export"; return; }
-  if "${ref[@]}" load-export --model "$work/runs/$arch/hf" --data $data --seq-len $T --compare "$work/fsdpp.st" \
-       >"$work/log" 2>&1; then
+  if "${ref[@]}" load-export --model "$work/runs/$arch/hf" --data $data --seq-len $T --own-spread \
+       --compare "$work/fsdpp.st" >"$work/log" 2>&1; then
     echo "ok   $arch export loads with from_pretrained: $(tail -n1 "$work/log")"; passed=$((passed + 1))
   else
     fail "$arch export: $(tail -n1 "$work/log")"
