@@ -3,6 +3,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "core/compat/torch_compat.h"
 #include "core/optim/adamw.h"
@@ -27,7 +28,18 @@ at::Tensor summed_cross_entropy(const models::CausalLm& lm, const at::Tensor& in
 
 TrainStep::TrainStep(comm::Communicator& comm, const models::CausalLm& lm, fsdp::ShardedModel* sharded,
                      torch::optim::Optimizer& optimizer, const TrainStepOptions& options)
-    : comm_(comm), lm_(lm), sharded_(sharded), optimizer_(optimizer), options_(options) {
+    : TrainStep(
+          comm, [&lm](const MicroBatch& batch) { return summed_cross_entropy(lm, batch.inputs, batch.targets); },
+          sharded, optimizer, options) {}
+
+TrainStep::TrainStep(comm::Communicator& comm, LossFn loss, fsdp::ShardedModel* sharded,
+                     torch::optim::Optimizer& optimizer, const TrainStepOptions& options, TrainStepHooks hooks)
+    : comm_(comm),
+      loss_(std::move(loss)),
+      sharded_(sharded),
+      optimizer_(optimizer),
+      options_(options),
+      hooks_(std::move(hooks)) {
   if (options.rows_per_micro_batch < 1 || options.seq_len < 1 || options.grad_accum_steps < 1)
     throw std::invalid_argument("TrainStep: rows_per_micro_batch, seq_len and grad_accum_steps must be >= 1, got " +
                                 std::to_string(options.rows_per_micro_batch) + ", " + std::to_string(options.seq_len) +
@@ -40,6 +52,7 @@ TrainStep::TrainStep(comm::Communicator& comm, const models::CausalLm& lm, fsdp:
   parameters_ = sharded ? sharded->parameters() : optim::optimizer_parameters(optimizer);
   if (options.loss_scaling) {
     optim::GradScalerOptions scaler_options;
+    scaler_options.init_scale = options.init_loss_scale;
     scaler_options.growth_interval = options.loss_scale_growth_interval;
     scaler_.emplace(scaler_options, &comm);
   }
@@ -60,13 +73,15 @@ StepRecord TrainStep::run(double lr, const std::function<MicroBatch(int)>& micro
     auto t = Clock::now();
     const MicroBatch batch = micro_batch(micro);
     record.data_ms += ms_since(t);
+    if (sharded_ != nullptr && options_.accumulate_without_sync)
+      sharded_->set_requires_gradient_sync(micro == options_.grad_accum_steps - 1);
     t = Clock::now();
     at::Tensor loss;
     {
       std::optional<compat::AutocastGuard> autocast;
       if (options_.autocast_dtype != at::kFloat)
         autocast.emplace(compat::AutocastState::only(batch.inputs.device().type(), options_.autocast_dtype));
-      loss = summed_cross_entropy(lm_, batch.inputs, batch.targets);
+      loss = loss_(batch);
     }
     chunk_losses.push_back(loss.detach());
     record.forward_ms += ms_since(t);
@@ -81,7 +96,9 @@ StepRecord TrainStep::run(double lr, const std::function<MicroBatch(int)>& micro
     for (const auto& p : parameters_)
       if (p.grad().defined()) p.mutable_grad().div_(chunks);
   }
+  if (hooks_.before_unscale) hooks_.before_unscale();
   if (scaler_) scaler_->unscale(parameters_);  // clipping sees the true gradients
+  if (hooks_.after_unscale) hooks_.after_unscale();
   record.grad_norm = norm_and_clip();
   if (scaler_) {
     record.optimizer_stepped = scaler_->step(optimizer_, parameters_);  // every rank skips an overflow alike
@@ -97,12 +114,13 @@ StepRecord TrainStep::run(double lr, const std::function<MicroBatch(int)>& micro
 }
 
 double TrainStep::norm_and_clip() {
+  const double p = options_.norm_type;
   if (sharded_ != nullptr)
-    return options_.grad_clip > 0 ? sharded_->clip_grad_norm(options_.grad_clip) : sharded_->grad_norm();
+    return options_.grad_clip > 0 ? sharded_->clip_grad_norm(options_.grad_clip, p) : sharded_->grad_norm(p);
   // An infinite bound measures the norm and never clips (clip_grad_norm_'s coefficient is
   // then above 1).
   const double bound = options_.grad_clip > 0 ? options_.grad_clip : std::numeric_limits<double>::infinity();
-  return optim::clip_grad_norm(parameters_, bound);
+  return optim::clip_grad_norm(parameters_, bound, p);
 }
 
 double TrainStep::reduce_loss(const std::vector<at::Tensor>& chunk_losses) {

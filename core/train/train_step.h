@@ -1,6 +1,8 @@
-// One optimizer step of a causal LM: the only training step in fsdpp. `fsdpp train` runs
-// it once per step (trainer.cpp); `fsdpp bench-step` and the benchmark matrix time it
-// (harness/bench/step_bench.cpp), so the figures in results/ are for the code training runs.
+// One optimizer step: the only training step in fsdpp. `fsdpp train` runs it once per step
+// (trainer.cpp); `fsdpp bench-step` and the benchmark matrix time it
+// (harness/bench/step_bench.cpp), so the figures in results/ are for the code training
+// runs; the equivalence oracle's sharded side steps through it too
+// (harness/equiv/equivalence.cpp; its unsharded reference stays its own).
 //
 // A step, in torchtitan's train_step order:
 //   1. for each of grad_accum_steps micro-batches: forward, the summed next-token
@@ -47,8 +49,14 @@ struct TrainStepOptions {
   int grad_accum_steps = 1;
   double grad_clip = 0;  // max global 2-norm; 0: the norm is measured, nothing is clipped
   bool world_size_invariant = false;  // --deterministic's arithmetic (trainer.h)
+  // Global norm for clipping and the logged gradient norm: p > 0, or infinity.
+  double norm_type = 2;
+  // FSDP only: gradients stay unsharded on each rank until the last micro-batch, which
+  // reduces them all at once (FSDP2's set_requires_gradient_sync(False) for the others).
+  bool accumulate_without_sync = false;
   // Dynamic loss scaling (ShardedGradScaler): always with fp16 parameters.
   bool loss_scaling = false;
+  double init_loss_scale = 65536.0;
   int64_t loss_scale_growth_interval = 2000;
   // The plain model without FSDP only (the benchmark's unsharded baseline): autocast its
   // forward to this dtype, PyTorch's single-device mixed precision. kFloat: off.
@@ -70,12 +78,29 @@ struct StepRecord {
 // Sum of next-token cross-entropy over every target of [rows, seq_len], in fp32.
 at::Tensor summed_cross_entropy(const models::CausalLm& lm, const at::Tensor& inputs, const at::Tensor& targets);
 
+// What a micro-step minimises: the loss of one micro-batch, a scalar tensor that the step
+// multiplies by backward_scale before backward. A causal LM's is summed_cross_entropy (so
+// that backward_scale makes it the mean over the step's tokens); a loss that is already a
+// mean over its micro-batch goes with rows_per_micro_batch = seq_len = 1.
+using LossFn = std::function<at::Tensor(const MicroBatch&)>;
+
+// Callbacks inside a step, for the equivalence oracle and tests; each runs on every rank
+// at the same point (a collective inside one is allowed).
+struct TrainStepHooks {
+  std::function<void()> before_unscale;  // after the last backward (e.g. to inject an overflow)
+  std::function<void()> after_unscale;   // gradients as clipping will see them (e.g. to record them)
+};
+
 class TrainStep {
  public:
   // `sharded` is the model under FSDP, or null for the plain model in one process (its
   // parameters are the optimizer's). The references must outlive the step.
   TrainStep(comm::Communicator& comm, const models::CausalLm& lm, fsdp::ShardedModel* sharded,
             torch::optim::Optimizer& optimizer, const TrainStepOptions& options);
+  // Any model: `loss` computes a micro-batch's loss (the model is the one `sharded` wraps,
+  // or the optimizer's). `hooks` run inside each step.
+  TrainStep(comm::Communicator& comm, LossFn loss, fsdp::ShardedModel* sharded, torch::optim::Optimizer& optimizer,
+            const TrainStepOptions& options, TrainStepHooks hooks = {});
 
   // One optimizer step at learning rate `lr` over the micro-batches micro_batch(0) ..
   // micro_batch(grad_accum_steps - 1). Throws what the model, FSDP or the communicator throw.
@@ -92,10 +117,11 @@ class TrainStep {
   double reduce_loss(const std::vector<at::Tensor>& chunk_losses);
 
   comm::Communicator& comm_;
-  const models::CausalLm& lm_;
+  LossFn loss_;
   fsdp::ShardedModel* sharded_;
   torch::optim::Optimizer& optimizer_;
   TrainStepOptions options_;
+  TrainStepHooks hooks_;
   std::vector<at::Tensor> parameters_;  // FSDP's local shards, or the optimizer's (a tie once)
   std::optional<optim::ShardedGradScaler> scaler_;
   double backward_scale_ = 1;

@@ -15,6 +15,7 @@
 #include "core/nn/module_hooks.h"
 #include "core/nn/unique_parameters.h"
 #include "core/optim/grad_scaler.h"
+#include "core/train/train_step.h"
 #include "harness/oracle/tolerance.h"
 
 namespace fsdpp::harness {
@@ -221,7 +222,9 @@ RunTrace run_reference(const EquivModel& model, const EquivConfig& c, int world)
   return trace;
 }
 
-// The sharded run on this rank.
+// The sharded run on this rank, one train::TrainStep per step (the step `fsdpp train`
+// runs): a micro-batch's loss is the model's mean loss, scaled by 1/grad_accum before
+// backward; gradients are recorded after unscaling, before clipping.
 RunTrace run_sharded(comm::Communicator& comm, const EquivModel& model, const EquivConfig& c) {
   RunTrace trace;
   auto net = model.build(c.seed);
@@ -230,47 +233,45 @@ RunTrace run_sharded(comm::Communicator& comm, const EquivModel& model, const Eq
   auto params = sharded->parameters();
   torch::optim::AdamW opt(params, adamw_options(c));
   const auto& scaling = c.loss_scaling;
-  std::optional<optim::ShardedGradScaler> scaler;
-  if (scaling.enabled) {
-    optim::GradScalerOptions o;
-    o.init_scale = scaling.init_scale;
-    o.growth_interval = scaling.growth_interval;
-    scaler.emplace(o, &comm);
-  }
   auto checked = compare_steps(c);
-  const int n = comm.size(), k_steps = c.grad_accum;
-  for (int step = 0; step < c.steps; ++step) {
-    opt.zero_grad();
-    double local = 0;
-    for (int k = 0; k < k_steps; ++k) {
-      sharded->set_requires_gradient_sync(!c.accumulate_without_sync || k == k_steps - 1);
-      auto loss = model.loss(*net, on_device(model.batch(step, static_cast<int64_t>(k) * n + comm.rank()), c.device));
-      local += loss.item<double>() / k_steps;
-      auto part = k_steps > 1 ? loss / k_steps : loss;
-      (scaler ? scaler->scale(part) : part).backward();
-    }
-    const double scale_used = scaler ? scaler->current_scale() : 1.0;
-    if (scaler) {
-      if (step == scaling.overflow_step && comm.rank() == scaling.overflow_rank) inject_overflow(params);
-      scaler->unscale(params);
-    }
-    auto global = torch::tensor({local}, torch::kDouble);
-    comm.all_reduce(global, comm::ReduceOp::Avg);
+  const int n = comm.size();
+  train::TrainStepOptions options;
+  options.grad_accum_steps = c.grad_accum;  // rows and seq_len 1: model.loss is a mean already
+  options.grad_clip = c.clip_max_norm;
+  options.norm_type = c.norm_type;
+  options.accumulate_without_sync = c.accumulate_without_sync;
+  options.loss_scaling = scaling.enabled;
+  options.init_loss_scale = scaling.init_scale;
+  options.loss_scale_growth_interval = scaling.growth_interval;
+  int step = 0;
+  double scale_used = 1.0;  // the scale this step's loss was multiplied by
+  train::TrainStepHooks hooks;
+  train::TrainStep* running = nullptr;
+  hooks.before_unscale = [&] {
+    if (running->scaler() == nullptr) return;
+    scale_used = running->scaler()->current_scale();
+    if (step == scaling.overflow_step && comm.rank() == scaling.overflow_rank) inject_overflow(params);
+  };
+  hooks.after_unscale = [&] {
     if (contains(checked, step))
       for (auto& [name, g] : sharded->gather_full_gradients()) trace.grads[step][name] = on_cpu(g);
-    double norm = c.clip_max_norm > 0 ? sharded->clip_grad_norm(c.clip_max_norm, c.norm_type)
-                                      : sharded->grad_norm(c.norm_type);
-    bool stepped = true;
-    if (scaler) {
-      stepped = scaler->step(opt, params);
-      scaler->update();
-    } else {
-      opt.step();
-    }
-    trace.loss.push_back(global.item<double>());
-    trace.grad_norm.push_back(norm);
+  };
+  train::TrainStep train_step(
+      comm,
+      [&](const train::MicroBatch& batch) {
+        return model.loss(*net, TrainBatch{batch.inputs, batch.targets});
+      },
+      sharded.get(), opt, options, hooks);
+  running = &train_step;
+  for (step = 0; step < c.steps; ++step) {
+    const auto done = train_step.run(c.lr, [&](int micro) {
+      auto batch = on_device(model.batch(step, static_cast<int64_t>(micro) * n + comm.rank()), c.device);
+      return train::MicroBatch{batch.input, batch.target};
+    });
+    trace.loss.push_back(done.loss);
+    trace.grad_norm.push_back(done.grad_norm);
     trace.loss_scale.push_back(scale_used);
-    trace.stepped.push_back(stepped);
+    trace.stepped.push_back(done.optimizer_stepped);
     if (contains(checked, step))
       for (auto& [name, p] : sharded->gather_full_parameters()) trace.params[step][name] = on_cpu(p);
   }
