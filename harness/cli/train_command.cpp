@@ -7,6 +7,7 @@
 
 #include "core/fsdp/sharding.h"
 #include "core/io/yaml_json.h"
+#include "core/runtime/device.h"
 #include "core/train/trainer.h"
 #include "harness/cli/usage_error.h"
 
@@ -59,7 +60,9 @@ void TrainCommand::add_to(CLI::App& app) {
   t->add_flag("--cpu-offload", c.cpu_offload, "Keep shards and optimizer state in host memory");
   t->add_flag("--sync-module-states", c.sync_module_states,
               "Rank 0 loads the full model and broadcasts it (default: each rank reads only its rows)");
-  t->add_option("--device", c.device, "cpu, cuda (rank r on GPU local_rank % GPUs) or cuda:N");
+  device_option_ = t->add_option("--device", c.device,
+                                 "cpu, cuda (rank r on GPU local_rank % GPUs) or cuda:N (default: cuda where there "
+                                 "is a GPU, else cpu, as bench-step)");
   t->add_flag("--deterministic", c.deterministic,
               "Deterministic kernels, one thread per rank, world-size-invariant reduction: identical bits on any "
               "number of ranks (same --batch-size and global batch)");
@@ -133,6 +136,8 @@ bool TrainCommand::parsed() const { return command_ != nullptr && command_->pars
 
 int TrainCommand::run(const std::vector<std::string>& argv) {
   finish_config();
+  // The same default as bench-step's: the machine's accelerator if it has one.
+  if (device_option_->count() == 0) config_.device = runtime::cuda_available() ? "cuda" : "cpu";
   // Reductions inside kernels (bias gradients, LayerNorm) may depend on the intra-op
   // thread count, which defaults to cores / ranks: one thread per rank on any world size.
   if (config_.deterministic) dist_.threads = 1;

@@ -37,6 +37,7 @@ class TrainCommand final : public Command {
  private:
 
   CLI::App* command_ = nullptr;
+  CLI::Option* device_option_ = nullptr;  // unset: the machine's accelerator, else the CPU
   train::TrainConfig config_;
   DistributedFlags dist_;
   std::string config_file_, strategy_ = "full_shard", lr_schedule_ = "cosine", backward_prefetch_ = "pre";

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/runtime/device.h"
 #include "core/train/trainer.h"
 #include "harness/cli/distributed.h"
 
@@ -27,6 +28,16 @@ TrainResult train(comm::Communicator&, const TrainConfig&, const RunInputs&, int
 }
 
 }  // namespace train
+
+namespace runtime {
+
+// Only TrainCommand::run's default --device asks.
+bool cuda_available() {
+  std::fprintf(stderr, "fuzz harness: runtime::cuda_available reached\n");
+  std::abort();
+}
+
+}  // namespace runtime
 
 namespace comm {
 
