@@ -66,7 +66,7 @@ struct TrainStepOptions {
 // What one step did, the same on every rank except the times.
 struct StepRecord {
   double loss = 0;       // mean next-token cross-entropy over every rank's tokens
-  double grad_norm = 0;  // global 2-norm before clipping (unscaled)
+  double grad_norm = 0;  // global norm (norm_type) before clipping (unscaled)
   bool optimizer_stepped = true;  // false: the scaler skipped an overflowing step
   double loss_scale = 1;  // the scale after this step's update, the next step's (1 without loss scaling; METRICS.md)
   // Host time of each phase: getting the micro-batches, forwards, backwards, and
