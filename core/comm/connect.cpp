@@ -16,6 +16,7 @@
 
 #include "core/comm/communicator.h"
 #include "core/comm/deadline.h"
+#include "core/comm/group_state.h"
 
 namespace fsdpp::comm {
 
@@ -32,7 +33,6 @@ std::string since(Clock::time_point start) {
   return ms_text(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start));
 }
 
-std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 
 // c10d's client retries a refused connection until its timeout and logs a warning with a
 // C++ stack trace for each retry: a rank waiting for a late or dead rank 0 says so once,
@@ -119,7 +119,7 @@ JoinedWorld join_world(const WorldSpec& world, std::chrono::milliseconds timeout
     try {
       joined.store = c10::make_intrusive<c10d::TCPStore>(world.master_addr, options);
     } catch (const std::exception& e) {
-      throw CommError("fsdpp comm: rank 0 could not host the TCPStore at " + where + ": " + first_line(e.what()));
+      throw CommError("fsdpp comm: rank 0 could not host the TCPStore at " + where + ": " + first_line_of(e.what()));
     }
   } else {
     QuietStoreWarnings quiet;
@@ -131,7 +131,7 @@ JoinedWorld join_world(const WorldSpec& world, std::chrono::milliseconds timeout
           [host, options] { return c10::make_intrusive<c10d::TCPStore>(host, options); },
           timeout + std::chrono::seconds(1));
     } catch (const std::exception& e) {
-      error = ": " + first_line(e.what());
+      error = ": " + first_line_of(e.what());
     }
     if (!store)
       throw CommError("fsdpp comm: rank 0 never answered: no TCPStore at " + where + " within " + ms_text(timeout) +
@@ -202,7 +202,7 @@ c10::intrusive_ptr<c10d::ProcessGroupGloo> connect_group(
         board.mark_connect(group_name, /*finished=*/true);
         return connected;
       } catch (const std::exception& e) {
-        throw failure(cause() + "; here " + here + " failed after " + since(start) + ": " + first_line(e.what()));
+        throw failure(cause() + "; here " + here + " failed after " + since(start) + ": " + first_line_of(e.what()));
       }
     }
     if (auto known = board.known_failure())

@@ -61,11 +61,7 @@ auto dispatch(const nlohmann::json& config, const std::string& source, Make&& ma
 }  // namespace
 
 CausalLm build_causal_lm(const nlohmann::json& config, const std::string& source) {
-  return dispatch(config, source, [](const std::string& type, const auto& c, auto* holder, const char* block,
-                                     CausalLmLimits limits) {
-    using Holder = std::remove_pointer_t<decltype(holder)>;
-    return make_lm<Holder>(type, c, block, limits.vocab_size, limits.max_positions);
-  });
+  return parse_causal_lm_config(config, source).build();
 }
 
 CausalLmConfig parse_causal_lm_config(const nlohmann::json& config, const std::string& source) {

@@ -4,6 +4,17 @@
 
 namespace fsdpp::nn {
 
+namespace {
+
+// The module's named_parameters as pairs: a tied weight under each of its names.
+NamedParameters listed(const torch::nn::Module& module) {
+  NamedParameters named;
+  for (const auto& item : module.named_parameters(/*recurse=*/true)) named.emplace_back(item.key(), item.value());
+  return named;
+}
+
+}  // namespace
+
 std::vector<UniqueParameter> unique_parameters(const NamedParameters& named) {
   std::unordered_map<const c10::TensorImpl*, size_t> index_of;
   std::vector<UniqueParameter> unique;
@@ -16,9 +27,7 @@ std::vector<UniqueParameter> unique_parameters(const NamedParameters& named) {
 }
 
 std::vector<UniqueParameter> unique_parameters(const torch::nn::Module& module) {
-  NamedParameters named;
-  for (const auto& item : module.named_parameters(/*recurse=*/true)) named.emplace_back(item.key(), item.value());
-  return unique_parameters(named);
+  return unique_parameters(listed(module));
 }
 
 NamedParameters unique_named_parameters(const NamedParameters& named) {
@@ -28,9 +37,7 @@ NamedParameters unique_named_parameters(const NamedParameters& named) {
 }
 
 NamedParameters unique_named_parameters(const torch::nn::Module& module) {
-  NamedParameters out;
-  for (auto& p : unique_parameters(module)) out.emplace_back(std::move(p.name), std::move(p.tensor));
-  return out;
+  return unique_named_parameters(listed(module));
 }
 
 }  // namespace fsdpp::nn
