@@ -27,6 +27,7 @@ packages=(
   zlib1g-dev              # the dashboard test's PNG decoding
   chromium                # the dashboard's browser test (suites/results/dashboard_chromium_test.cpp)
   git
+  clang-format clang-tidy # ci/lint/: the C++ format and static checks (lint.format, lint.tidy)
   bible-kjv               # the `bible` reader that turns the KJV asset into text (ci/fetch_assets.sh)
 )
 
