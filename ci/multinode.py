@@ -349,7 +349,7 @@ def main():
     hosts = [Host(spec, i) for i, spec in enumerate(args.host)]
     if len(hosts) != 2:
         parser.error("--host twice")
-    started = datetime.datetime.now(datetime.timezone.utc)
+    started = datetime.datetime.now(datetime.UTC)
     t0 = time.monotonic()
     data = os.path.join(args.work, "tokens.bin")
     write_tokens(data)

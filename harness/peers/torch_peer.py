@@ -86,12 +86,12 @@ def load_model_config(path):
     if os.path.isdir(path):
         path = os.path.join(path, "config.json")
     try:
-        with open(path, "r", encoding="utf-8") as f:
+        with open(path, encoding="utf-8") as f:
             raw = json.load(f)
     except OSError as e:
-        raise PeerError("--model-config %s: cannot read: %s" % (path, e.strerror))
+        raise PeerError("--model-config %s: cannot read: %s" % (path, e.strerror)) from e
     except ValueError as e:
-        raise PeerError("--model-config %s: not JSON: %s" % (path, e))
+        raise PeerError("--model-config %s: not JSON: %s" % (path, e)) from e
     if not isinstance(raw, dict):
         raise PeerError("%s: expected a JSON object" % path)
     t = raw.get("model_type")
@@ -552,9 +552,9 @@ class SafetensorsFile:
                     raise PeerError("%s: header length %d exceeds the file" % (path, n))
                 header = json.loads(f.read(n).decode("utf-8"))
         except OSError as e:
-            raise PeerError("%s: cannot read: %s" % (path, e.strerror))
+            raise PeerError("%s: cannot read: %s" % (path, e.strerror)) from e
         except ValueError as e:
-            raise PeerError("%s: bad safetensors header: %s" % (path, e))
+            raise PeerError("%s: bad safetensors header: %s" % (path, e)) from e
         header.pop("__metadata__", None)
         self.header = header
         self.base = 8 + n
@@ -600,7 +600,7 @@ class Checkpoint:
             if os.path.exists(single):
                 files = [single]
             elif os.path.exists(index):
-                with open(index, "r", encoding="utf-8") as f:
+                with open(index, encoding="utf-8") as f:
                     weight_map = json.load(f).get("weight_map", {})
                 files = [os.path.join(path, n) for n in sorted(set(weight_map.values()))]
             else:
@@ -850,7 +850,7 @@ def cpu_count():
 
 def cpu_name():
     try:
-        with open("/proc/cpuinfo", "r") as f:
+        with open("/proc/cpuinfo") as f:
             for line in f:
                 if line.startswith("model name"):
                     return line.split(":", 1)[1].strip()
@@ -875,7 +875,7 @@ def reset_peak_rss():
 
 def vm_hwm_bytes():
     try:
-        with open("/proc/self/status", "r") as f:
+        with open("/proc/self/status") as f:
             for line in f:
                 if line.startswith("VmHWM:"):
                     return int(line.split()[1]) * 1024
@@ -930,7 +930,8 @@ def parse_args(argv):
     p.add_argument("--budget-s", type=float, default=0, help="with --nproc: stop the ranks after this many seconds (exit 124)")
     p.add_argument("--model-config", help="HF config.json (or its folder); default: the --weights folder's")
     p.add_argument("--weights", help="model.safetensors, or an HF folder (single file or sharded); default: random init")
-    p.add_argument("--tokens", help="token data: fsdpp .tok / llm.c .bin / raw files, folders, patterns, comma-separated; default: random tokens")
+    p.add_argument("--tokens", help="token data: fsdpp .tok / llm.c .bin / raw files, folders, patterns, "
+                   "comma-separated; default: random tokens")
     p.add_argument("--tokens-dtype", choices=["auto", "uint16", "uint32", "int32"], default="auto",
                    help="element type of raw token files (fsdpp and llm.c files are recognised by their magic)")
     p.add_argument("--no-shuffle", action="store_true", help="windows in file order (fsdpp's --no-shuffle)")
@@ -1291,97 +1292,123 @@ def grad_norm_and_clip(params, max_norm, sharded_group, device):
     return norm
 
 
-def run_train(args, c):
-    import torch.distributed as dist
+class Ranks:
+    """Where this process stands: its rank, the world, its place on this machine."""
 
-    launched = os.environ.get(LAUNCHED_ENV) == "1"
-    env_world = int(os.environ.get("WORLD_SIZE", "1")) if "RANK" in os.environ else None
-    if env_world is not None and args.nproc > 1 and not launched:
-        raise PeerError("--nproc with a launcher's environment (RANK is set): use one or the other")
-    world = env_world or 1
-    rank = int(os.environ.get("RANK", "0"))
-    local_rank = int(os.environ.get("LOCAL_RANK", str(rank)))
-    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
-    if args.mode == "single" and world > 1:
-        raise PeerError("--mode single runs one process; use --mode ddp or fsdp2 for %d ranks" % world)
-    distributed = args.mode in ("ddp", "fsdp2")
-    lead = rank == 0
+    def __init__(self, args):
+        launched = os.environ.get(LAUNCHED_ENV) == "1"
+        env_world = int(os.environ.get("WORLD_SIZE", "1")) if "RANK" in os.environ else None
+        if env_world is not None and args.nproc > 1 and not launched:
+            raise PeerError("--nproc with a launcher's environment (RANK is set): use one or the other")
+        self.world = env_world or 1
+        self.rank = int(os.environ.get("RANK", "0"))
+        self.local_rank = int(os.environ.get("LOCAL_RANK", str(self.rank)))
+        self.local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(self.world)))
+        if args.mode == "single" and self.world > 1:
+            raise PeerError("--mode single runs one process; use --mode ddp or fsdp2 for %d ranks" % self.world)
+        self.distributed = args.mode in ("ddp", "fsdp2")
+        self.lead = self.rank == 0
 
+
+def training_device(args, ranks):
+    """This rank's device (on CUDA, GPU local_rank, made current); sets the intra-op threads."""
     if args.device == "cuda":
         if not torch.cuda.is_available():
             raise PeerError("--device cuda: this PyTorch %s has no CUDA device" % torch.__version__)
-        if distributed and local_world > torch.cuda.device_count():
+        if ranks.distributed and ranks.local_world > torch.cuda.device_count():
             raise PeerError("%d local ranks but %d CUDA device(s): NCCL needs one GPU per rank"
-                            % (local_world, torch.cuda.device_count()))
-        torch.cuda.set_device(local_rank)
-        device = torch.device("cuda", local_rank)
+                            % (ranks.local_world, torch.cuda.device_count()))
+        torch.cuda.set_device(ranks.local_rank)
+        device = torch.device("cuda", ranks.local_rank)
     else:
         device = torch.device("cpu")
     # Default intra-op threads: cores / local ranks on CPU (as fsdpp); on CUDA at most 4 (the
     # host only launches kernels; on an H100 with 16 cores, 16 OpenMP threads made FSDP2
     # steps of a 110M Llama 1.3x slower than 1-4 threads).
-    share = max(1, cpu_count() // local_world)
+    share = max(1, cpu_count() // ranks.local_world)
     torch.set_num_threads(args.threads or (share if device.type == "cpu" else min(4, share)))
-    global FUSED_RMS_NORM
-    FUSED_RMS_NORM = choose_rms_norm(args.rms_norm, device)
+    return device
 
-    if distributed:
-        if "MASTER_ADDR" not in os.environ:
-            os.environ["MASTER_ADDR"] = "127.0.0.1"
-        if "MASTER_PORT" not in os.environ:
-            os.environ["MASTER_PORT"] = str(free_port())
-        backend = "nccl" if device.type == "cuda" else "gloo"
-        if device.type == "cuda" and torch_version() >= (2, 3):
-            try:  # binds the NCCL communicator to this rank's GPU (eager init)
-                dist.init_process_group(backend, rank=rank, world_size=world, device_id=device)
-            except TypeError:
-                dist.init_process_group(backend, rank=rank, world_size=world)
-        else:
-            dist.init_process_group(backend, rank=rank, world_size=world)
 
-    seq_len = seq_len_for(args, c)
-    total_steps = args.warmup + args.steps
-    if args.fixed_batch:
-        data, fixed = None, bench_step_batch(args.seed, rank, args.batch_size, seq_len, c["vocab_size"])
+def init_process_group(device, ranks):
+    """The default process group: NCCL on CUDA, Gloo on the CPU; a local rendezvous by default."""
+    import torch.distributed as dist
+
+    if "MASTER_ADDR" not in os.environ:
+        os.environ["MASTER_ADDR"] = "127.0.0.1"
+    if "MASTER_PORT" not in os.environ:
+        os.environ["MASTER_PORT"] = str(free_port())
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    if device.type == "cuda" and torch_version() >= (2, 3):
+        try:  # binds the NCCL communicator to this rank's GPU (eager init)
+            dist.init_process_group(backend, rank=ranks.rank, world_size=ranks.world, device_id=device)
+        except TypeError:
+            dist.init_process_group(backend, rank=ranks.rank, world_size=ranks.world)
     else:
-        data = open_tokens(args, c, seq_len, total_steps * args.batch_size * world)
-        sampler = Sampler(data.num_windows(seq_len), args.batch_size, world, rank, not args.no_shuffle, args.seed)
+        dist.init_process_group(backend, rank=ranks.rank, world_size=ranks.world)
 
-    model = prepare_model(args, c, device)
-    params_count = sum(p.numel() for _, p in unique_parameters(model))
-    for block in model.blocks():
-        block.checkpointing = args.activation_checkpointing
+
+class Batches:
+    """Each step's (inputs, targets) for this rank: bench-step's fixed batch, or windows of
+    token data in the sampler's order."""
+
+    def __init__(self, args, c, seq_len, total_steps, ranks):
+        self.args, self.c, self.seq_len = args, c, seq_len
+        if args.fixed_batch:
+            self.data = None
+            self.fixed = bench_step_batch(args.seed, ranks.rank, args.batch_size, seq_len, c["vocab_size"])
+        else:
+            self.data = open_tokens(args, c, seq_len, total_steps * args.batch_size * ranks.world)
+            self.sampler = Sampler(self.data.num_windows(seq_len), args.batch_size, ranks.world, ranks.rank,
+                                   not args.no_shuffle, args.seed)
+
+    def at(self, step, device):
+        if self.data is None:
+            return self.fixed[0].to(device), self.fixed[1].to(device)
+        xs, ys = self.data.windows(self.sampler.step_windows(step), self.seq_len)
+        check_vocab(xs, self.c["vocab_size"], self.data.source)
+        check_vocab(ys, self.c["vocab_size"], self.data.source)
+        return (torch.from_numpy(xs).to(device, non_blocking=True),
+                torch.from_numpy(ys).to(device, non_blocking=True))
+
+    def description(self):
+        """The record's "data" entry."""
+        args, seq_len = self.args, self.seq_len
+        if self.data is None:
+            return {"tokens": "fixed batch per rank (fsdpp bench-step's)", "num_tokens": args.batch_size * (seq_len + 1),
+                    "windows": args.batch_size, "shuffle": False}
+        return {"tokens": self.data.source, "num_tokens": self.data.num_tokens,
+                "windows": self.data.num_windows(seq_len), "shuffle": not args.no_shuffle}
+
+
+def parallelize(args, model, device, ranks):
+    """`model` as the mode trains it -> (the module to call, FSDP2's group or None, the
+    precision in words). DDP wraps it; FSDP2 shards every block, then the root, in place."""
     bf16 = args.mixed_precision == "bf16"
-    precision = "fp32"
-    sharded_group = None
+    autocast_words = "torch.autocast(bf16), fp32 weights and gradients"
     if args.mode == "ddp":
         from torch.nn.parallel import DistributedDataParallel as DDP
 
-        train_model = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
-        if bf16:
-            precision = "torch.autocast(bf16), fp32 weights and gradients"
-    elif args.mode == "fsdp2":
+        train_model = DDP(model, device_ids=[ranks.local_rank] if device.type == "cuda" else None)
+        return train_model, None, autocast_words if bf16 else "fp32"
+    if args.mode == "fsdp2":
         from torch.distributed.device_mesh import init_device_mesh
 
         fully_shard, MixedPrecisionPolicy = fsdp2_import()
-        mesh = init_device_mesh(device.type, (world,))
+        mesh = init_device_mesh(device.type, (ranks.world,))
         mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 else MixedPrecisionPolicy()
         blocks = model.blocks()
         for i, block in enumerate(blocks):
             # torchtitan: the last block stays unsharded after forward (backward needs it at once).
             fully_shard(block, mesh=mesh, mp_policy=mp, reshard_after_forward=i < len(blocks) - 1)
         fully_shard(model, mesh=mesh, mp_policy=mp)
-        train_model = model
-        sharded_group = mesh.get_group()
-        if bf16:
-            precision = "FSDP2 MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), fp32 master weights"
-    else:
-        train_model = model
-        if bf16:
-            precision = "torch.autocast(bf16), fp32 weights and gradients"
-    autocast = bf16 and args.mode != "fsdp2"
+        precision = "FSDP2 MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), fp32 master weights"
+        return model, mesh.get_group(), precision if bf16 else "fp32"
+    return model, None, autocast_words if bf16 else "fp32"
 
-    params = list(model.parameters())
+
+def make_adamw(args, params):
+    """AdamW with weight decay on matrices only (dim >= 2), in the implementation --adam-impl names."""
     decay = [p for p in params if p.dim() >= 2]
     no_decay = [p for p in params if p.dim() < 2]
     groups = [g for g in ({"params": decay, "weight_decay": args.weight_decay},
@@ -1393,13 +1420,25 @@ def run_train(args, c):
         opt_kwargs["fused"] = True
     elif args.adam_impl == "forloop":
         opt_kwargs["foreach"] = False
-    optimizer = torch.optim.AdamW(groups, **opt_kwargs)
+    return torch.optim.AdamW(groups, **opt_kwargs)
 
-    peak = None
-    if args.matmul_peak:
-        peak = matmul_peak(device, torch.bfloat16 if bf16 else torch.float32)
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
+
+class StepLog:
+    """What the steps measured on this rank: seconds, loss and gradient norm per step (warmup
+    included), the learning rates, the measured steps' total seconds."""
+
+    def __init__(self):
+        self.step_s, self.losses, self.norms, self.lrs = [], [], [], []
+        self.total_s = None
+        self.rss_reset = False
+
+
+def run_steps(args, device, ranks, batches, train_model, params, optimizer, sharded_group, total_steps):
+    """Warmup then measured steps: forward, backward, clip, AdamW. The clock (and the memory
+    peaks, and the profiler) start after the warmup, behind a barrier."""
+    import torch.distributed as dist
+
+    autocast = args.mixed_precision == "bf16" and args.mode != "fsdp2"
 
     def compute_loss(x, y):
         if autocast:
@@ -1409,35 +1448,23 @@ def run_train(args, c):
             logits = train_model(x)
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1))
 
-    if lead:
-        log("%s %s, %d parameters, %d rank(s) on %s, %s, %d+%d steps of %d x %d tokens per rank"
-            % (args.mode, c["model_type"], params_count, world, device_description(device),
-               args.mixed_precision, args.warmup, args.steps, args.batch_size, seq_len))
-    step_s, losses, norms, lrs = [], [], [], []
-    rss_reset = False
+    steps = StepLog()
     t_start = None
     profiler = None
     for step in range(total_steps):
         if step == args.warmup:
             synchronize(device)
-            if distributed:
+            if ranks.distributed:
                 dist.barrier()
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
-            rss_reset = reset_peak_rss()
-            if args.profile_trace and lead:
+            steps.rss_reset = reset_peak_rss()
+            if args.profile_trace and ranks.lead:
                 profiler = start_profiler(device)
             t_start = time.perf_counter()
         with torch.profiler.record_function(STEP_SCOPE):
             t0 = time.perf_counter()
-            if data is None:
-                x, y = fixed[0].to(device), fixed[1].to(device)
-            else:
-                xs, ys = data.windows(sampler.step_windows(step), seq_len)
-                check_vocab(xs, c["vocab_size"], data.source)
-                check_vocab(ys, c["vocab_size"], data.source)
-                x = torch.from_numpy(xs).to(device, non_blocking=True)
-                y = torch.from_numpy(ys).to(device, non_blocking=True)
+            x, y = batches.at(step, device)
             loss = compute_loss(x, y)
             loss.backward()
             norm = grad_norm_and_clip(params, args.grad_clip, sharded_group, device)
@@ -1447,43 +1474,46 @@ def run_train(args, c):
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             synchronize(device)
-            step_s.append(time.perf_counter() - t0)
-            losses.append(loss.detach())
-            norms.append(norm.detach())
-            lrs.append(lr)
-            if lead and (step == 0 or step + 1 == total_steps or (args.log_freq and (step + 1) % args.log_freq == 0)):
-                log("step %d/%d | loss%s %.4f | %.1f ms%s" % (step + 1, total_steps, " (rank 0)" if distributed else "",
-                                                           loss.item(), step_s[-1] * 1e3,
+            steps.step_s.append(time.perf_counter() - t0)
+            steps.losses.append(loss.detach())
+            steps.norms.append(norm.detach())
+            steps.lrs.append(lr)
+            if ranks.lead and (step == 0 or step + 1 == total_steps or
+                               (args.log_freq and (step + 1) % args.log_freq == 0)):
+                log("step %d/%d | loss%s %.4f | %.1f ms%s" % (step + 1, total_steps,
+                                                           " (rank 0)" if ranks.distributed else "",
+                                                           loss.item(), steps.step_s[-1] * 1e3,
                                                            " (warmup)" if step < args.warmup else ""))
     synchronize(device)
-    total_local = time.perf_counter() - t_start
+    steps.total_s = time.perf_counter() - t_start
     if profiler is not None:
         save_profile(profiler, args.profile_trace)
+    return steps
 
-    # Across ranks: the slowest rank's step times and total, the mean loss, peaks per rank.
+
+def reduce_across_ranks(args, device, ranks, steps):
+    """The slowest rank's measured step times and total, the mean loss per step, rank 0's
+    gradient norms, every rank's memory peaks -> (step_ms, total_s, losses, norms, per_rank)."""
+    import torch.distributed as dist
+
     red_device = device if device.type == "cuda" else torch.device("cpu")
-    times = torch.tensor(step_s[args.warmup :] + [total_local], dtype=torch.float64, device=red_device)
-    loss_t = torch.stack([l.float() for l in losses]).to(red_device, torch.float64)
-    norm_t = torch.stack([n.float().to(red_device) for n in norms]).to(torch.float64)
+    times = torch.tensor(steps.step_s[args.warmup :] + [steps.total_s], dtype=torch.float64, device=red_device)
+    loss_t = torch.stack([loss.float() for loss in steps.losses]).to(red_device, torch.float64)
+    norm_t = torch.stack([n.float().to(red_device) for n in steps.norms]).to(torch.float64)
     mem = torch.tensor([
         torch.cuda.max_memory_allocated(device) if device.type == "cuda" else -1,
         torch.cuda.max_memory_reserved(device) if device.type == "cuda" else -1,
         peak_rss_bytes(),
-        (vm_hwm_bytes() or -1) if rss_reset else -1,
+        (vm_hwm_bytes() or -1) if steps.rss_reset else -1,
     ], dtype=torch.float64, device=red_device)
     mems = [mem]
-    if distributed:
+    if ranks.distributed:
         dist.all_reduce(times, op=dist.ReduceOp.MAX)
         dist.all_reduce(loss_t, op=dist.ReduceOp.SUM)
-        loss_t /= world
-        mems = [torch.zeros_like(mem) for _ in range(world)]
+        loss_t /= ranks.world
+        mems = [torch.zeros_like(mem) for _ in range(ranks.world)]
         dist.all_gather(mems, mem)
     times, loss_l, norm_l = times.cpu().tolist(), loss_t.cpu().tolist(), norm_t.cpu().tolist()
-    total_s = times[-1]
-    step_ms = [t * 1e3 for t in times[:-1]]
-    tokens_per_step = world * args.batch_size * seq_len
-    fpt = flops_per_token(c, seq_len, params_count)
-    tokens_per_s = tokens_per_step * args.steps / total_s
     per_rank = []
     for r, m in enumerate(mems):
         v = [int(x) for x in m.cpu().tolist()]
@@ -1492,65 +1522,120 @@ def run_train(args, c):
                          "max_memory_reserved_bytes": v[1] if v[1] >= 0 else None,
                          "peak_rss_bytes": v[2],
                          "peak_rss_measured_bytes": v[3] if v[3] >= 0 else None})
-    if distributed:
+    return [t * 1e3 for t in times[:-1]], times[-1], loss_l, norm_l, per_rank
+
+
+def train_record(args, c, device, ranks, run):
+    """The peer's JSON record of a training run (FORMAT, FORMAT_VERSION): the configuration,
+    the measured steps and the memory peaks. `run` holds the values run_train gathered."""
+    import torch.distributed as dist
+
+    seq_len, peak = run["seq_len"], run["peak"]
+    step_ms, total_s, loss_l, norm_l = run["step_ms"], run["total_s"], run["losses"], run["norms"]
+    tokens_per_step = ranks.world * args.batch_size * seq_len
+    fpt = flops_per_token(c, seq_len, run["parameters"])
+    tokens_per_s = tokens_per_step * args.steps / total_s
+    sorted_ms = sorted(step_ms)
+    record = {
+        "format": FORMAT, "version": FORMAT_VERSION, "available": True,
+        "mode": args.mode, "world_size": ranks.world,
+        "torch_version": torch.__version__, "cuda_version": torch.version.cuda,
+        "python_version": platform.python_version(),
+        "device": device.type, "device_name": device_description(device),
+        "threads": torch.get_num_threads(),
+        # Rank 0's main thread's CPUs (--bind-cores narrows them to its slice).
+        "cpu_affinity": sorted(os.sched_getaffinity(0)),
+        "backend": dist.get_backend() if ranks.distributed else None,
+        "model_type": c["model_type"], "parameters": run["parameters"], "model_config": c,
+        "config": vars(args),
+        "seq_len": seq_len, "batch_size_per_rank": args.batch_size,
+        "tokens_per_step": tokens_per_step, "warmup_steps": args.warmup, "steps": args.steps,
+        "precision": run["precision"], "attention": "sdpa" if HAS_SDPA else "explicit masked softmax",
+        "activation_checkpointing": args.activation_checkpointing,
+        "tf32_matmul": bool(device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32),
+        "data": run["data"],
+        "step_ms": step_ms,
+        "step_ms_mean": sum(step_ms) / len(step_ms),
+        "step_ms_median": (sorted_ms[len(sorted_ms) // 2] + sorted_ms[(len(sorted_ms) - 1) // 2]) / 2,
+        "step_ms_min": sorted_ms[0],
+        "total_s": total_s,
+        "tokens_per_s": tokens_per_s,
+        "tokens_per_s_per_rank": tokens_per_s / ranks.world,
+        "losses": loss_l[args.warmup :], "warmup_losses": loss_l[: args.warmup],
+        "grad_norms": norm_l[args.warmup :], "lrs": run["lrs"][args.warmup :],
+        "memory": {"per_rank": run["per_rank"],
+                   "note": "CUDA: peaks since the start of the measured steps; peak_rss_bytes: "
+                           "getrusage ru_maxrss of the whole process; peak_rss_measured_bytes: VmHWM "
+                           "since the start of the measured steps (reset via /proc/self/clear_refs)"},
+        "flops_per_token_estimate": fpt,
+        "model_flops_per_s": tokens_per_s * fpt,
+        "matmul_peak": peak,
+        "mfu_vs_matmul_peak": (tokens_per_s / ranks.world * fpt / peak["flops_per_s"]) if peak else None,
+    }
+    if c["model_type"] == "llama":  # which RMSNorm ran, as fsdpp's record says it
+        record["rms_norm"] = "fused" if FUSED_RMS_NORM else "eager"
+    return record
+
+
+def report(args, record, losses):
+    """One summary line on stderr; the record to --out (with one line of key numbers on
+    stdout), else the record on stdout."""
+    log("%.1f tokens/s, step %.1f ms (median of %d), loss %.4f -> %.4f"
+        % (record["tokens_per_s"], record["step_ms_median"], args.steps, losses[0], losses[-1]))
+    if args.out:  # the record to the file, one line of key numbers to stdout
+        write_atomic(args.out, (json.dumps(record, indent=1) + "\n").encode("utf-8"))
+        keys = ("mode", "world_size", "tokens_per_s", "step_ms_median", "losses", "memory")
+        print(json.dumps({k: record[k] for k in keys}), flush=True)
+        log("wrote " + args.out)
+    else:
+        print(json.dumps(record), flush=True)
+
+
+def run_train(args, c):
+    """Trains `c` as --mode says (single, DDP, FSDP2) and prints or writes rank 0's record."""
+    import torch.distributed as dist
+
+    ranks = Ranks(args)
+    device = training_device(args, ranks)
+    global FUSED_RMS_NORM
+    FUSED_RMS_NORM = choose_rms_norm(args.rms_norm, device)
+    if ranks.distributed:
+        init_process_group(device, ranks)
+
+    seq_len = seq_len_for(args, c)
+    total_steps = args.warmup + args.steps
+    batches = Batches(args, c, seq_len, total_steps, ranks)
+    model = prepare_model(args, c, device)
+    params_count = sum(p.numel() for _, p in unique_parameters(model))
+    for block in model.blocks():
+        block.checkpointing = args.activation_checkpointing
+    train_model, sharded_group, precision = parallelize(args, model, device, ranks)
+    params = list(model.parameters())
+    optimizer = make_adamw(args, params)
+
+    peak = None
+    if args.matmul_peak:
+        peak = matmul_peak(device, torch.bfloat16 if args.mixed_precision == "bf16" else torch.float32)
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    if ranks.lead:
+        log("%s %s, %d parameters, %d rank(s) on %s, %s, %d+%d steps of %d x %d tokens per rank"
+            % (args.mode, c["model_type"], params_count, ranks.world, device_description(device),
+               args.mixed_precision, args.warmup, args.steps, args.batch_size, seq_len))
+    steps = run_steps(args, device, ranks, batches, train_model, params, optimizer, sharded_group, total_steps)
+
+    step_ms, total_s, losses, norms, per_rank = reduce_across_ranks(args, device, ranks, steps)
+    if ranks.distributed:
         dist.barrier()
-    record = None
-    if lead:
-        sorted_ms = sorted(step_ms)
-        record = {
-            "format": FORMAT, "version": FORMAT_VERSION, "available": True,
-            "mode": args.mode, "world_size": world,
-            "torch_version": torch.__version__, "cuda_version": torch.version.cuda,
-            "python_version": platform.python_version(),
-            "device": device.type, "device_name": device_description(device),
-            "threads": torch.get_num_threads(),
-            # Rank 0's main thread's CPUs (--bind-cores narrows them to its slice).
-            "cpu_affinity": sorted(os.sched_getaffinity(0)),
-            "backend": dist.get_backend() if distributed else None,
-            "model_type": c["model_type"], "parameters": params_count, "model_config": c,
-            "config": vars(args),
-            "seq_len": seq_len, "batch_size_per_rank": args.batch_size,
-            "tokens_per_step": tokens_per_step, "warmup_steps": args.warmup, "steps": args.steps,
-            "precision": precision, "attention": "sdpa" if HAS_SDPA else "explicit masked softmax",
-            "activation_checkpointing": args.activation_checkpointing,
-            "tf32_matmul": bool(device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32),
-            "data": ({"tokens": "fixed batch per rank (fsdpp bench-step's)", "num_tokens": args.batch_size * (seq_len + 1),
-                      "windows": args.batch_size, "shuffle": False} if data is None else
-                     {"tokens": data.source, "num_tokens": data.num_tokens,
-                      "windows": data.num_windows(seq_len), "shuffle": not args.no_shuffle}),
-            "step_ms": step_ms,
-            "step_ms_mean": sum(step_ms) / len(step_ms),
-            "step_ms_median": (sorted_ms[len(sorted_ms) // 2] + sorted_ms[(len(sorted_ms) - 1) // 2]) / 2,
-            "step_ms_min": sorted_ms[0],
-            "total_s": total_s,
-            "tokens_per_s": tokens_per_s,
-            "tokens_per_s_per_rank": tokens_per_s / world,
-            "losses": loss_l[args.warmup :], "warmup_losses": loss_l[: args.warmup],
-            "grad_norms": norm_l[args.warmup :], "lrs": lrs[args.warmup :],
-            "memory": {"per_rank": per_rank,
-                       "note": "CUDA: peaks since the start of the measured steps; peak_rss_bytes: "
-                               "getrusage ru_maxrss of the whole process; peak_rss_measured_bytes: VmHWM "
-                               "since the start of the measured steps (reset via /proc/self/clear_refs)"},
-            "flops_per_token_estimate": fpt,
-            "model_flops_per_s": tokens_per_s * fpt,
-            "matmul_peak": peak,
-            "mfu_vs_matmul_peak": (tokens_per_s / world * fpt / peak["flops_per_s"]) if peak else None,
-        }
-        if c["model_type"] == "llama":  # which RMSNorm ran, as fsdpp's record says it
-            record["rms_norm"] = "fused" if FUSED_RMS_NORM else "eager"
-        log("%.1f tokens/s, step %.1f ms (median of %d), loss %.4f -> %.4f"
-            % (tokens_per_s, record["step_ms_median"], args.steps, loss_l[0], loss_l[-1]))
-        if args.out:  # the record to the file, one line of key numbers to stdout
-            write_atomic(args.out, (json.dumps(record, indent=1) + "\n").encode("utf-8"))
-            keys = ("mode", "world_size", "tokens_per_s", "step_ms_median", "losses", "memory")
-            print(json.dumps({k: record[k] for k in keys}), flush=True)
-            log("wrote " + args.out)
-        else:
-            print(json.dumps(record), flush=True)
-    if distributed:
+    if ranks.lead:
+        run = {"seq_len": seq_len, "peak": peak, "parameters": params_count, "precision": precision,
+               "data": batches.description(), "step_ms": step_ms, "total_s": total_s, "losses": losses,
+               "norms": norms, "lrs": steps.lrs, "per_rank": per_rank}
+        report(args, train_record(args, c, device, ranks, run), losses)
+    if ranks.distributed:
         # DDP's reducer and FSDP2's state must go while the process group lives: with gloo on
         # PyTorch 1.13, a DDP model destroyed after destroy_process_group hung a rank at exit.
-        del train_model, model, optimizer, params, decay, no_decay, groups
+        del train_model, model, optimizer, params
         gc.collect()
         dist.barrier()
         dist.destroy_process_group()

@@ -31,7 +31,8 @@ import torch.nn.functional as F
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO_ROOT, "harness", "peers"))
 
-from torch_peer import PeerError, TokenData  # fsdpp's token-file reader (core/data/TOKENS.md)
+# After the sys.path entry above, hence not at the top (E402).
+from torch_peer import PeerError, TokenData  # noqa: E402  fsdpp's token-file reader (core/data/TOKENS.md)
 
 EXIT_FAILED_CHECK = 1
 EXIT_USAGE = 2
@@ -171,7 +172,8 @@ def copy_tokenizer(kind, out_dir):
         path = os.path.join(root, src)
         if not os.path.isfile(path):
             raise UsageError(
-                f"{path}: no such file (expected the fetched tokenizer assets; set FSDPP_ASSETS_DIR or run ci/fetch_assets.sh)"
+                f"{path}: no such file (expected the fetched tokenizer assets; "
+                "set FSDPP_ASSETS_DIR or run ci/fetch_assets.sh)"
             )
         shutil.copyfile(path, os.path.join(out_dir, dst))
 
@@ -212,7 +214,7 @@ def load_model(model_dir, attn_implementation):
             output_loading_info=True,
         )
     except (OSError, ValueError, KeyError, RuntimeError) as e:
-        raise UsageError(f"--model {model_dir}: transformers cannot load it: {one_line(e)}")
+        raise UsageError(f"--model {model_dir}: transformers cannot load it: {one_line(e)}") from e
     problems = {
         k: sorted(v) for k, v in info.items() if k in ("missing_keys", "unexpected_keys", "mismatched_keys") and v
     }
@@ -235,7 +237,7 @@ def open_windows(args, model):
         message = str(e).split("; give --tokens-dtype")[0]  # a flag of torch_peer's, not ours
         raise UsageError(
             "--data " + message[len("--tokens ") :] if message.startswith("--tokens ") else "--data " + message
-        )
+        ) from e
     T = args.seq_len
     if T < 1:
         raise UsageError(f"--seq-len {T}: expected >= 1")
@@ -374,7 +376,7 @@ def cmd_generate(args):
     try:
         tokenizer = AutoTokenizer.from_pretrained(args.model, local_files_only=True)
     except (OSError, ValueError, KeyError) as e:
-        raise UsageError(f"--model {args.model}: transformers cannot load its tokenizer: {one_line(e)}")
+        raise UsageError(f"--model {args.model}: transformers cannot load its tokenizer: {one_line(e)}") from e
     # fsdpp's encode() adds no BOS/EOS and reads "<s>" in text as plain text.
     prompt_ids = tokenizer(args.prompt, add_special_tokens=False, split_special_tokens=True)["input_ids"]
     if not prompt_ids:
@@ -429,7 +431,7 @@ def read_logits_file(path, flag):
     try:
         tensors = load_file(path)
     except (SafetensorError, OSError, ValueError) as e:
-        raise UsageError(f"{flag} {path}: not a safetensors file: {one_line(e)}")
+        raise UsageError(f"{flag} {path}: not a safetensors file: {one_line(e)}") from e
     for name, dtype in (("logits", torch.float32), ("input_ids", torch.int64)):
         if name not in tensors:
             raise UsageError(
