@@ -24,6 +24,7 @@ packages=(
   libgloo-dev             # gloo headers that c10d's ProcessGroupGloo.hpp includes (the wheel has none)
   libyaml-cpp-dev         # YAML inputs of `fsdpp data prepare` and YAML config files
   nlohmann-json3-dev librapidcheck-dev libgtest-dev libgmock-dev googletest libbenchmark-dev libcli11-dev
+  libssl-dev              # OpenSSL's libcrypto: SHA-256 of checkpoint files (core/checkpoint/sha256.cpp)
   zlib1g-dev              # the dashboard test's PNG decoding
   chromium                # the dashboard's browser test (suites/results/dashboard_chromium_test.cpp)
   git

@@ -1,35 +1,43 @@
-// SHA-256 (FIPS 180-4), the checksum of every file in a checkpoint (CHECKPOINT.md).
-// Uses the x86 SHA extensions where the CPU has them (checked at run time), else a
-// portable implementation; both give the same digest (tested on the NIST vectors).
+// SHA-256 (FIPS 180-4), the checksum of every file in a checkpoint (CHECKPOINT.md) and of
+// index.json's body. Computed by OpenSSL's libcrypto (EVP_sha256), which picks the CPU's
+// SHA extensions itself where they exist; the digests are the standard ones, so
+// checkpoints written with the hand-written hash this replaced verify unchanged.
+//
+// Errors: a libcrypto failure (out of memory, a FIPS provider refusing the digest) throws
+// std::runtime_error naming the call. Not thread-safe per object; separate objects are
+// independent.
 #pragma once
 
-#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <string_view>
 
+struct evp_md_ctx_st;  // OpenSSL's EVP_MD_CTX, kept out of this header
+
 namespace fsdpp::checkpoint {
 
+// A streaming hash: update() any number of times, then hex_digest() once.
 class Sha256 {
  public:
-  // allow_hardware = false forces the portable code (tests compare the two).
-  explicit Sha256(bool allow_hardware = true);
+  Sha256();
+  ~Sha256();
+  Sha256(Sha256&&) noexcept;
+  Sha256& operator=(Sha256&&) noexcept;
+
   void update(const void* data, size_t bytes);
-  // Lower-case hex of the 32-byte digest. Ends the hash: call once.
+  // Lower-case hex of the 32-byte digest. Ends the hash: a second call, or update() after
+  // it, throws std::logic_error.
   std::string hex_digest();
 
-  static bool hardware_available();
-
  private:
-  void compress(const uint8_t* blocks, size_t count);
-
-  std::array<uint32_t, 8> state_;
-  std::array<uint8_t, 64> pending_{};
-  size_t pending_bytes_ = 0;
-  uint64_t total_bytes_ = 0;
-  bool hardware_ = false;
+  struct FreeContext {
+    void operator()(evp_md_ctx_st* context) const;
+  };
+  std::unique_ptr<evp_md_ctx_st, FreeContext> context_;
+  bool finished_ = false;
 };
 
 std::string sha256_hex(std::string_view bytes);
