@@ -21,6 +21,7 @@
 // Same semantics as FSDP2's FSDPState/FSDPParamGroup hooks, and like FSDP2 the root
 // unit stays unsharded from its forward until the end of backward.
 #include "core/fsdp/sharded_model.h"
+#include "core/fsdp/unit_plan.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -213,13 +214,13 @@ void ShardedModel::Hooks::final_callback(ShardedModel& m) {
 // parameters each unit manages; per unit, sync_module_states' broadcast and the sharding
 // (FsdpUnit's constructor); the forward hooks that drive the protocol.
 
-namespace {
-
 int default_hybrid_shard_size(int world) {
   for (int s = world / 2; s >= 1; --s)
     if (world % s == 0) return s;
   return 1;
 }
+
+namespace {
 
 // Step 1: the process groups every unit shares (FSDP2's mesh), named after `tag`: the
 // shard group and the replicate group of the strategy, and for the world-size-invariant
@@ -260,13 +261,7 @@ UnitComms make_unit_comms(comm::Communicator& world, const FsdpOptions& options,
   return comms;
 }
 
-// One unit to be: the module it wraps and the parameters it manages, by first name.
-struct UnitPlan {
-  std::string name;  // the module's path; "" for the root
-  const torch::nn::Module* module = nullptr;
-  std::vector<std::pair<std::string, at::Tensor>> params;
-  bool is_root = false;
-};
+}  // namespace
 
 // Step 2: which parameters each unit manages, children first and the root last. A
 // module the policy wraps takes the parameters of its subtree that no wrapped descendant
@@ -323,6 +318,8 @@ std::vector<UnitPlan> plan_units(const torch::nn::Module& root, const WrapPolicy
   add_unit("", root, true);
   return plans;
 }
+
+namespace {
 
 // Step 3a, FSDP1's sync_module_states for one unit: rank 0's values reach every rank
 // right before the unit is sharded, so that no rank holds more than one unit in full.

@@ -20,6 +20,8 @@
 #include "core/nn/deferred_init.h"
 #include "core/nn/unique_parameters.h"
 #include "core/optim/adamw.h"
+#include "core/plan/model_shape.h"
+#include "core/plan/step_time_model.h"
 #include "core/runtime/device.h"
 #include "core/runtime/host_memory.h"
 #include "core/train/train_step.h"
@@ -31,35 +33,6 @@ namespace fsdpp::harness {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-int64_t config_int(const nlohmann::json& c, std::initializer_list<const char*> keys) {
-  for (const char* k : keys)
-    if (c.contains(k) && c[k].is_number()) return c[k].get<int64_t>();
-  return 0;
-}
-
-// See the header: 6 * matmul parameters + 12 * layers * attention width * seq_len.
-double model_flops_per_token(const torch::nn::Module& module, const nlohmann::json& config, int64_t seq_len) {
-  bool separate_head = false;
-  for (const auto& item : module.named_parameters(true))
-    if (item.key() == "lm_head.weight") separate_head = true;
-  double matmul_params = 0;
-  // A tied head is listed as lm_head.weight too; its embedding is then skipped as a lookup.
-  for (const auto& item : module.named_parameters(true)) {
-    const std::string& name = item.key();
-    if (item.value().dim() < 2) continue;  // biases, norms
-    if (name.find("wpe") != std::string::npos || name.find("embed_positions") != std::string::npos) continue;
-    bool token_embedding = name.find("wte") != std::string::npos || name.find("embed_tokens") != std::string::npos;
-    if (token_embedding && separate_head) continue;  // a lookup; the head is counted itself
-    matmul_params += static_cast<double>(item.value().numel());
-  }
-  int64_t layers = config_int(config, {"n_layer", "num_hidden_layers"});
-  int64_t heads = config_int(config, {"n_head", "num_attention_heads"});
-  int64_t hidden = config_int(config, {"n_embd", "hidden_size"});
-  int64_t head_dim = config_int(config, {"head_dim"});
-  int64_t width = head_dim > 0 ? heads * head_dim : hidden;
-  return 6.0 * matmul_params + 12.0 * static_cast<double>(layers * width * seq_len);
-}
 
 }  // namespace
 
@@ -245,7 +218,9 @@ nlohmann::json run_step_bench(comm::Communicator& comm, int local_rank, const St
     return t;
   }();
   const double tokens_per_s = tokens_per_step * step_ms.size() / (total_ms / 1e3);
-  const double flops_per_token = model_flops_per_token(*lm.module, config, c.seq_len);
+  // core/plan/step_time_model.h: the one FLOPs formula, read off the config's model built
+  // on the meta device (the same shapes as lm's, whatever its sharded state).
+  const double flops_per_token = plan::model_flops_per_token(plan::ModelShape::of_config(config, source), c.seq_len);
   const double achieved = flops_per_token * tokens_per_s / comm.size();  // per device
   const double peak = measure_matmul_flops(device.str(), c.mixed_precision, device.is_cuda() ? 8192 : 1024,
                                            device.is_cuda() ? 10 : 3);

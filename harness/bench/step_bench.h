@@ -5,10 +5,8 @@
 // all-reduce per step, outside the timed region). The same cell's matmul peak is measured
 // in the same process, in the cell's compute dtype, so MFU needs no datasheet figure.
 //
-// FLOPs per token (model FLOPs, the PaLM / nanoGPT convention; recomputation under
-// activation checkpointing is not counted): 6 * (parameters that enter a matmul: every
-// weight except position embeddings and norms; the LM head counts once even when tied)
-// + 12 * layers * attention width * sequence length.
+// FLOPs per token: core/plan/step_time_model.h's model_flops_per_token (model FLOPs, the
+// PaLM / nanoGPT convention), the formula `fsdpp plan` predicts with.
 //
 // `unsharded` is the baseline the benchmark matrix compares FSDP against: the plain model
 // in one process, no ShardedModel and no collectives, AdamW over the full parameters and

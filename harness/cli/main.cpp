@@ -17,6 +17,7 @@
 #include "harness/cli/data_commands.h"
 #include "harness/cli/equiv_command.h"
 #include "harness/cli/model_commands.h"
+#include "harness/cli/plan_command.h"
 #include "harness/cli/results_commands.h"
 #include "harness/cli/selfcheck_command.h"
 #include "harness/cli/train_command.h"
@@ -34,6 +35,7 @@ std::vector<std::unique_ptr<fsdpp::cli::Command>> all_commands() {
   commands.push_back(std::make_unique<fsdpp::cli::DataCommands>());
   commands.push_back(std::make_unique<fsdpp::cli::TrainCommand>());
   commands.push_back(std::make_unique<fsdpp::cli::BenchCommand>());
+  commands.push_back(std::make_unique<fsdpp::cli::PlanCommand>());
   commands.push_back(std::make_unique<fsdpp::cli::CheckpointCommands>());
   commands.push_back(std::make_unique<fsdpp::cli::ResultsCommands>());
   return commands;

@@ -1,0 +1,52 @@
+// A causal LM's shape as FSDP sees it: every parameter's name and shape, grouped into the
+// units ShardedModel::create would make with one unit per transformer block (the
+// auto-wrap policy `fsdpp train` and the benchmark use), plus the numbers the activation
+// and FLOP counts need. Built from a config.json object on the meta device: no weights
+// are allocated, so a 70B model's shape costs milliseconds.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace fsdpp::plan {
+
+struct ParamShape {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t numel() const;
+};
+
+// One FSDP unit: its parameters in the order its flat shard buffer lays them out.
+struct UnitShape {
+  std::string name;  // "root" for the root unit
+  bool is_root = false;
+  std::vector<ParamShape> params;
+  int64_t numel() const;
+};
+
+struct ModelShape {
+  std::string model_type;  // gpt2, opt, llama, mistral
+  nlohmann::json config;   // as parsed (config.json)
+  std::vector<UnitShape> units;  // core/fsdp/unit_plan.h's order: blocks, then the root
+  // Every parameter under every name (a tied weight under each of its names), in
+  // named_parameters order: what the FLOP count reads.
+  std::vector<ParamShape> named_parameters;
+  int64_t layers = 0;
+  int64_t hidden = 0;         // residual stream width
+  int64_t attention_width = 0;  // heads * head_dim
+  int64_t heads = 0;
+  int64_t ffn = 0;            // MLP inner width
+  int64_t vocab = 0;
+  int64_t max_positions = 0;
+
+  // Unique parameters (a tied weight once).
+  int64_t parameter_count() const;
+  // Builds the model of `config` on the meta device and reads its units. Throws
+  // std::invalid_argument naming `source` for a config core's parser refuses.
+  static ModelShape of_config(const nlohmann::json& config, const std::string& source);
+};
+
+}  // namespace fsdpp::plan

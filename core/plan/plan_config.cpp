@@ -1,0 +1,102 @@
+#include "core/plan/plan_config.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <stdexcept>
+
+#include "core/fsdp/unit_plan.h"
+
+namespace fsdpp::plan {
+
+namespace {
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return s;
+}
+
+// A number and the rest of the text after it ("80GB" -> 80, "gb"). Throws naming flag.
+std::pair<double, std::string> number_and_unit(const std::string& text, const std::string& flag,
+                                               const std::string& expected) {
+  size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    throw std::invalid_argument(flag + " '" + text + "': expected " + expected);
+  }
+  std::string unit = lower(text.substr(used));
+  unit.erase(std::remove(unit.begin(), unit.end(), ' '), unit.end());
+  if (!std::isfinite(value) || value <= 0)
+    throw std::invalid_argument(flag + " '" + text + "': expected a positive amount, " + expected);
+  return {value, unit};
+}
+
+}  // namespace
+
+DeviceSpec device_spec(const std::string& kind) {
+  // Datasheet memory and HBM bandwidth (NVIDIA H100 SXM5, H200 SXM, A100 SXM4 80GB). The
+  // matmul rate is what the benchmark measured on an H100 (results/gpu/: the median n=8192
+  // bf16 matmul, 7.5e14 FLOP/s, 76% of the 989 TFLOP/s datasheet); H200 has the same
+  // GH100 compute; A100's 312 TFLOP/s datasheet figure is scaled by the same 76%.
+  const std::string k = lower(kind);
+  if (k == "h100") return {"h100", 80LL * 1000 * 1000 * 1000, 7.5e14, 3.35e12};
+  if (k == "h200") return {"h200", 141LL * 1000 * 1000 * 1000, 7.5e14, 4.8e12};
+  if (k == "a100-80g") return {"a100-80g", 80LL * 1000 * 1000 * 1000, 312e12 * 0.76, 2.039e12};
+  throw std::invalid_argument("--gpu-memory '" + kind + "': expected a size in bytes (e.g. 80GB, 24GiB) or h100, h200, a100-80g");
+}
+
+int64_t parse_bytes(const std::string& text, const std::string& flag) {
+  const std::string expected = "a size such as 80GB, 24GiB, 512MiB or a number of bytes";
+  auto [value, unit] = number_and_unit(text, flag, expected);
+  double scale = 0;
+  if (unit.empty() || unit == "b") scale = 1;
+  else if (unit == "kb") scale = 1e3;
+  else if (unit == "mb") scale = 1e6;
+  else if (unit == "gb") scale = 1e9;
+  else if (unit == "tb") scale = 1e12;
+  else if (unit == "kib") scale = 1024.0;
+  else if (unit == "mib") scale = 1024.0 * 1024;
+  else if (unit == "gib") scale = 1024.0 * 1024 * 1024;
+  else if (unit == "tib") scale = 1024.0 * 1024 * 1024 * 1024;
+  else throw std::invalid_argument(flag + " '" + text + "': unknown unit '" + unit + "', expected " + expected);
+  const double bytes = value * scale;
+  if (bytes < 1 || bytes > 9.0e18) throw std::invalid_argument(flag + " '" + text + "': expected " + expected);
+  return static_cast<int64_t>(std::llround(bytes));
+}
+
+double parse_bandwidth(const std::string& text, const std::string& flag) {
+  const std::string expected = "a rate such as 450GB/s, 400Gb/s (bits) or a number of bytes per second";
+  auto [value, unit] = number_and_unit(text, flag, expected);
+  // Case matters for bits (Gb) against bytes (GB): read it from the original text.
+  const std::string raw = text.substr(text.size() - unit.size());
+  const bool bits = raw.find('b') != std::string::npos && raw.find('B') == std::string::npos;
+  std::string u = unit;
+  if (u.size() >= 2 && u.substr(u.size() - 2) == "/s") u = u.substr(0, u.size() - 2);
+  else if (u.size() >= 2 && u.substr(u.size() - 2) == "ps") u = u.substr(0, u.size() - 2);
+  double scale = 0;
+  if (u.empty()) scale = 1;
+  else if (u == "b") scale = 1;
+  else if (u == "kb") scale = 1e3;
+  else if (u == "mb") scale = 1e6;
+  else if (u == "gb") scale = 1e9;
+  else if (u == "tb") scale = 1e12;
+  else throw std::invalid_argument(flag + " '" + text + "': unknown unit, expected " + expected);
+  return value * scale / (bits ? 8.0 : 1.0);
+}
+
+int PlanConfig::shard_group_size() const {
+  switch (strategy) {
+    case fsdp::ShardingStrategy::FullShard:
+    case fsdp::ShardingStrategy::ShardGradOp: return world_size();
+    case fsdp::ShardingStrategy::NoShard: return 1;
+    case fsdp::ShardingStrategy::HybridShard:
+    case fsdp::ShardingStrategy::HybridShardZero2:
+      if (hybrid_shard_size > 0) return hybrid_shard_size;
+      return nodes > 1 ? nproc : fsdp::default_hybrid_shard_size(world_size());
+  }
+  return world_size();
+}
+
+}  // namespace fsdpp::plan
