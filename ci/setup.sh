@@ -25,7 +25,7 @@ packages=(
   libyaml-cpp-dev         # YAML inputs of `fsdpp data prepare` and YAML config files
   nlohmann-json3-dev librapidcheck-dev libgtest-dev libgmock-dev googletest libbenchmark-dev libcli11-dev
   libssl-dev              # OpenSSL's libcrypto: SHA-256 of checkpoint files (core/checkpoint/sha256.cpp)
-  zlib1g-dev              # the dashboard test's PNG decoding
+  libpng-dev              # the dashboard test's PNG decoding (harness/testing/png_image.cpp)
   chromium                # the dashboard's browser test (suites/results/dashboard_chromium_test.cpp)
   git
   clang-format clang-tidy # ci/lint/: the C++ format and static checks (lint.format, lint.tidy)
