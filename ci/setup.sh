@@ -26,6 +26,7 @@ packages=(
   nlohmann-json3-dev librapidcheck-dev libgtest-dev libgmock-dev googletest libbenchmark-dev libcli11-dev
   libssl-dev              # OpenSSL's libcrypto: SHA-256 of checkpoint files (core/checkpoint/sha256.cpp)
   libpng-dev              # the dashboard test's PNG decoding (harness/testing/png_image.cpp)
+  json-schema-test-suite  # the official JSON Schema tests the results validator runs (suites/results)
   chromium                # the dashboard's browser test (suites/results/dashboard_chromium_test.cpp)
   git
   clang-format clang-tidy # ci/lint/: the C++ format and static checks (lint.format, lint.tidy)

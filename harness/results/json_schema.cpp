@@ -1,6 +1,7 @@
 #include "harness/results/json_schema.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <map>
 #include <regex>
@@ -132,6 +133,24 @@ struct JsonSchema::Compiler {
     return value.get<size_t>();
   }
 
+  // A $ref is a URI reference: its fragment may percent-encode characters (RFC 3986, 2.1),
+  // the pointer tokens ("~0", "~1") stay as they are, as in Node::path.
+  std::string percent_decoded(const std::string& ref, const std::string& path) const {
+    std::string out;
+    for (size_t i = 0; i < ref.size(); ++i) {
+      if (ref[i] != '%') {
+        out += ref[i];
+        continue;
+      }
+      if (i + 2 >= ref.size() || !std::isxdigit(static_cast<unsigned char>(ref[i + 1])) ||
+          !std::isxdigit(static_cast<unsigned char>(ref[i + 2])))
+        fail(path, "\"" + ref + "\": '%' must be followed by two hex digits");
+      out += static_cast<char>(std::stoi(ref.substr(i + 1, 2), nullptr, 16));
+      i += 2;
+    }
+    return out;
+  }
+
   const json& number(const json& value, const std::string& path) const {
     if (!is_finite_number(value)) fail(path, "expected a number");
     return value;
@@ -151,17 +170,22 @@ struct JsonSchema::Compiler {
     for (const auto& [key, value] : schema.items()) {
       const std::string at = path + "/" + json_pointer_token(key);
       if (std::find(known.begin(), known.end(), key) == known.end())
-        fail(at, "unknown keyword (this validator supports only: " + join_quoted(json(known)) + ")");
+        fail(at, "unsupported keyword \"" + key + "\" (this validator supports only: " + join_quoted(json(known)) + ")");
       if (key == "$schema" || key == "$id" || key == "$comment" || key == "title" || key == "description") {
         if (!value.is_string()) fail(at, "expected a string");
+        // Below the root, $id starts an embedded resource whose "#" is itself (Core 2020-12,
+        // 8.2.1); $ref here resolves against the one document only.
+        if (key == "$id" && path != "#") fail(at, "\"$id\" below the root (an embedded resource) is not supported");
         if (key == "description") node.description = value.get<std::string>();
       } else if (key == "$defs") {
         if (!value.is_object()) fail(at, "expected an object of schemas");
         for (const auto& [name, sub] : value.items()) compile(sub, at + "/" + json_pointer_token(name));
       } else if (key == "$ref") {
-        if (!value.is_string() || value.get<std::string>().rfind('#', 0) != 0)
-          fail(at, "expected a pointer into this document (\"#\", \"#/$defs/name\")");
-        node.ref = value.get<std::string>();
+        const std::string ref = value.is_string() ? value.get<std::string>() : "";
+        if (ref != "#" && ref.rfind("#/", 0) != 0)
+          fail(at, "expected a JSON pointer into this document (\"#\", \"#/$defs/name\"); other documents, "
+                   "anchors and relative references are not supported");
+        node.ref = percent_decoded(ref, at);
       } else if (key == "type") {
         json names = value.is_array() ? value : json::array({value});
         if (names.empty()) fail(at, "expected a type name or a non-empty array of them");

@@ -1,9 +1,14 @@
 // A JSON Schema validator for the subset of draft 2020-12 that fsdpp's own schemas use
 // (results/schema/v1.json). Deliberately closed: a schema with any other keyword is
-// refused when it is compiled, so a typo ("requried") cannot silently accept everything.
+// refused when it is compiled, in one line naming the keyword and its schema pointer, so a
+// typo ("requried") or a keyword it does not implement ("exclusiveMinimum") cannot
+// silently accept everything. Proven against the JSON-Schema-Test-Suite
+// (suites/results/json_schema_suite_test.cpp).
 //
-// Supported keywords. Annotations (no effect): $schema, $id, $comment, title, description.
-// Applicators: $defs, $ref (a JSON pointer into the same document: "#", "#/$defs/name"),
+// Supported keywords. Annotations (no effect): $schema, $id (at the root only: below it an
+// embedded resource would change what "#" means), $comment, title, description.
+// Applicators: $defs, $ref (a JSON pointer into the same document, "#" or "#/$defs/name",
+// percent-encoding allowed; other documents and anchors are refused),
 // properties, additionalProperties, items (one schema for every element), allOf,
 // if/then/else. Assertions: type (a name or an array of names; "integer" accepts 2.0 as
 // the specification says), enum, const, required, minItems, maxItems, minimum, maximum,
@@ -32,8 +37,8 @@ struct SchemaViolation {
 class JsonSchema {
  public:
   // Compiles `schema`. Throws std::invalid_argument "<source>: <schema pointer>: <what>"
-  // for unknown keywords, keyword values of the wrong shape, invalid regexes and $ref
-  // targets that are not subschemas of this document.
+  // for unsupported keywords, keyword values of the wrong shape, invalid regexes, "then" or
+  // "else" without "if", and $ref targets that are not subschemas of this document.
   JsonSchema(const nlohmann::json& schema, const std::string& source);
   ~JsonSchema();
   JsonSchema(JsonSchema&&) noexcept;

@@ -31,13 +31,43 @@ std::string compile_error(const json& schema) {
   return "compiled";
 }
 
-TEST(JsonSchemaCompile, UnknownKeywordIsRefusedNamingItsSchemaPointer) {
+TEST(JsonSchemaCompile, UnsupportedKeywordIsRefusedInOneLineNamingItAndItsSchemaPointer) {
   EXPECT_THAT(compile_error(json::parse(R"({"type": "object", "requried": ["a"]})")),
-              HasSubstr("test-schema: #/requried: unknown keyword"));
+              HasSubstr("test-schema: #/requried: unsupported keyword \"requried\""));
   EXPECT_THAT(compile_error(json::parse(R"({"properties": {"a": {"minimun": 1}}})")),
-              HasSubstr("#/properties/a/minimun: unknown keyword"));
+              HasSubstr("#/properties/a/minimun: unsupported keyword \"minimun\""));
   EXPECT_THAT(compile_error(json::parse(R"({"$defs": {"x": {"patternProperties": {}}}})")),
-              HasSubstr("#/$defs/x/patternProperties: unknown keyword"));
+              HasSubstr("#/$defs/x/patternProperties: unsupported keyword \"patternProperties\""));
+  // Real keywords of draft 2020-12 that this validator does not implement are refused too,
+  // however deep, instead of being ignored.
+  const std::string deep = compile_error(
+      json::parse(R"({"allOf": [{"if": {"properties": {"n": {"exclusiveMinimum": 0}}}, "then": true}]})"));
+  EXPECT_EQ(deep.rfind("test-schema: #/allOf/0/if/properties/n/exclusiveMinimum: unsupported keyword "
+                       "\"exclusiveMinimum\" (this validator supports only: ", 0), 0u) << deep;
+  EXPECT_EQ(deep.find('\n'), std::string::npos) << deep;
+  for (const char* keyword : {"anyOf", "oneOf", "not", "format", "maxLength", "uniqueItems", "prefixItems",
+                              "definitions", "$anchor", "default"})
+    EXPECT_THAT(compile_error({{keyword, json::object()}}), HasSubstr(std::string("#/") + keyword +
+                                                                      ": unsupported keyword \"" + keyword + "\""));
+}
+
+TEST(JsonSchemaCompile, ReferencesOutsideThisDocumentAndEmbeddedResourcesAreRefused) {
+  EXPECT_THAT(compile_error(json::parse(R"({"$ref": "other.json#/$defs/a"})")),
+              HasSubstr("#/$ref: expected a JSON pointer into this document"));
+  EXPECT_THAT(compile_error(json::parse(R"({"$ref": "#anchor"})")),
+              HasSubstr("#/$ref: expected a JSON pointer into this document"));
+  EXPECT_THAT(compile_error(json::parse(R"({"$id": "https://x.invalid/a", "items": {"$id": "b"}})")),
+              HasSubstr("#/items/$id: \"$id\" below the root"));
+  EXPECT_THAT(compile_error(json::parse(R"({"$ref": "#/$defs/a%2"})")), HasSubstr("two hex digits"));
+}
+
+TEST(JsonSchemaRef, PercentEncodedAndEscapedPointerTokensResolve) {
+  const json schema = json::parse(R"({
+    "$defs": {"per%cent": {"type": "integer"}, "sl/ash": {"type": "string"}},
+    "properties": {"p": {"$ref": "#/$defs/per%25cent"}, "s": {"$ref": "#/$defs/sl~1ash"}}})");
+  EXPECT_EQ(verdict(schema, json::parse(R"({"p": 1, "s": "x"})")), "valid");
+  EXPECT_EQ(verdict(schema, json::parse(R"({"p": "1"})")), "/p: expected integer, got string \"1\"");
+  EXPECT_EQ(verdict(schema, json::parse(R"({"s": 1})")), "/s: expected string, got integer 1");
 }
 
 TEST(JsonSchemaCompile, MalformedKeywordValuesAreRefused) {
