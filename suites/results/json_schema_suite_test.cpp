@@ -8,9 +8,12 @@
 // get the suite's `valid`. A case is skipped only by one of these rules:
 //  - "draft-7-only": the case is listed in kDraft7OnlyCases (draft 7 semantics that draft
 //    2020-12 changed); it is not run.
-//  - "unsupported keyword", "non-pointer $ref", "$id below the root", "items array",
-//    "then/else without if": the case's schema uses something outside the supported set.
-//    The validator must then refuse the schema, naming what it refused; that is checked.
+//  - "unsupported keyword", "non-pointer $ref" (other documents, anchors), "$id below the
+//    root" (embedded resources), "items array" (draft 7 tuples, prefixItems in 2020-12):
+//    the case's schema uses something outside the supported set.
+//  - "then/else without if": the specification ignores them; the validator refuses them
+//    by design, as a keyword with no effect is likely a mistake in our own schemas.
+//  For these the validator must refuse the schema, naming what it refused; that is checked.
 // One translation applies before the rules: draft 7's `definitions` is draft 2020-12's
 // `$defs` (renamed in draft 2019-09), so the keyword and the "#/definitions/" prefix of
 // $refs are renamed; such cases are counted as "renamed".
