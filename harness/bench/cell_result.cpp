@@ -183,135 +183,179 @@ json config_of(const CellOutcome& o, std::optional<double> parameters) {
   return config;
 }
 
+// What a cell's comparisons need from the other cells: the step times and tokens/s of every
+// ok cell by id, and parameters and FLOPs per token by model.
+struct MatrixMeasurements {
+  std::map<std::string, Measured> measured;
+  std::map<std::string, double> parameters_by_model, flops_per_token_by_model;
+
+  static MatrixMeasurements of(const std::vector<CellOutcome>& outcomes) {
+    MatrixMeasurements all;
+    for (const auto& o : outcomes) {
+      if (o.status != "ok") continue;
+      all.measured[o.cell.id()] = measure(o);
+      for (const auto& r : o.repetitions) {
+        if (auto p = number_at(r.record, json::json_pointer("/parameters")))
+          all.parameters_by_model[o.cell.model.name()] = *p;
+        if (o.cell.system == System::Fsdpp)
+          if (auto f = number_at(r.record, json::json_pointer("/model_flops_per_token")))
+            all.flops_per_token_by_model[o.cell.model.name()] = *f;
+      }
+    }
+    return all;
+  }
+  std::optional<double> parameters(const std::string& model) const { return lookup(parameters_by_model, model); }
+  std::optional<double> flops_per_token(const std::string& model) const {
+    return lookup(flops_per_token_by_model, model);
+  }
+
+ private:
+  static std::optional<double> lookup(const std::map<std::string, double>& m, const std::string& key) {
+    auto it = m.find(key);
+    return it == m.end() ? std::nullopt : std::optional<double>(it->second);
+  }
+};
+
+// samples.step_ms, tokens_per_s, loss (every logged step of every repetition) and, with an
+// injected delay, injected_delay_ms; the step-time and throughput metrics.
+void add_time_and_loss(const CellOutcome& o, const Measured& m, json& samples, json& metrics) {
+  samples["step_ms"] = sample(m.step_ms, "ms", "lower");
+  samples["tokens_per_s"] = sample(m.tokens_per_s, "tokens/s", "higher");
+  if (auto losses = losses_per_repetition(o); !losses.empty()) {
+    std::vector<double> pooled;
+    for (const auto& l : losses) pooled.insert(pooled.end(), l.begin(), l.end());
+    samples["loss"] = sample(pooled, "nats", "none");
+  }
+  if (o.injected_delay_pct > 0) {  // rank 0's requested sleep inside each timed step
+    std::vector<double> injected;
+    for (const auto& r : o.repetitions)
+      if (r.record.contains("injected_delay_ms"))
+        for (const auto& v : r.record["injected_delay_ms"]) injected.push_back(v.get<double>());
+    samples["injected_delay_ms"] = sample(injected, "ms", "none");
+  }
+  metrics["step_ms_median"] = metric(m.step_ms_median, "ms", "lower");
+  metrics["step_ms_min"] = metric(*std::min_element(m.step_ms.begin(), m.step_ms.end()), "ms", "lower");
+  metrics["step_ms_iqr"] = metric(results::iqr(m.step_ms), "ms", "lower");
+  metrics["step_ms_cv"] = metric(results::cv(m.step_ms), "fraction", "lower");
+  metrics["tokens_per_s"] = metric(m.tokens_per_s_median, "tokens/s", "higher");
+}
+
+// Achieved FLOP/s, the matmul peak and MFU, and the peak memory (samples.peak_bytes_per_rank
+// when every repetition recorded it). Returns peak_bytes_per_rank, which the FSDP2
+// comparison divides.
+std::optional<double> add_compute_and_memory(const CellOutcome& o, const Measured& m,
+                                             std::optional<double> flops_per_token, json& samples, json& metrics) {
+  const auto& c = o.cell;
+  const double ranks = c.world_size;
+  std::optional<double> achieved, peak, peak_bytes;
+  if (flops_per_token) achieved = *flops_per_token * m.tokens_per_s_median / ranks;
+  const auto peak_bytes_per_rep = peak_bytes_per_repetition(o);
+  peak = median_of(per_repetition(o, c.system == System::Fsdpp ? "/matmul_peak_flops_per_s" : "/matmul_peak/flops_per_s"));
+  peak_bytes = max_of(peak_bytes_per_rep);
+  if (std::all_of(peak_bytes_per_rep.begin(), peak_bytes_per_rep.end(), [](const auto& v) { return v.has_value(); })) {
+    std::vector<double> values;
+    for (const auto& v : peak_bytes_per_rep) values.push_back(*v);
+    samples["peak_bytes_per_rank"] = sample(values, "bytes", "lower");
+  }
+  metrics["achieved_flops_per_s"] = metric(achieved, "FLOP/s per rank", "higher");
+  metrics["matmul_peak_flops_per_s"] = metric(peak, "FLOP/s per rank", "none");
+  metrics["mfu"] = metric(achieved && peak && *peak > 0 ? std::optional<double>(*achieved / *peak) : std::nullopt,
+                          "fraction", "higher");
+  metrics["peak_bytes_per_rank"] = metric(peak_bytes, "bytes", "lower");
+  return peak_bytes;
+}
+
+// fsdpp cells: persistent memory, bytes sent per collective kind, communication time and
+// the fraction of it the training thread waited for.
+void add_fsdpp_memory_and_comm(const CellOutcome& o, json& metrics) {
+  metrics["persistent_bytes_per_rank"] =
+      metric(median_of(per_repetition(o, "/memory_bytes/max_over_ranks/persistent_between_steps")), "bytes",
+             "lower");
+  for (const char* kind : {"all_gather", "reduce_scatter", "all_reduce"})
+    metrics[std::string("comm_bytes_per_step_") + kind] =
+        metric(median_of(per_repetition(o, std::string("/comm/") + kind + "/bytes_sent_per_step")), "bytes",
+               "lower");
+  metrics["comm_ms_per_step"] = metric(median_of(per_repetition(o, "/comm_ms_per_step")), "ms", "lower");
+  double busy = 0, exposed = 0;
+  for (const auto& r : o.repetitions) {
+    busy += number_at(r.record, json::json_pointer("/comm_ms_per_step")).value_or(0);
+    exposed += number_at(r.record, json::json_pointer("/exposed_comm_ms_per_step")).value_or(0);
+  }
+  metrics["exposed_comm_fraction"] =
+      metric(busy > 0 ? std::optional<double>(exposed / busy) : std::nullopt, "fraction", "lower");
+}
+
+// fsdpp cells: the step time against the unsharded baseline, tokens/s against each matching
+// peer that ran ok, peak memory against FSDP2's, and how far the loss curves are apart.
+void add_comparisons(const CellOutcome& o, const Measured& m, std::optional<double> peak_bytes,
+                     const std::vector<CellOutcome>& outcomes, const MatrixMeasurements& all, json& metrics) {
+  const auto& c = o.cell;
+  std::optional<double> overhead;
+  if (auto base = unsharded_baseline(c)) {
+    auto it = all.measured.find(base->id());
+    if (it != all.measured.end()) overhead = m.step_ms_median / it->second.step_ms_median;
+  }
+  metrics["overhead_vs_unsharded"] = metric(overhead, "ratio", "lower");
+  std::optional<double> vs_ddp, vs_single, vs_fsdp2, peak_vs_fsdp2;
+  std::map<System, std::optional<double>> loss_diff;
+  for (const auto& peer : outcomes) {
+    if (peer.status != "ok" || !peer_matches(peer.cell, c)) continue;
+    double ratio = m.tokens_per_s_median / all.measured.at(peer.cell.id()).tokens_per_s_median;
+    loss_diff[peer.cell.system] = loss_max_abs_diff(o, peer);
+    switch (peer.cell.system) {
+      case System::PytorchDdp: vs_ddp = ratio; break;
+      case System::PytorchSingle: vs_single = ratio; break;
+      case System::PytorchFsdp2: {
+        vs_fsdp2 = ratio;
+        auto theirs = max_of(peak_bytes_per_repetition(peer));
+        if (peak_bytes && theirs && *theirs > 0) peak_vs_fsdp2 = *peak_bytes / *theirs;
+        break;
+      }
+      case System::Fsdpp: break;
+    }
+  }
+  metrics["tokens_per_s_ratio_vs_pytorch_ddp"] = metric(vs_ddp, "ratio", "higher");
+  metrics["tokens_per_s_ratio_vs_pytorch_single"] = metric(vs_single, "ratio", "higher");
+  metrics["tokens_per_s_ratio_vs_pytorch_fsdp2"] = metric(vs_fsdp2, "ratio", "higher");
+  metrics["peak_bytes_ratio_vs_pytorch_fsdp2"] = metric(peak_vs_fsdp2, "ratio", "lower");
+  // Same initial weights, batches and optimizer (peers started as fsdpp): how far the
+  // loss curves are apart, the largest difference of one step's logged loss.
+  for (auto peer : {System::PytorchDdp, System::PytorchSingle, System::PytorchFsdp2})
+    metrics[std::string("loss_max_abs_diff_vs_") + to_string(peer)] = metric(loss_diff[peer], "nats", "lower");
+}
+
+// One outcome as a cell of the document: id, system, config, status, and for an ok cell its
+// samples and metrics (a cell that did not run has empty ones and its reason).
+json result_cell(const CellOutcome& o, const std::vector<CellOutcome>& outcomes, const MatrixMeasurements& all) {
+  const auto& c = o.cell;
+  json cell = {{"id", c.id()},
+               {"system", to_string(c.system)},
+               {"config", config_of(o, all.parameters(c.model.name()))},
+               {"status", o.status},
+               {"samples", json::object()},
+               {"metrics", json::object()}};
+  if (o.status != "ok") {
+    cell["reason"] = o.reason;
+    return cell;
+  }
+  const Measured& m = all.measured.at(c.id());
+  auto& samples = cell["samples"];
+  auto& metrics = cell["metrics"];
+  add_time_and_loss(o, m, samples, metrics);
+  const auto peak_bytes = add_compute_and_memory(o, m, all.flops_per_token(c.model.name()), samples, metrics);
+  if (c.system == System::Fsdpp) {
+    add_fsdpp_memory_and_comm(o, metrics);
+    add_comparisons(o, m, peak_bytes, outcomes, all, metrics);
+  }
+  return cell;
+}
+
 }  // namespace
 
 json results_cells(const std::vector<CellOutcome>& outcomes) {
-  // What comparisons need from other cells: step time and tokens/s of ok cells by id,
-  // parameters and FLOPs per token by model.
-  std::map<std::string, Measured> measured;
-  std::map<std::string, double> parameters_by_model, flops_per_token_by_model;
-  for (const auto& o : outcomes) {
-    if (o.status != "ok") continue;
-    measured[o.cell.id()] = measure(o);
-    for (const auto& r : o.repetitions) {
-      if (auto p = number_at(r.record, json::json_pointer("/parameters"))) parameters_by_model[o.cell.model.name()] = *p;
-      if (o.cell.system == System::Fsdpp)
-        if (auto f = number_at(r.record, json::json_pointer("/model_flops_per_token")))
-          flops_per_token_by_model[o.cell.model.name()] = *f;
-    }
-  }
-  auto lookup = [](const std::map<std::string, double>& m, const std::string& key) -> std::optional<double> {
-    auto it = m.find(key);
-    return it == m.end() ? std::nullopt : std::optional<double>(it->second);
-  };
-
+  const auto all = MatrixMeasurements::of(outcomes);
   json cells = json::array();
-  for (const auto& o : outcomes) {
-    const auto& c = o.cell;
-    json cell = {{"id", c.id()},
-                 {"system", to_string(c.system)},
-                 {"config", config_of(o, lookup(parameters_by_model, c.model.name()))},
-                 {"status", o.status},
-                 {"samples", json::object()},
-                 {"metrics", json::object()}};
-    if (o.status != "ok") {
-      cell["reason"] = o.reason;
-      cells.push_back(cell);
-      continue;
-    }
-    const Measured& m = measured.at(c.id());
-    const double ranks = c.world_size;
-    auto& samples = cell["samples"];
-    auto& metrics = cell["metrics"];
-    samples["step_ms"] = sample(m.step_ms, "ms", "lower");
-    samples["tokens_per_s"] = sample(m.tokens_per_s, "tokens/s", "higher");
-    if (auto losses = losses_per_repetition(o); !losses.empty()) {
-      std::vector<double> pooled;
-      for (const auto& l : losses) pooled.insert(pooled.end(), l.begin(), l.end());
-      samples["loss"] = sample(pooled, "nats", "none");
-    }
-    if (o.injected_delay_pct > 0) {  // rank 0's requested sleep inside each timed step
-      std::vector<double> injected;
-      for (const auto& r : o.repetitions)
-        if (r.record.contains("injected_delay_ms"))
-          for (const auto& v : r.record["injected_delay_ms"]) injected.push_back(v.get<double>());
-      samples["injected_delay_ms"] = sample(injected, "ms", "none");
-    }
-    metrics["step_ms_median"] = metric(m.step_ms_median, "ms", "lower");
-    metrics["step_ms_min"] = metric(*std::min_element(m.step_ms.begin(), m.step_ms.end()), "ms", "lower");
-    metrics["step_ms_iqr"] = metric(results::iqr(m.step_ms), "ms", "lower");
-    metrics["step_ms_cv"] = metric(results::cv(m.step_ms), "fraction", "lower");
-    metrics["tokens_per_s"] = metric(m.tokens_per_s_median, "tokens/s", "higher");
-
-    std::optional<double> flops_per_token = lookup(flops_per_token_by_model, c.model.name());
-    std::optional<double> achieved, peak, peak_bytes;
-    if (flops_per_token) achieved = *flops_per_token * m.tokens_per_s_median / ranks;
-    const auto peak_bytes_per_rep = peak_bytes_per_repetition(o);
-    peak = median_of(per_repetition(o, c.system == System::Fsdpp ? "/matmul_peak_flops_per_s" : "/matmul_peak/flops_per_s"));
-    peak_bytes = max_of(peak_bytes_per_rep);
-    if (std::all_of(peak_bytes_per_rep.begin(), peak_bytes_per_rep.end(), [](const auto& v) { return v.has_value(); })) {
-      std::vector<double> values;
-      for (const auto& v : peak_bytes_per_rep) values.push_back(*v);
-      samples["peak_bytes_per_rank"] = sample(values, "bytes", "lower");
-    }
-    metrics["achieved_flops_per_s"] = metric(achieved, "FLOP/s per rank", "higher");
-    metrics["matmul_peak_flops_per_s"] = metric(peak, "FLOP/s per rank", "none");
-    metrics["mfu"] = metric(achieved && peak && *peak > 0 ? std::optional<double>(*achieved / *peak) : std::nullopt,
-                            "fraction", "higher");
-    metrics["peak_bytes_per_rank"] = metric(peak_bytes, "bytes", "lower");
-
-    if (c.system == System::Fsdpp) {
-      metrics["persistent_bytes_per_rank"] =
-          metric(median_of(per_repetition(o, "/memory_bytes/max_over_ranks/persistent_between_steps")), "bytes",
-                 "lower");
-      for (const char* kind : {"all_gather", "reduce_scatter", "all_reduce"})
-        metrics[std::string("comm_bytes_per_step_") + kind] =
-            metric(median_of(per_repetition(o, std::string("/comm/") + kind + "/bytes_sent_per_step")), "bytes",
-                   "lower");
-      metrics["comm_ms_per_step"] = metric(median_of(per_repetition(o, "/comm_ms_per_step")), "ms", "lower");
-      double busy = 0, exposed = 0;
-      for (const auto& r : o.repetitions) {
-        busy += number_at(r.record, json::json_pointer("/comm_ms_per_step")).value_or(0);
-        exposed += number_at(r.record, json::json_pointer("/exposed_comm_ms_per_step")).value_or(0);
-      }
-      metrics["exposed_comm_fraction"] =
-          metric(busy > 0 ? std::optional<double>(exposed / busy) : std::nullopt, "fraction", "lower");
-
-      std::optional<double> overhead;
-      if (auto base = unsharded_baseline(c)) {
-        auto it = measured.find(base->id());
-        if (it != measured.end()) overhead = m.step_ms_median / it->second.step_ms_median;
-      }
-      metrics["overhead_vs_unsharded"] = metric(overhead, "ratio", "lower");
-      std::optional<double> vs_ddp, vs_single, vs_fsdp2, peak_vs_fsdp2;
-      std::map<System, std::optional<double>> loss_diff;
-      for (const auto& peer : outcomes) {
-        if (peer.status != "ok" || !peer_matches(peer.cell, c)) continue;
-        double ratio = m.tokens_per_s_median / measured.at(peer.cell.id()).tokens_per_s_median;
-        loss_diff[peer.cell.system] = loss_max_abs_diff(o, peer);
-        switch (peer.cell.system) {
-          case System::PytorchDdp: vs_ddp = ratio; break;
-          case System::PytorchSingle: vs_single = ratio; break;
-          case System::PytorchFsdp2: {
-            vs_fsdp2 = ratio;
-            auto theirs = max_of(peak_bytes_per_repetition(peer));
-            if (peak_bytes && theirs && *theirs > 0) peak_vs_fsdp2 = *peak_bytes / *theirs;
-            break;
-          }
-          case System::Fsdpp: break;
-        }
-      }
-      metrics["tokens_per_s_ratio_vs_pytorch_ddp"] = metric(vs_ddp, "ratio", "higher");
-      metrics["tokens_per_s_ratio_vs_pytorch_single"] = metric(vs_single, "ratio", "higher");
-      metrics["tokens_per_s_ratio_vs_pytorch_fsdp2"] = metric(vs_fsdp2, "ratio", "higher");
-      metrics["peak_bytes_ratio_vs_pytorch_fsdp2"] = metric(peak_vs_fsdp2, "ratio", "lower");
-      // Same initial weights, batches and optimizer (peers started as fsdpp): how far the
-      // loss curves are apart, the largest difference of one step's logged loss.
-      for (auto peer : {System::PytorchDdp, System::PytorchSingle, System::PytorchFsdp2})
-        metrics[std::string("loss_max_abs_diff_vs_") + to_string(peer)] = metric(loss_diff[peer], "nats", "lower");
-    }
-    cells.push_back(cell);
-  }
+  for (const auto& o : outcomes) cells.push_back(result_cell(o, outcomes, all));
   return cells;
 }
 
