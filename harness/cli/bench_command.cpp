@@ -93,6 +93,18 @@ bool BenchCommand::parsed() const {
   return (command_ != nullptr && command_->parsed()) || (matrix_command_ != nullptr && matrix_command_->parsed());
 }
 
+void BenchCommand::check() {
+  if (command_ != nullptr && command_->parsed()) {
+    if (strategy_ != "unsharded") fsdp::parse_strategy(strategy_);  // throws naming the value
+    return;
+  }
+  if (!table_.empty()) return;
+  if (preset_.empty()) throw std::invalid_argument("bench: --preset is required (or --table FILE)");
+  if (harness::select_cells(harness::preset_cells(preset_), filter_).empty())
+    throw std::invalid_argument("bench: --filter '" + filter_ + "' selects no cell of --preset " + preset_);
+  if (!list_ && matrix_out_.empty()) throw std::invalid_argument("bench: --out FILE is required");
+}
+
 int BenchCommand::run(const std::vector<std::string>& argv) {
   if (command_ != nullptr && command_->parsed()) return run_step(argv);
   if (matrix_command_ != nullptr && matrix_command_->parsed()) return run_matrix(argv);
@@ -124,14 +136,11 @@ int BenchCommand::run_matrix(const std::vector<std::string>& argv) {
     std::fputs(results::baseline_table(results::load_results(table_)).c_str(), stdout);
     return 0;
   }
-  if (preset_.empty()) throw std::invalid_argument("bench: --preset is required (or --table FILE)");
-  auto cells = harness::select_cells(harness::preset_cells(preset_), filter_);
-  if (cells.empty()) throw std::invalid_argument("bench: --filter '" + filter_ + "' selects no cell of --preset " + preset_);
+  auto cells = harness::select_cells(harness::preset_cells(preset_), filter_);  // check(): not empty
   if (list_) {
     for (const auto& c : cells) std::printf("%s\n", c.id().c_str());
     return 0;
   }
-  if (matrix_out_.empty()) throw std::invalid_argument("bench: --out FILE is required");
   matrix_.setup.bind_cores = !no_bind_cores_;
 
   // The parent only launches commands: it never computes with LibTorch itself.

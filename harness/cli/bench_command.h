@@ -26,6 +26,7 @@ class BenchCommand final : public Command {
   // Command (command.h): parsed() if `bench-step` or `bench` was.
   void add_to(CLI::App& app) override;
   bool parsed() const override;
+  void check() override;
   int run(const std::vector<std::string>& argv) override;
 
  private:

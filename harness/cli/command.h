@@ -26,6 +26,12 @@ class Command {
   // Whether the parse chose this command (one of its subcommands). False before parsing.
   virtual bool parsed() const = 0;
 
+  // Checks the parsed flags that need no file and no work (required flags, values that
+  // must agree), throwing UsageError or std::invalid_argument naming the flag. main calls
+  // it after parsing and before run(), and under FSDPP_PARSE_ONLY=1 (parse_only.h) instead
+  // of run(). Only if parsed().
+  virtual void check() {}
+
   // Runs the parsed subcommand and returns the process exit code (usage_error.h). argv:
   // the command line as parsed (after expand_config); a command that launches ranks
   // (--nproc) hands it to each of them, the others ignore it. Throws UsageError for bad

@@ -54,7 +54,7 @@ void DataCommands::add_to(CLI::App& app) {
   data_->require_subcommand(1);
   prepare_ = data_->add_subcommand(
       "prepare", "Tokenize .txt, .json, .jsonl and .yaml files into fsdpp token shards (core/data/TOKENS.md)");
-  // Required flags are checked in run: a missing one is then one "fsdpp: error:" line.
+  // Required flags are checked in check(): a missing one is then one "fsdpp: error:" line.
   prepare_->add_option("--input", options_.input, "Input file or directory (walked recursively) (required)");
   prepare_->add_option("--output", options_.output_dir,
                        "Output directory: train_NNNNNN.tok, eval_NNNNNN.tok, manifest.json (required)");
@@ -76,11 +76,14 @@ void DataCommands::add_to(CLI::App& app) {
 
 bool DataCommands::parsed() const { return prepare_ != nullptr && prepare_->parsed(); }
 
-int DataCommands::run(const std::vector<std::string>& /*argv*/) {
+void DataCommands::check() {
   for (const auto& [flag, value] : {std::pair<const char*, const std::filesystem::path*>{"--input", &options_.input},
                                     {"--output", &options_.output_dir},
                                     {"--tokenizer", &options_.tokenizer}})
     if (value->empty()) throw UsageError(std::string("data prepare: ") + flag + " is required");
+}
+
+int DataCommands::run(const std::vector<std::string>& /*argv*/) {
   if (end_idx_ >= 0) options_.end_idx = end_idx_;
   if (!std::filesystem::exists(options_.input))
     throw UsageError(options_.input.string() + ": no such file or directory (expected a file or a directory of "

@@ -16,6 +16,7 @@ class DataCommands final : public Command {
   // Command (command.h): parsed() if `data prepare` was.
   void add_to(CLI::App& app) override;
   bool parsed() const override;
+  void check() override;
   int run(const std::vector<std::string>& argv) override;
 
  private:

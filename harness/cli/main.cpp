@@ -18,6 +18,7 @@
 #include "harness/cli/equiv_command.h"
 #include "harness/cli/model_commands.h"
 #include "harness/cli/plan_command.h"
+#include "harness/cli/parse_only.h"
 #include "harness/cli/results_commands.h"
 #include "harness/cli/selfcheck_command.h"
 #include "harness/cli/train_command.h"
@@ -53,12 +54,21 @@ int main(int argc, char** argv) {
 
   const auto commands = all_commands();
   for (const auto& command : commands) command->add_to(app);
+  // The docs test's hidden modes (parse_only.h): list every flag, or parse without running.
+  if (fsdpp::cli::list_flags_requested()) {
+    fsdpp::cli::list_flags(app, stdout);
+    return 0;
+  }
+  const bool parse_only = fsdpp::cli::parse_only();
+  if (parse_only) fsdpp::cli::skip_path_checks(app);
 
   try {
     for (const auto& command : commands) args = command->expand_config(args);  // `train --config FILE`
     std::vector<char*> arg_ptrs;
     for (auto& a : args) arg_ptrs.push_back(a.data());
     app.parse(static_cast<int>(arg_ptrs.size()), arg_ptrs.data());
+    for (const auto& command : commands)
+      if (command->parsed()) command->check();
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help
     // Bad usage exits 2 (README, exit codes), whatever CLI11's own code for the error is.
@@ -68,6 +78,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "fsdpp: error: %s\n", e.what());
     return 2;
   }
+  if (parse_only) return 0;
   try {
     for (const auto& command : commands)
       if (command->parsed()) return command->run(args);

@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <stdexcept>
 
 #include "core/fsdp/sharding.h"
 #include "core/io/yaml_json.h"
 #include "core/runtime/device.h"
 #include "core/train/trainer.h"
+#include "harness/cli/parse_only.h"
 #include "harness/cli/usage_error.h"
 
 namespace fsdpp::cli {
@@ -92,6 +94,7 @@ std::vector<std::string> TrainCommand::expand_config(const std::vector<std::stri
     if (argv[i].rfind("--config=", 0) == 0) file = argv[i].substr(9);
   }
   if (file.empty()) return argv;
+  if (parse_only() && !std::filesystem::exists(file)) return argv;  // a placeholder such as <file>
   auto json = io::load_json_or_yaml_file(file);
   if (!json.is_object()) throw std::invalid_argument(file + ": expected a mapping of option names to values");
   std::vector<std::string> inserted;
@@ -130,6 +133,13 @@ const train::TrainConfig& TrainCommand::finish_config() {
                                    : backward_prefetch_ == "post" ? fsdp::BackwardPrefetch::Post
                                                                   : fsdp::BackwardPrefetch::Pre;
   return config_;
+}
+
+void TrainCommand::check() {
+  finish_config();
+  // The options of a placeholder --config are unknown: what validate requires may be there.
+  if (parse_only() && !config_file_.empty() && !std::filesystem::exists(config_file_)) return;
+  config_.validate();
 }
 
 bool TrainCommand::parsed() const { return command_ != nullptr && command_->parsed(); }

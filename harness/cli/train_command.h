@@ -32,6 +32,9 @@ class TrainCommand final : public Command {
 
   // Command (command.h): parsed() if `train` was.
   bool parsed() const override;
+  // finish_config() and TrainConfig::validate(); under FSDPP_PARSE_ONLY=1 with a --config
+  // file that does not exist (a placeholder in the docs), finish_config() only.
+  void check() override;
   int run(const std::vector<std::string>& argv) override;
 
  private:
