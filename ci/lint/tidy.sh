@@ -6,6 +6,7 @@
 #                                  $FSDPP_TIDY_MAX_FILES (default 12) of them
 #   ci/lint/tidy.sh --all          every source in the build's compile database
 #   ci/lint/tidy.sh FILE...        these sources
+#   ci/lint/tidy.sh --list ...     print the sources it would check, and stop
 # Options: --build DIR  the build folder whose compile_commands.json to read (default
 #                       <repo>/build; every preset exports one)
 #          --db DIR     use DIR/compile_commands.json as it is (one entry per source)
@@ -36,15 +37,17 @@ build=$repo/build
 db=""
 base=${FSDPP_LINT_BASE:-}
 all=0
+list=0
 files=()
 while (($#)); do
   case "$1" in
     --all) all=1 ;;
+    --list) list=1 ;;
     --build) build=${2:?"$me: --build needs a folder"}; shift ;;
     --db) db=${2:?"$me: --db needs a folder"}; shift ;;
     --base) base=${2:?"$me: --base needs a revision"}; shift ;;
     -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
-    -*) echo "$me: unknown option $1 (expected --all, --build DIR, --db DIR, --base REV or files)" >&2; exit 2 ;;
+    -*) echo "$me: unknown option $1 (expected --all, --list, --build DIR, --db DIR, --base REV or files)" >&2; exit 2 ;;
     *) files+=("$1") ;;
   esac
   shift
@@ -102,6 +105,10 @@ fi
 for f in "${files[@]}"; do
   [ -f "$f" ] || { echo "$me: $f: no such file" >&2; exit 1; }
 done
+if ((list)); then
+  printf '%s\n' "${files[@]}"
+  exit 0
+fi
 
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
