@@ -164,7 +164,7 @@ CheckpointIndex CheckpointIndex::from_json(const json& root, const fs::path& pat
              std::to_string(kFormatVersion));
   std::vector<std::string> known = {"format",  "version", "world_size", "mesh",       "checksum",
                                     "files",   "tensors", "optimizer",  "train_state"};
-  if (version >= kFirstVersionWithIndexChecksum) known.push_back(kIndexChecksumField);
+  if (version >= kFirstVersionWithIndexChecksum) known.emplace_back(kIndexChecksumField);
   top.only(known, version);
   if (top.string("checksum") != "sha256") top.fail("checksum is '" + top.string("checksum") + "', expected 'sha256'");
 

@@ -63,8 +63,8 @@ struct CheckpointIndex {
   nlohmann::json train_state = nlohmann::json::object();  // the trainer's, opaque
 
   nlohmann::json to_json() const;  // version kFormatVersion, index_sha256 included
-  // Parses and validates `json` (read from `path`, which only names it in errors).
-  static CheckpointIndex from_json(const nlohmann::json& json, const std::filesystem::path& path);
+  // Parses and validates `root` (read from `path`, which only names it in errors).
+  static CheckpointIndex from_json(const nlohmann::json& root, const std::filesystem::path& path);
   static CheckpointIndex read(const std::filesystem::path& path);
 };
 

@@ -314,6 +314,7 @@ std::vector<std::string> all_gather_text(comm::Communicator& world, const std::s
   at::Tensor all = at::empty({n * longest}, at::kByte);
   world.all_gather_into(all, mine);
   std::vector<std::string> out;
+  out.reserve(static_cast<size_t>(n));
   const char* bytes = static_cast<const char*>(all.data_ptr());
   for (int r = 0; r < n; ++r) out.emplace_back(bytes + r * longest, lengths[r].item<int64_t>());
   return out;
@@ -357,6 +358,7 @@ SavedCheckpoint save_checkpoint(comm::Communicator& world, const fs::path& dir_i
   std::string error;
   if (root) {
     std::vector<RankReport> reports;
+    reports.reserve(texts.size());
     for (const auto& t : texts) reports.push_back(RankReport::from_json(json::parse(t)));
     error = finish(tmp, dir, reports, train_state, options, saved);
   }

@@ -37,7 +37,7 @@ std::string Sha256::hex_digest() {
     throw std::runtime_error("sha256: EVP_DigestFinal_ex failed");
   static const char* hex = "0123456789abcdef";
   std::string out;
-  out.reserve(2 * digest_bytes);
+  out.reserve(2 * static_cast<size_t>(digest_bytes));
   for (unsigned int i = 0; i < digest_bytes; ++i) {
     out.push_back(hex[digest[i] >> 4]);
     out.push_back(hex[digest[i] & 0xF]);

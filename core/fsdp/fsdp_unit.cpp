@@ -216,7 +216,7 @@ std::vector<at::Tensor> FsdpUnit::gather_full(bool gradients) {
     auto& p = params_[i];
     // A gradient is undefined everywhere if it is undefined here (same params got grads).
     if (gradients && !defined[i]) {
-      out.push_back(at::Tensor());
+      out.emplace_back();
       continue;
     }
     at::Tensor full = at::empty(p.shape(), flat_shard_.options());

@@ -651,6 +651,7 @@ std::vector<fs::path> SafetensorsIndex::shard_paths() const {
   std::set<std::string> files;
   for (const auto& [name, file] : state_->weight_map) files.insert(file);
   std::vector<fs::path> out;
+  out.reserve(files.size());
   for (const auto& file : files) out.push_back(state_->dir / file);
   return out;
 }
