@@ -160,6 +160,8 @@ LlamaConfig llama_preset(const std::string& name) {
     three.rope_scaling = Llama3RopeScaling{32.0, 1.0, 4.0, 8192};
     p["3B"] = three;
     p["7B"] = make(32000, 4096, 11008, 32, 32, 32, 4096, 10000, false);   // Llama 2 7B
+    // Llama 3 8B: meta-llama/Meta-Llama-3-8B's config.json (no rope_scaling, untied).
+    p["8B"] = make(128256, 4096, 14336, 32, 32, 8, 8192, 500000, false);
     p["13B"] = make(32000, 5120, 13824, 40, 40, 40, 4096, 10000, false);  // Llama 2 13B
     p["70B"] = make(32000, 8192, 28672, 80, 64, 8, 4096, 10000, false);   // Llama 2 70B
     return p;
@@ -174,7 +176,7 @@ LlamaConfig llama_preset(const std::string& name) {
 }
 
 const std::vector<std::string>& llama_preset_names() {
-  static const std::vector<std::string> names = {"tiny", "125M", "350M", "1B", "3B", "7B", "13B", "70B"};
+  static const std::vector<std::string> names = {"tiny", "125M", "350M", "1B", "3B", "7B", "8B", "13B", "70B"};
   return names;
 }
 

@@ -49,7 +49,7 @@ struct LlamaConfig {
 };
 
 // Presets for training from scratch: "tiny" (tests), "125M", "350M" (Llama-style sizes
-// of GPT-3's small models), "1B" and "3B" (Llama 3.2), "7B", "13B", "70B" (Llama 2).
+// of GPT-3's small models), "1B" and "3B" (Llama 3.2), "7B", "13B", "70B" (Llama 2), "8B" (Llama 3).
 LlamaConfig llama_preset(const std::string& name);
 const std::vector<std::string>& llama_preset_names();
 

@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "core/comm/chunk_plan.h"
+#include "core/plan/caching_allocator.h"
 #include "core/fsdp/sharding.h"
 
 namespace fsdpp::plan {
@@ -75,6 +76,10 @@ MemoryEstimate estimate_memory(const ModelShape& model, const PlanConfig& c) {
   MemoryEstimate e;
   e.offloaded = c.cpu_offload;
   int64_t shard_numel = 0, largest_block_padded = 0, largest_block_numel = 0, root_numel = 0, all_numel = 0;
+  // On CUDA, what the caching allocator counts for the shard buffers (one flat buffer per
+  // unit, or the module's own tensors when replicated); host memory counts the bytes.
+  const bool cuda_shards = c.device.name != "cpu" && !c.cpu_offload;
+  int64_t shard_allocated = 0;
   CollectiveBytes& comm = e.comm;
   const int64_t micro = c.grad_accum_steps;
   for (const auto& unit : model.units) {
@@ -85,6 +90,13 @@ MemoryEstimate estimate_memory(const ModelShape& model, const PlanConfig& c) {
       if (!replicated) unit_pad += (layout.shard_rows - layout.valid_rows(0)) * layout.row_numel;
     }
     shard_numel += unit_shard;
+    if (!cuda_shards) {
+      shard_allocated += unit_shard * kMasterBytes;
+    } else if (!replicated) {
+      shard_allocated += cuda_allocated_bytes(unit_shard * kMasterBytes);
+    } else {
+      for (const auto& p : unit.params) shard_allocated += cuda_allocated_bytes(p.numel() * kMasterBytes);
+    }
     e.padding_bytes += unit_pad * kMasterBytes;
     all_numel += unit.numel();
     if (unit.is_root) {
@@ -97,7 +109,10 @@ MemoryEstimate estimate_memory(const ModelShape& model, const PlanConfig& c) {
     // reduce-scatter move the padded flat shard over the shard group; FULL_SHARD gathers a
     // non-root unit again for backward (the root stays unsharded, as FSDP2's).
     if (c.strategy == ShardingStrategy::NoShard) {
-      comm.all_reduce += micro * all_reduce_bytes_sent(unit.numel(), kReduceBytes, replicas);
+      // A replicated unit's flat gradient is padded to a multiple of the replicas
+      // (fsdp_collectives.cpp, replica_reduce_input); a flat shard's is not.
+      const int64_t flat = replicated ? (unit.numel() + replicas - 1) / replicas * replicas : unit_shard;
+      comm.all_reduce += micro * all_reduce_bytes_sent(flat, kReduceBytes, replicas);
       continue;
     }
     if (shard > 1) {
@@ -116,7 +131,7 @@ MemoryEstimate estimate_memory(const ModelShape& model, const PlanConfig& c) {
   e.optimizer_state_bytes = 2 * shard_numel * kMasterBytes;
   e.fp32_master_extra_bytes = 0;
   const int64_t persistent = e.param_shard_bytes + e.optimizer_state_bytes;  // between steps: gradients are cleared
-  e.device_persistent_after_setup = c.cpu_offload ? 0 : e.param_shard_bytes;
+  e.device_persistent_after_setup = c.cpu_offload ? 0 : shard_allocated;
   e.host_persistent_bytes = c.cpu_offload ? persistent + e.grad_shard_bytes : 0;
   const int64_t device_state = c.cpu_offload ? 0 : persistent;
 

@@ -35,7 +35,9 @@ struct MemoryEstimate {
   int64_t optimizer_state_bytes = 0;  // AdamW exp_avg + exp_avg_sq, fp32
   int64_t fp32_master_extra_bytes = 0;
   bool offloaded = false;             // the four above live in host memory (--cpu-offload)
-  int64_t device_persistent_after_setup = 0;  // on the device before the first step: the shards
+  // On the device before the first step: the shards, as the CUDA caching allocator counts
+  // them on a GPU (caching_allocator.h), their bytes on the CPU; 0 with offload.
+  int64_t device_persistent_after_setup = 0;
   int64_t host_persistent_bytes = 0;          // offload: shards + grads + optimizer state
 
   // Transient, per rank.

@@ -17,6 +17,26 @@ int64_t config_int(const nlohmann::json& c, std::initializer_list<const char*> k
 
 std::vector<int64_t> shape_of(const at::Tensor& t) { return std::vector<int64_t>(t.sizes().begin(), t.sizes().end()); }
 
+// While alive, this thread's tensor factories dispatch to the meta kernels. It saves the
+// thread's whole local dispatch key set and puts it back as it was (also on an exception),
+// rather than removing the key it added: a nested guard that snapshots the set while Meta
+// is in it must not leave Meta behind.
+class MetaFactories {
+ public:
+  MetaFactories() : saved_(c10::impl::tls_local_dispatch_key_set()) {
+    c10::impl::PODLocalDispatchKeySet meta;
+    meta.set_included(saved_.included_ | c10::DispatchKeySet(c10::DispatchKey::Meta));
+    meta.set_excluded(saved_.excluded_);
+    c10::impl::_force_tls_local_dispatch_key_set(c10::impl::LocalDispatchKeySet(meta));
+  }
+  ~MetaFactories() { c10::impl::_force_tls_local_dispatch_key_set(saved_); }
+  MetaFactories(const MetaFactories&) = delete;
+  MetaFactories& operator=(const MetaFactories&) = delete;
+
+ private:
+  c10::impl::LocalDispatchKeySet saved_;
+};
+
 }  // namespace
 
 int64_t ParamShape::numel() const {
@@ -38,14 +58,24 @@ int64_t ModelShape::parameter_count() const {
 }
 
 ModelShape ModelShape::of_config(const nlohmann::json& config, const std::string& source) {
-  auto parsed = models::parse_causal_lm_config(config, source);
+  models::parse_causal_lm_config(config, source);  // the config as given must be valid
+  // Rope scaling changes no parameter's shape, and Llama 3's scaled frequencies use an op
+  // with no meta kernel (where): the shape is read off the unscaled model.
+  nlohmann::json unscaled = config;
+  unscaled.erase("rope_scaling");
+  if (unscaled.contains("rope_parameters") && unscaled["rope_parameters"].is_object()) {
+    nlohmann::json plain = {{"rope_type", "default"}};
+    if (unscaled["rope_parameters"].contains("rope_theta")) plain["rope_theta"] = unscaled["rope_parameters"]["rope_theta"];
+    unscaled["rope_parameters"] = plain;
+  }
+  auto parsed = models::parse_causal_lm_config(unscaled, source);
   ModelShape s;
   s.model_type = parsed.model_type;
   s.config = config;
   {
     // Every factory call below dispatches to the meta kernels: parameters get shapes and
     // dtypes but no storage, and initialisers (uniform_, normal_) do nothing.
-    c10::impl::IncludeDispatchKeyGuard meta(c10::DispatchKey::Meta);
+    MetaFactories meta;
     models::CausalLm lm = parsed.build();
     for (const auto& item : lm.module->named_parameters(/*recurse=*/true))
       s.named_parameters.push_back({item.key(), shape_of(item.value())});

@@ -6,9 +6,9 @@ namespace fsdpp::plan {
 
 namespace {
 
-constexpr double kEfficiencyMax = 0.92;
-constexpr double kEfficiencyHalfWidth = 2750;
-constexpr double kLogitBytesMoved = 40;   // fp32 copy, log-softmax, its backward, the bf16 cast
+constexpr double kEfficiencyMax = 0.76;
+constexpr double kEfficiencyHalfWidth = 1600;
+constexpr double kLogitBytesMoved = 75;   // fp32 copy, log-softmax, its backward, the casts (fitted)
 constexpr double kMemoryEfficiency = 0.8;
 constexpr double kPcieBytesPerS = 25e9;
 constexpr double kHostAdamBytesPerS = 20e9;
@@ -58,7 +58,7 @@ StepTimeEstimate estimate_step_time(const ModelShape& model, const PlanConfig& c
                     std::string(fp32 ? "; fp32 at 67/989 of it" : "");
   const double h = static_cast<double>(model.hidden);
   a.efficiency = kEfficiencyMax * h / (h + kEfficiencyHalfWidth);
-  a.efficiency_source = "e(h) = 0.92 h / (h + 2750), fitted to the 4 H100 cells of results/gpu/ (docs/plan.md)";
+  a.efficiency_source = "e(h) = 0.76 h / (h + 1600), fitted to the 12 committed H100 FSDP cells (docs/plan.md)";
   a.memory_bytes_per_s = kMemoryEfficiency * c.device.memory_bytes_per_s;
   a.link_bytes_per_s = c.link_bytes_per_s > 0 ? c.link_bytes_per_s : (c.nodes > 1 ? kInterNodeBytesPerS : kNvlinkBytesPerS);
   a.link_source = c.link_bytes_per_s > 0 ? "--link-bandwidth"

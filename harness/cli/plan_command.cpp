@@ -119,6 +119,23 @@ int PlanCommand::run(const std::vector<std::string>& /*argv*/) {
     if (!host_memory_.empty()) c.host_memory_bytes = plan::parse_bytes(host_memory_, "--host-memory");
     if (!link_bandwidth_.empty()) c.link_bytes_per_s = plan::parse_bandwidth(link_bandwidth_, "--link-bandwidth");
     plan::estimate_memory(r.shape, c);  // a configuration that cannot run is bad input
+    if (c.device.memory_bytes > 0) {
+      // A memory no configuration of this model on this world can fit in: below the
+      // frugal plan's peak (FULL_SHARD, every block checkpointed, CPU offload, batch 1).
+      plan::PlanConfig frugal = c;
+      frugal.strategy = fsdp::ShardingStrategy::FullShard;
+      frugal.activation_checkpointing = true;
+      frugal.ac_freq = 1;
+      frugal.cpu_offload = true;
+      frugal.batch_size = 1;
+      frugal.grad_accum_steps = 1;
+      const int64_t least = plan::estimate_memory(r.shape, frugal).peak_bytes;
+      if (c.device.memory_bytes < least)
+        throw UsageError("--gpu-memory " + gpu_memory_ + ": " + plan::format_bytes(static_cast<double>(c.device.memory_bytes)) +
+                         " is below the least any configuration of " + r.model + " on " +
+                         std::to_string(c.world_size()) + " ranks needs (" +
+                         plan::format_bytes(static_cast<double>(least)) + ": FULL_SHARD, AC, CPU offload, batch 1)");
+    }
     return r;
   });
 
