@@ -1138,16 +1138,31 @@ def matmul_peak(device, dtype):
             "seconds": dt, "flops_per_s": 2.0 * n ** 3 * iters / dt}
 
 
-def flops_per_token(c, seq_len, params):
-    """Training FLOPs per token, the usual estimate: 6 * (parameters - embedding rows)
-    + 12 * layers * seq_len * attention width (forward + backward, causal not halved)."""
+def matmul_parameters(model):
+    """Parameters that enter a matmul, counted as fsdpp's model_flops_per_token counts them
+    (core/plan/step_time_model.h): every weight of 2+ dimensions except position embeddings;
+    the token embedding is a lookup when an lm_head.weight is listed (tied or not), and the
+    head then counts once. PlanPeerFlops.* holds this against fsdpp's count."""
+    named = list(model.named_parameters(remove_duplicate=False))
+    separate_head = any(name == "lm_head.weight" for name, _ in named)
+    total = 0
+    for name, p in named:
+        if p.dim() < 2 or "wpe" in name or "embed_positions" in name:
+            continue
+        if ("wte" in name or "embed_tokens" in name) and separate_head:
+            continue
+        total += p.numel()
+    return total
+
+
+def flops_per_token(c, seq_len, matmul_params):
+    """Model FLOPs per token, fsdpp's formula: 6 * matmul parameters + 12 * layers * seq_len *
+    attention width (forward + backward, causal not halved; recomputation not counted)."""
     if c["model_type"] == "gpt2":
         layers, width = c["n_layer"], c["n_embd"]
-        non_embedding = params - c["n_positions"] * c["n_embd"]
     else:
         layers, width = c["num_hidden_layers"], c["num_attention_heads"] * c["head_dim"]
-        non_embedding = params - (0 if c["tie_word_embeddings"] else c["vocab_size"] * c["hidden_size"])
-    return 6 * non_embedding + 12 * layers * seq_len * width
+    return 6 * matmul_params + 12 * layers * seq_len * width
 
 
 def device_description(device):
@@ -1533,7 +1548,7 @@ def train_record(args, c, device, ranks, run):
     seq_len, peak = run["seq_len"], run["peak"]
     step_ms, total_s, loss_l, norm_l = run["step_ms"], run["total_s"], run["losses"], run["norms"]
     tokens_per_step = ranks.world * args.batch_size * seq_len
-    fpt = flops_per_token(c, seq_len, run["parameters"])
+    fpt = flops_per_token(c, seq_len, run["matmul_parameters"])
     tokens_per_s = tokens_per_step * args.steps / total_s
     sorted_ms = sorted(step_ms)
     record = {
@@ -1607,6 +1622,7 @@ def run_train(args, c):
     batches = Batches(args, c, seq_len, total_steps, ranks)
     model = prepare_model(args, c, device)
     params_count = sum(p.numel() for _, p in unique_parameters(model))
+    matmul_params = matmul_parameters(model)
     for block in model.blocks():
         block.checkpointing = args.activation_checkpointing
     train_model, sharded_group, precision = parallelize(args, model, device, ranks)
@@ -1628,7 +1644,7 @@ def run_train(args, c):
     if ranks.distributed:
         dist.barrier()
     if ranks.lead:
-        run = {"seq_len": seq_len, "peak": peak, "parameters": params_count, "precision": precision,
+        run = {"seq_len": seq_len, "peak": peak, "parameters": params_count, "matmul_parameters": matmul_params, "precision": precision,
                "data": batches.description(), "step_ms": step_ms, "total_s": total_s, "losses": losses,
                "norms": norms, "lrs": steps.lrs, "per_rank": per_rank}
         report(args, train_record(args, c, device, ranks, run), losses)
