@@ -11,7 +11,7 @@ namespace fsdpp::plan {
 
 namespace {
 
-std::string lower(std::string s) {
+std::string ascii_lower(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return s;
 }
@@ -26,7 +26,7 @@ std::pair<double, std::string> number_and_unit(const std::string& text, const st
   } catch (const std::exception&) {
     throw std::invalid_argument(flag + " '" + text + "': expected " + expected);
   }
-  std::string unit = lower(text.substr(used));
+  std::string unit = ascii_lower(text.substr(used));
   unit.erase(std::remove(unit.begin(), unit.end(), ' '), unit.end());
   if (!std::isfinite(value) || value <= 0)
     throw std::invalid_argument(flag + " '" + text + "': expected a positive amount, " + expected);
@@ -40,7 +40,7 @@ DeviceSpec device_spec(const std::string& kind) {
   // matmul rate is what the benchmark measured on an H100 (results/gpu/: the median n=8192
   // bf16 matmul, 7.5e14 FLOP/s, 76% of the 989 TFLOP/s datasheet); H200 has the same
   // GH100 compute; A100's 312 TFLOP/s datasheet figure is scaled by the same 76%.
-  const std::string k = lower(kind);
+  const std::string k = ascii_lower(kind);
   if (k == "h100") return {"h100", 80LL * 1000 * 1000 * 1000, 7.5e14, 3.35e12};
   if (k == "h200") return {"h200", 141LL * 1000 * 1000 * 1000, 7.5e14, 4.8e12};
   if (k == "a100-80g") return {"a100-80g", 80LL * 1000 * 1000 * 1000, 312e12 * 0.76, 2.039e12};

@@ -17,7 +17,7 @@ constexpr double kInterNodeBytesPerS = 50e9;   // 400 Gb/s InfiniBand per GPU
 
 bool is_matmul_weight(const ParamShape& p) { return p.shape.size() >= 2; }
 
-bool contains(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
+bool name_has(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
 
 }  // namespace
 
@@ -30,8 +30,8 @@ double model_flops_per_token(const std::vector<ParamShape>& named_parameters, in
   // A tied head is listed as lm_head.weight too; its embedding is then skipped as a lookup.
   for (const auto& p : named_parameters) {
     if (!is_matmul_weight(p)) continue;  // biases, norms
-    if (contains(p.name, "wpe") || contains(p.name, "embed_positions")) continue;
-    const bool token_embedding = contains(p.name, "wte") || contains(p.name, "embed_tokens");
+    if (name_has(p.name, "wpe") || name_has(p.name, "embed_positions")) continue;
+    const bool token_embedding = name_has(p.name, "wte") || name_has(p.name, "embed_tokens");
     if (token_embedding && separate_head) continue;  // a lookup; the head is counted itself
     matmul_params += static_cast<double>(p.numel());
   }

@@ -5,6 +5,7 @@
 
 #include <fstream>
 
+#include "core/models/presets.h"
 #include "core/plan/plan_document.h"
 #include "harness/testing/temp_dir.h"
 #include "suites/cli/fsdpp_binary.h"
@@ -48,6 +49,18 @@ TEST(PlanCommand, FitPrintsTheTrainFlagsOfTheFastestThatFitsAndWhyEveryOtherLost
   EXPECT_THAT(output, HasSubstr("does not fit: peak"));
   EXPECT_THAT(output, HasSubstr("slower: "));
   EXPECT_THAT(output, HasSubstr("fsdpp train --from-scratch --model-type llama --model-size 7B --nproc 8"));
+}
+
+TEST(PlanCommand, AHuggingFaceFolderPlansAsItsPresetDoes) {
+  harness::TempDir dir;
+  std::ofstream(dir.path() / "config.json") << models::from_scratch_config("llama", "tiny").dump();
+  const std::string flags = " --nproc 3 --mixed-precision bf16 --batch-size 2 --seq-len 32 2>&1";
+  auto [code, folder] = run_shell(kFsdpp + " plan --model " + dir.path().string() + flags);
+  ASSERT_EQ(code, 0) << folder;
+  auto [preset_code, preset] = run_shell(kFsdpp + " plan --model-type llama --model-size tiny" + flags);
+  ASSERT_EQ(preset_code, 0) << preset;
+  // Everything after the first line (which names the model) is the same.
+  EXPECT_EQ(folder.substr(folder.find('\n')), preset.substr(preset.find('\n')));
 }
 
 void expect_one_line_exit_2(const std::string& args, const std::string& names) {
