@@ -1,6 +1,6 @@
 #include "core/comm/failure_board.h"
 
-#include <signal.h>
+#include <signal.h>  // NOLINT(modernize-deprecated-headers): POSIX kill(), which <csignal> does not declare
 #include <unistd.h>
 
 #include <c10/util/Logging.h>

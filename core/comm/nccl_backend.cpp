@@ -60,6 +60,7 @@ CommWork NcclBackend::call(CollectiveKind kind, const std::string& what, int64_t
     return CommWorkAccess::make(state);
   }
   std::vector<at::Tensor> contiguous;
+  contiguous.reserve(outputs.size());
   for (auto& t : outputs) contiguous.push_back(t.is_contiguous() ? t : at::empty_like(t, at::MemoryFormat::Contiguous));
   std::shared_ptr<NcclDone> done;
   try {

@@ -113,7 +113,7 @@ struct NcclGroup::Impl {
 
   // Queues `body` (NCCL calls) on the group's stream after the caller's pending work.
   template <typename Body>
-  std::shared_ptr<NcclDone> enqueue(const std::string& what, std::vector<at::Tensor> tensors, Body body) {
+  std::shared_ptr<NcclDone> enqueue(const std::string& what, const std::vector<at::Tensor>& tensors, Body body) {
     {
       std::lock_guard<std::mutex> lock(mu);
       if (!broken.empty()) throw CommError(what + " " + label + " refused: " + broken);
@@ -123,7 +123,7 @@ struct NcclGroup::Impl {
     at::cuda::CUDAEvent ready;
     ready.record(caller);
     ready.block(*stream);
-    for (auto& t : tensors)
+    for (const auto& t : tensors)
       if (t.defined() && t.numel() > 0)
         c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), *stream);
     body(stream->stream());

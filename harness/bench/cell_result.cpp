@@ -254,6 +254,7 @@ std::optional<double> add_compute_and_memory(const CellOutcome& o, const Measure
   peak_bytes = max_of(peak_bytes_per_rep);
   if (std::all_of(peak_bytes_per_rep.begin(), peak_bytes_per_rep.end(), [](const auto& v) { return v.has_value(); })) {
     std::vector<double> values;
+    values.reserve(peak_bytes_per_rep.size());
     for (const auto& v : peak_bytes_per_rep) values.push_back(*v);
     samples["peak_bytes_per_rank"] = sample(values, "bytes", "lower");
   }
