@@ -7,6 +7,7 @@
 #
 #   bash ci/format.sh          run from anywhere; changes files, commits nothing
 set -euo pipefail
+# shellcheck source=ci/lint/tools.sh
 source "$(dirname "$0")/lint/tools.sh"
 lint_need clang-format "Debian package clang-format"
 ruff=$(lint_ruff) || exit 1

@@ -7,6 +7,7 @@
 #   ci/lint/format_check.sh            every file ci/lint/cxx_files.sh lists
 #   ci/lint/format_check.sh FILE...    these files (any path), against the same style
 set -euo pipefail
+# shellcheck source=ci/lint/tools.sh
 source "$(dirname "$0")/tools.sh"
 lint_need clang-format "Debian package clang-format"
 files=("$@")

@@ -7,6 +7,7 @@
 #   ci/lint/ruff_check.sh            the files ruff.toml includes (harness/ and ci/)
 #   ci/lint/ruff_check.sh FILE...    these files (any path), with the same rules
 set -euo pipefail
+# shellcheck source=ci/lint/tools.sh
 source "$(dirname "$0")/tools.sh"
 ruff=$(lint_ruff) || exit 1
 config=(--config "$lint_repo/ruff.toml")

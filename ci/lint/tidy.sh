@@ -29,6 +29,7 @@
 # Exit: 0 no finding; 1 a finding, a file clang-tidy cannot compile, or a tool missing;
 # 2 bad usage; 77 nothing to compare against.
 set -euo pipefail
+# shellcheck source=ci/lint/tools.sh
 source "$(dirname "$0")/tools.sh"
 lint_need clang-tidy "Debian package clang-tidy"
 repo=$lint_repo

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by ci/lint/*.sh and ci/format.sh: finds the linters, or stops with one line naming
 # the missing one and where it comes from (exit 1).
 #   lint_repo            the repository root
