@@ -15,7 +15,7 @@
 #                                 exit 1 on a confirmed regression
 #   ci/gpu_pipeline.sh publish    appends smoke.json to $FSDPP_HISTORY (never rewrites) and writes the
 #                                 dashboard to $FSDPP_OUT/dashboard.html
-#   ci/gpu_pipeline.sh all        the five in order (compare's verdict is the exit code, after publish)
+#   ci/gpu_pipeline.sh all        the five in order, publish only when compare passed (its verdict is the exit code)
 #
 # Environment: FSDPP_OUT (default out/), FSDPP_HISTORY (default results/history),
 # FSDPP_GATE_WINDOW (default 5), FSDPP_BUILD_DIR (default build-cuda), PYTHON,
@@ -41,8 +41,13 @@ stage_smoke() {
   "$fsdpp" bench $bench_flags --out "$out/smoke.json"
 }
 stage_compare() {
-  if ! compgen -G "$history/*/*.json" >/dev/null; then
-    echo "gpu_pipeline: no history in $history yet: nothing to compare against (first run)"
+  # The gate compares with this machine's own runs only: a history holding other machines'
+  # documents (the repository's results/history on a new runner) is no baseline either.
+  local fingerprint
+  fingerprint=$("$python" -c 'import json, sys; print(json.load(open(sys.argv[1]))["machine"]["fingerprint"])' \
+                "$out/smoke.json") || { echo "gpu_pipeline: $out/smoke.json has no machine.fingerprint" >&2; return 2; }
+  if ! compgen -G "$history/$fingerprint/*.json" >/dev/null; then
+    echo "gpu_pipeline: no history for machine $fingerprint in $history yet: nothing to compare against (first run)"
     return 0
   fi
   "$repo/ci/gate.sh" --fsdpp "$fsdpp" --new "$out/smoke.json" --history "$history" --window "$window" \
@@ -65,7 +70,8 @@ case "${1:-all}" in
     stage_smoke
     verdict=0
     stage_compare || verdict=$?
-    stage_publish
+    # A run joins the history only when the gate passed: a regression is never a baseline.
+    if [ "$verdict" -eq 0 ]; then stage_publish; fi
     exit "$verdict"
     ;;
   *) echo "ci/gpu_pipeline.sh: unknown stage '$1': expected build, test, smoke, compare, publish or all" >&2; exit 2 ;;

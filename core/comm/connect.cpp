@@ -97,16 +97,121 @@ std::string local_address_towards(const std::string& host, int port) {
   return local;
 }
 
+// torchrun's agent store (TORCHELASTIC_USE_AGENT_STORE=True): the agent hosts a TCPStore at
+// MASTER_ADDR:MASTER_PORT, so rank 0 cannot host fsdpp's there. As in PyTorch's env://
+// rendezvous every rank joins the agent's store as a client; rank 0 hosts fsdpp's store on a
+// port of its own and publishes "host port" under a key of this attempt (a restarted attempt
+// of an elastic run must not read the last one's), where the other ranks read it. The
+// agent's store may be on another machine than rank 0 (torchrun's c10d rendezvous).
+std::string published_store_key(const WorldSpec& world) {
+  return "fsdpp/attempt_" + std::to_string(world.restart_count) + "/store";
+}
+
+std::string agent_store_where(const WorldSpec& world) {
+  return "torchrun's agent store at " + world.master_addr + ":" + std::to_string(world.master_port);
+}
+
+c10::intrusive_ptr<c10d::TCPStore> join_agent_store(const WorldSpec& world, std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions options;
+  options.port = static_cast<std::uint16_t>(world.master_port);
+  options.isServer = false;
+  options.waitWorkers = false;
+  options.timeout = timeout;
+  QuietStoreWarnings quiet;
+  std::optional<c10::intrusive_ptr<c10d::TCPStore>> store;
+  std::string error;
+  try {
+    std::string host = world.master_addr;
+    store = with_deadline<c10::intrusive_ptr<c10d::TCPStore>>(
+        [host, options] { return c10::make_intrusive<c10d::TCPStore>(host, options); },
+        timeout + std::chrono::seconds(1));
+  } catch (const std::exception& e) {
+    error = ": " + first_line_of(e.what());
+  }
+  if (!store)
+    throw CommError("fsdpp comm: rank " + std::to_string(world.rank) + " could not join " + agent_store_where(world) +
+                    " within " + ms_text(timeout) + " (TORCHELASTIC_USE_AGENT_STORE=True)" + error);
+  return *store;
+}
+
+// Where rank 0 hosts fsdpp's store: loopback for a loopback master, else this machine's
+// address on the route to the agent's store (reachable from wherever that is reachable).
+std::string own_store_host(const WorldSpec& world) {
+  if (is_loopback_address(world.master_addr)) return "127.0.0.1";
+  std::string local = local_address_towards(world.master_addr, world.master_port);
+  if (local.empty())
+    throw CommError("fsdpp comm: rank 0 found no address of its own on the route to " + agent_store_where(world) +
+                    " to host fsdpp's store on");
+  return local;
+}
+
+void publish_store(const c10::intrusive_ptr<c10d::TCPStore>& store, const WorldSpec& hosted,
+                   std::chrono::milliseconds timeout) {
+  std::string key = published_store_key(hosted);
+  std::string value = hosted.master_addr + " " + std::to_string(hosted.master_port);
+  auto done = with_deadline<bool>(
+      [store, key, value] {
+        store->set(key, std::vector<uint8_t>(value.begin(), value.end()));
+        return true;
+      },
+      timeout);
+  if (!done)
+    throw CommError("fsdpp comm: rank 0 could not publish its store's address in torchrun's agent store within " +
+                    ms_text(timeout));
+}
+
+WorldSpec read_published_store(const c10::intrusive_ptr<c10d::TCPStore>& store, const WorldSpec& given,
+                               std::chrono::milliseconds timeout) {
+  std::string key = published_store_key(given);
+  std::optional<std::string> value;
+  try {
+    value = with_deadline<std::string>(
+        [store, key, timeout] {
+          store->wait({key}, timeout);
+          auto bytes = store->get(key);
+          return std::string(bytes.begin(), bytes.end());
+        },
+        timeout + std::chrono::seconds(1));
+  } catch (const std::exception&) {
+  }
+  if (!value)
+    throw CommError("fsdpp comm: rank 0 never answered: it did not publish its store's address in " +
+                    agent_store_where(given) + " within " + ms_text(timeout) + " (rank 0 is not running or failed " +
+                    "before it hosted the store); rank " + std::to_string(given.rank) + " gave up");
+  WorldSpec world = given;
+  auto space = value->find(' ');
+  try {
+    if (space == std::string::npos) throw std::invalid_argument("no port");
+    world.master_addr = value->substr(0, space);
+    world.master_port = std::stoi(value->substr(space + 1));
+  } catch (const std::exception&) {
+    throw CommError("fsdpp comm: " + agent_store_where(given) + " holds '" + *value + "' under " + key +
+                    ", not \"host port\"");
+  }
+  return world;
+}
+
 }  // namespace
 
 bool is_loopback_address(const std::string& address) {
   return address == "localhost" || address.rfind("127.", 0) == 0;
 }
 
-JoinedWorld join_world(const WorldSpec& world, std::chrono::milliseconds timeout) {
+JoinedWorld join_world(const WorldSpec& given, std::chrono::milliseconds timeout) {
   const auto start = Clock::now();
-  const std::string me = "rank " + std::to_string(world.rank);
-  const std::string where = world.master_addr + ":" + std::to_string(world.master_port);
+  const std::string me = "rank " + std::to_string(given.rank);
+  // Under torchrun's agent store, fsdpp's store is rank 0's own, where it publishes it.
+  WorldSpec world = given;
+  c10::intrusive_ptr<c10d::TCPStore> agent;
+  if (given.agent_store) {
+    agent = join_agent_store(given, timeout);
+    if (given.rank == 0) {
+      world.master_addr = own_store_host(given);
+      world.master_port = 0;  // the system picks a free port
+    } else {
+      world = read_published_store(agent, given, timeout);
+    }
+  }
   c10d::TCPStoreOptions options;
   options.port = static_cast<std::uint16_t>(world.master_port);
   options.isServer = world.rank == 0;
@@ -119,9 +224,16 @@ JoinedWorld join_world(const WorldSpec& world, std::chrono::milliseconds timeout
     try {
       joined.store = c10::make_intrusive<c10d::TCPStore>(world.master_addr, options);
     } catch (const std::exception& e) {
-      throw CommError("fsdpp comm: rank 0 could not host the TCPStore at " + where + ": " + first_line_of(e.what()));
+      throw CommError("fsdpp comm: rank 0 could not host the TCPStore at " + world.master_addr + ":" +
+                      std::to_string(world.master_port) + ": " + first_line_of(e.what()));
     }
-  } else {
+    if (agent) {
+      world.master_port = static_cast<int>(joined.store->getPort());
+      publish_store(agent, world, timeout);
+    }
+  }
+  const std::string where = world.master_addr + ":" + std::to_string(world.master_port);
+  if (world.rank != 0) {
     QuietStoreWarnings quiet;
     std::optional<c10::intrusive_ptr<c10d::TCPStore>> store;
     std::string error;

@@ -1,7 +1,10 @@
 // How the ranks of a world meet and connect, bounded in time, naming whoever is missing.
 //
 // 1. Rank 0 hosts the world's TCPStore; the others join it. A rank that cannot join
-//    within the timeout says that rank 0 never answered.
+//    within the timeout says that rank 0 never answered. Under torchrun, whose agent
+//    already hosts a store at MASTER_ADDR:MASTER_PORT (WorldSpec::agent_store), rank 0
+//    hosts fsdpp's on a free port and publishes "host port" in the agent's store under
+//    fsdpp/attempt_<TORCHELASTIC_RESTART_COUNT>/store; the others read it there.
 // 2. Every rank joins the failure board (failure_board.h) and waits, up to the timeout,
 //    for every other rank's record. A rank that never arrives is named, and posted on the
 //    board so that the ranks that ask later read the same.
@@ -38,8 +41,8 @@ struct JoinedWorld {
   std::shared_ptr<FailureBoard> board;  // never null for a world of two or more
 };
 
-// Steps 1 and 2 for this rank of `world` (world_size >= 2). Throws CommError.
-JoinedWorld join_world(const WorldSpec& world, std::chrono::milliseconds timeout);
+// Steps 1 and 2 for this rank of `given` (world_size >= 2). Throws CommError.
+JoinedWorld join_world(const WorldSpec& given, std::chrono::milliseconds timeout);
 
 // Step 3: runs `make_group` (which constructs the ProcessGroupGloo of group `group_name`,
 // whose members are `world_ranks`, this rank being world_ranks[group_rank]) under the

@@ -102,7 +102,7 @@ std::string WorldSpec::describe() const {
   std::ostringstream os;
   os << "world: rank=" << rank << " world_size=" << world_size << " local_rank=" << local_rank
      << " local_world_size=" << local_world_size << " master=" << master_addr << ":" << master_port
-     << " source=" << source;
+     << " source=" << source << (agent_store ? " agent_store" : "");
   return os.str();
 }
 
@@ -144,6 +144,8 @@ WorldSpec resolve_world(const EnvLookup& env, const WorldOverrides& overrides) {
     spec.world_size = *env_int(env, "WORLD_SIZE", 1);
     spec.local_rank = env_int(env, "LOCAL_RANK", 0).value_or(spec.rank);
     spec.local_world_size = env_int(env, "LOCAL_WORLD_SIZE", 1).value_or(spec.world_size);
+    spec.agent_store = env("TORCHELASTIC_USE_AGENT_STORE") == std::optional<std::string>("True");
+    spec.restart_count = env_int(env, "TORCHELASTIC_RESTART_COUNT", 0).value_or(0);
   } else if (env("SLURM_PROCID")) {
     spec.source = "slurm";
     spec.rank = *env_int(env, "SLURM_PROCID", 0);
@@ -171,6 +173,7 @@ WorldSpec resolve_world(const EnvLookup& env, const WorldOverrides& overrides) {
   if (overrides.local_world_size) spec.local_world_size = *overrides.local_world_size;
   if (overrides.master_addr) spec.master_addr = *overrides.master_addr;
   if (overrides.master_port) spec.master_port = *overrides.master_port;
+  if (overrides.master_addr || overrides.master_port) spec.agent_store = false;
 
   if (spec.world_size < 1) throw std::invalid_argument("world size must be >= 1");
   if (spec.rank < 0 || spec.rank >= spec.world_size)

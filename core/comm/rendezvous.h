@@ -18,6 +18,11 @@ struct WorldSpec {
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;  // torchrun's default
   std::string source = "single";  // "explicit", "torchrun", "slurm" or "single"
+  // torchrun's agent already hosts a TCPStore at master_addr:master_port
+  // (TORCHELASTIC_USE_AGENT_STORE=True, as PyTorch's env:// rendezvous reads it); rank 0
+  // then hosts fsdpp's store elsewhere and publishes where through the agent's (connect.h).
+  bool agent_store = false;
+  int restart_count = 0;  // TORCHELASTIC_RESTART_COUNT: which attempt of an elastic run this is
 
   // One line, identical on every rank of a world except for the rank fields.
   std::string describe() const;
@@ -35,7 +40,9 @@ EnvLookup process_env();
 EnvLookup env_from_map(std::map<std::string, std::string> vars);
 
 // Precedence: overrides > torchrun variables (RANK, WORLD_SIZE, LOCAL_RANK,
-// LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT) > SLURM variables (SLURM_PROCID,
+// LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_USE_AGENT_STORE,
+// TORCHELASTIC_RESTART_COUNT; an overridden master address or port is fsdpp's own, not the
+// agent's) > SLURM variables (SLURM_PROCID,
 // SLURM_NTASKS, SLURM_LOCALID, SLURM_NTASKS_PER_NODE or SLURM_TASKS_PER_NODE, master =
 // MASTER_ADDR or the first host of SLURM_JOB_NODELIST) > a single process.
 // Throws std::invalid_argument naming the variable on malformed or inconsistent values.

@@ -37,6 +37,21 @@ TEST(Rendezvous, SlurmVariablesDescribeTheSameWorld) {
   EXPECT_EQ(w.source, "slurm");
 }
 
+TEST(Rendezvous, TorchrunsAgentStoreIsUsedOnlyWhenItSaysSoAndNotUnderAnOwnMasterPort) {
+  std::map<std::string, std::string> vars = {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "29400"},
+                                             {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+                                             {"TORCHELASTIC_RESTART_COUNT", "3"}};
+  auto w = resolve_world(env_from_map(vars));
+  EXPECT_TRUE(w.agent_store);
+  EXPECT_EQ(w.restart_count, 3);
+  EXPECT_THAT(w.describe(), HasSubstr("source=torchrun agent_store"));
+  WorldOverrides own_port;
+  own_port.master_port = 29555;
+  EXPECT_FALSE(resolve_world(env_from_map(vars), own_port).agent_store);
+  vars["TORCHELASTIC_USE_AGENT_STORE"] = "False";
+  EXPECT_FALSE(resolve_world(env_from_map(vars)).agent_store);
+}
+
 TEST(Rendezvous, TorchrunBeatsSlurmAndFlagsBeatBoth) {
   auto env = env_from_map({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "9"}});
   EXPECT_EQ(resolve_world(env).world_size, 2);

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <unistd.h>
 
 #include <csignal>
@@ -287,6 +288,32 @@ TEST(ConnectFailures, WithoutRankZeroTheOthersSayItNeverAnswered) {
                                      if (rank == 0) std::raise(SIGKILL);
                                    }));
   expect_the_others_name(report, 0, "rank 0 never answered: no TCPStore at 127\\.0\\.0\\.1:[0-9]+ within 3000 ms");
+}
+
+// Under torchrun the agent hosts the store at MASTER_ADDR:MASTER_PORT and rank 0 publishes
+// where it hosts fsdpp's: without rank 0 the others say it never published, in time.
+TEST(ConnectFailures, UnderTorchrunsAgentStoreWithoutRankZeroTheOthersSayItNeverPublished) {
+  c10d::TCPStoreOptions agent_options;
+  agent_options.port = 0;
+  agent_options.isServer = true;
+  agent_options.waitWorkers = false;
+  auto agent = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", agent_options);
+  comm::WorldSpec world;
+  world.rank = 1;
+  world.world_size = 2;
+  world.master_port = static_cast<int>(agent->getPort());
+  world.agent_store = true;
+  comm::CommOptions options;
+  options.timeout = std::chrono::milliseconds(1500);
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    comm::Communicator::connect(world, options);
+    ADD_FAILURE() << "rank 1 connected without rank 0";
+  } catch (const comm::CommError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("rank 0 never answered: it did not publish its store's address in torchrun's "
+                                    "agent store at 127.0.0.1:" + std::to_string(world.master_port)));
+  }
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5.0);
 }
 
 // Rank 2 is SIGKILLed after the given delay from the start of its connect: at any moment
