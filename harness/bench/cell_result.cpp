@@ -83,10 +83,13 @@ Measured measure(const CellOutcome& o) {
   return m;
 }
 
-// Per repetition, the largest rank's peak memory during the timed steps: fsdpp's record,
+// Per repetition, the largest rank's peak memory during the timed steps: fsdpp's record
+// (CUDA: tensors' peak allocated; CPU: the resident set's peak, as the peers measure it),
 // or torch_peer.py's (peer_peak_bytes).
 std::vector<std::optional<double>> peak_bytes_per_repetition(const CellOutcome& o) {
-  if (o.cell.system == System::Fsdpp) return per_repetition(o, "/memory_bytes/max_over_ranks/peak_allocated");
+  if (o.cell.system == System::Fsdpp)
+    return per_repetition(o, o.device == "cuda" ? "/memory_bytes/max_over_ranks/peak_allocated"
+                                                : "/memory_bytes/max_over_ranks/rss_peak");
   std::vector<std::optional<double>> out;
   for (const auto& r : o.repetitions) out.push_back(peer_peak_bytes(r.record, o.device));
   return out;
@@ -266,12 +269,19 @@ std::optional<double> add_compute_and_memory(const CellOutcome& o, const Measure
   return peak_bytes;
 }
 
-// fsdpp cells: persistent memory, bytes sent per collective kind, communication time and
-// the fraction of it the training thread waited for.
+// fsdpp cells: persistent memory (CUDA: tensors; CPU: the resident set), the tensor bytes
+// after setup and their peak on either device (CPU: the counting allocator's), bytes sent
+// per collective kind, communication time and the fraction of it the training thread
+// waited for.
 void add_fsdpp_memory_and_comm(const CellOutcome& o, json& metrics) {
-  metrics["persistent_bytes_per_rank"] =
-      metric(median_of(per_repetition(o, "/memory_bytes/max_over_ranks/persistent_between_steps")), "bytes",
-             "lower");
+  metrics["persistent_bytes_per_rank"] = metric(
+      median_of(per_repetition(o, o.device == "cuda" ? "/memory_bytes/max_over_ranks/persistent_between_steps"
+                                                     : "/memory_bytes/max_over_ranks/rss_between_steps")),
+      "bytes", "lower");
+  metrics["persistent_after_setup_bytes_per_rank"] =
+      metric(median_of(per_repetition(o, "/memory_bytes/max_over_ranks/persistent_after_setup")), "bytes", "lower");
+  metrics["peak_allocated_bytes_per_rank"] =
+      metric(max_of(per_repetition(o, "/memory_bytes/max_over_ranks/peak_allocated")), "bytes", "lower");
   for (const char* kind : {"all_gather", "reduce_scatter", "all_reduce"})
     metrics[std::string("comm_bytes_per_step_") + kind] =
         metric(median_of(per_repetition(o, std::string("/comm/") + kind + "/bytes_sent_per_step")), "bytes",

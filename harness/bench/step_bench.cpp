@@ -22,6 +22,7 @@
 #include "core/optim/adamw.h"
 #include "core/plan/model_shape.h"
 #include "core/plan/step_time_model.h"
+#include "core/runtime/counting_cpu_allocator.h"
 #include "core/runtime/device.h"
 #include "core/runtime/host_memory.h"
 #include "core/train/train_step.h"
@@ -52,6 +53,65 @@ double measure_matmul_flops(const std::string& device_text, const std::string& d
 }
 
 namespace {
+
+// The cell's memory figures, by name: tensor bytes (CUDA: the caching allocator's
+// allocated bytes; CPU: the counting allocator's, when installed) and, on the CPU, the
+// process's resident set. Written to the record as rank 0's and as the maximum over ranks.
+class MemoryFigures {
+ public:
+  MemoryFigures(at::Device device, bool count_cpu_tensors) : device_(device), counted_(device.is_cuda() || count_cpu_tensors) {
+    if (device.is_cpu() && count_cpu_tensors) runtime::CountingCpuAllocator::install();
+  }
+
+  // Starts a peak window (tensor bytes and, on the CPU, VmHWM).
+  void reset_peaks() const {
+    runtime::reset_peak_memory(device_);
+    if (device_.is_cpu()) runtime::CountingCpuAllocator::reset_peak();
+  }
+  // Records the tensor bytes alive now as `name` (and the resident set as `rss_name` on the CPU).
+  void record_allocated(const std::string& name, const std::string& rss_name) {
+    runtime::synchronize(device_);
+    if (device_.is_cuda()) {
+      add(name, runtime::device_memory(device_).allocated_bytes);
+      return;
+    }
+    if (counted_) add(name, runtime::CountingCpuAllocator::live_bytes());
+    add(rss_name, runtime::device_memory(device_).allocated_bytes);
+  }
+  // Records the peaks of the window: peak_allocated, and peak_reserved (CUDA) or rss_peak (CPU).
+  void record_peaks() {
+    const auto memory = runtime::device_memory(device_);
+    if (device_.is_cuda()) {
+      add("peak_allocated", memory.peak_allocated_bytes);
+      add("peak_reserved", memory.peak_reserved_bytes);
+      return;
+    }
+    if (counted_) add("peak_allocated", runtime::CountingCpuAllocator::peak_bytes());
+    add("rss_peak", memory.peak_allocated_bytes);
+  }
+  // Collective: every figure as rank 0's, and under max_over_ranks the largest rank's.
+  nlohmann::json to_json(comm::Communicator& comm) const {
+    std::vector<double> values;
+    values.reserve(figures_.size());
+    for (const auto& f : figures_) values.push_back(static_cast<double>(f.second));
+    auto max = torch::tensor(values, torch::kDouble);
+    comm.all_reduce(max, comm::ReduceOp::Max);
+    nlohmann::json out = nlohmann::json::object(), over_ranks = nlohmann::json::object();
+    for (size_t i = 0; i < figures_.size(); ++i) {
+      out[figures_[i].first] = figures_[i].second;
+      over_ranks[figures_[i].first] = static_cast<int64_t>(max[static_cast<int64_t>(i)].item<double>());
+    }
+    out["max_over_ranks"] = over_ranks;
+    return out;
+  }
+
+ private:
+  void add(const std::string& name, int64_t bytes) { figures_.emplace_back(name, bytes); }
+
+  at::Device device_;
+  bool counted_;
+  std::vector<std::pair<std::string, int64_t>> figures_;
+};
 
 const std::vector<comm::CollectiveKind>& reported_kinds() {
   static const std::vector<comm::CollectiveKind> kinds = {
@@ -124,7 +184,9 @@ nlohmann::json run_step_bench(comm::Communicator& comm, int local_rank, const St
   // `device`; unsharded, built whole with the same values (init_rows = init_from_scratch).
   auto config = models::from_scratch_config(c.model_type, c.model_size, c.vocab_size);
   const std::string source = c.model_type + " " + c.model_size;
-  runtime::reset_peak_memory(device);
+  // Before the model's first tensor: on the CPU, the counting allocator must see it.
+  MemoryFigures memory_figures(device, c.count_cpu_tensors);
+  memory_figures.reset_peaks();
   std::shared_ptr<fsdp::ShardedModel> sharded;
   models::CausalLm lm;
   if (c.unsharded) {
@@ -170,22 +232,19 @@ nlohmann::json run_step_bench(comm::Communicator& comm, int local_rank, const St
   // The unsharded baseline's mixed precision is autocast (FSDP casts its parameters itself).
   if (c.unsharded) step_options.autocast_dtype = compute_dtype;
   train::TrainStep train_step(comm, lm, sharded.get(), *optimizer, step_options);
-  runtime::synchronize(device);
-  const int64_t persistent_after_setup = runtime::device_memory(device).allocated_bytes;
+  memory_figures.record_allocated("persistent_after_setup", "rss_after_setup");
 
   // Batches: from --data as `fsdpp train` draws them, or one fixed random batch per rank.
   BatchSource batches(c, lm.vocab_size, comm, device);
 
   std::vector<double> step_ms, losses, injected_ms;
-  int64_t persistent_between_steps = 0;
   StepProfiler profiler(comm.rank() == 0 ? c.profile_trace : "", device.is_cuda());
   for (int step = -c.warmup_steps; step < c.steps; ++step) {
     if (step == 0) {
       if (sharded) sharded->reset_comm_stats();
-      runtime::synchronize(device);
       // What stays between steps: parameters (shards), optimizer state, kept buffers.
-      persistent_between_steps = runtime::device_memory(device).allocated_bytes;
-      runtime::reset_peak_memory(device);
+      memory_figures.record_allocated("persistent_between_steps", "rss_between_steps");
+      memory_figures.reset_peaks();
       profiler.start();
     }
     runtime::synchronize(device);
@@ -209,7 +268,7 @@ nlohmann::json run_step_bench(comm::Communicator& comm, int local_rank, const St
     }
   }
   profiler.stop_and_save();
-  auto memory = runtime::device_memory(device);
+  memory_figures.record_peaks();
 
   const double tokens_per_step = static_cast<double>(c.batch_size * c.seq_len * comm.size());
   const double total_ms = [&] {
@@ -237,12 +296,7 @@ nlohmann::json run_step_bench(comm::Communicator& comm, int local_rank, const St
   for (auto kind : kinds) times.push_back(sharded ? sharded->comm_stats(kind).blocked_ms : 0.0);
   auto time_sums = torch::tensor(times, torch::kDouble);
   comm.all_reduce(time_sums, comm::ReduceOp::Sum);
-  auto memory_max = torch::tensor({static_cast<double>(persistent_after_setup),
-                                   static_cast<double>(persistent_between_steps),
-                                   static_cast<double>(memory.peak_allocated_bytes),
-                                   static_cast<double>(memory.peak_reserved_bytes)},
-                                  torch::kDouble);
-  comm.all_reduce(memory_max, comm::ReduceOp::Max);
+  nlohmann::json memory_json = memory_figures.to_json(comm);
   const double ranks = comm.size();
   nlohmann::json comm_json = nlohmann::json::object();
   double busy_total = 0, blocked_total = 0;
@@ -264,9 +318,10 @@ nlohmann::json run_step_bench(comm::Communicator& comm, int local_rank, const St
     for (const auto& p : nn::unique_parameters(*lm.module)) bytes += p.tensor.numel() * static_cast<int64_t>(p.tensor.element_size());
     return bytes;
   }();
+  memory_json["parameter_bytes"] = param_bytes;
   nlohmann::json record = {
       {"format", "fsdpp.bench-cell"},
-      {"version", 1},
+      {"version", 2},
       {"config",
        {{"model_type", c.model_type},
         {"model_size", c.model_size},
@@ -299,17 +354,7 @@ nlohmann::json run_step_bench(comm::Communicator& comm, int local_rank, const St
       {"achieved_flops_per_s_per_device", achieved},
       {"matmul_peak_flops_per_s", peak},
       {"mfu", achieved / peak},
-      {"memory_bytes",
-       {{"persistent_after_setup", persistent_after_setup},
-        {"persistent_between_steps", persistent_between_steps},
-        {"peak_allocated", memory.peak_allocated_bytes},
-        {"peak_reserved", memory.peak_reserved_bytes},
-        {"parameter_bytes", param_bytes},
-        {"max_over_ranks",
-         {{"persistent_after_setup", static_cast<int64_t>(memory_max[0].item<double>())},
-          {"persistent_between_steps", static_cast<int64_t>(memory_max[1].item<double>())},
-          {"peak_allocated", static_cast<int64_t>(memory_max[2].item<double>())},
-          {"peak_reserved", static_cast<int64_t>(memory_max[3].item<double>())}}}}},
+      {"memory_bytes", memory_json},
       {"comm", comm_json},
       {"comm_ms_per_step", busy_total},
       {"exposed_comm_ms_per_step", blocked_total},

@@ -62,13 +62,19 @@ struct StepBenchConfig {
   // here (step_profiler.h). Profiling slows the steps: such a run's times are not a
   // benchmark. Empty: off.
   std::string profile_trace;
+  // CPU: count tensor bytes with core/runtime/counting_cpu_allocator.h (installed for the
+  // rest of the process), the figures memory_bytes reports; off, only the resident set is
+  // recorded (the counter's overhead is measured against this).
+  bool count_cpu_tensors = true;
 };
 
 // Collective over `comm`. Returns the cell's numbers (same on every rank), format
-// "fsdpp.bench-cell" version 1: config, per-step ms (raw samples), median/min step ms,
+// "fsdpp.bench-cell" version 2: config, per-step ms (raw samples), median/min step ms,
 // tokens_per_s, model_flops_per_token, achieved_flops_per_s, matmul_peak_flops_per_s, mfu,
-// memory (bytes: persistent after setup and between steps, peak allocated/reserved over
-// the measured steps; rank 0's, and the maximum over ranks), comm bytes per step by kind
+// memory (bytes: tensors alive after setup and between steps, their peak over the
+// measured steps, from CUDA's caching allocator or the CPU's counting allocator; CUDA's
+// peak reserved; on the CPU the resident set after setup, between steps and its peak
+// (VmRSS, VmHWM); rank 0's, and the maximum over ranks), comm bytes per step by kind
 // with the communication thread's busy time and the part callers waited for (exposed),
 // the sleep injected into each timed step (injected_delay_ms, this rank's), which RMSNorm
 // ran (rms_norm: "fused" or "eager"; Llama only), losses (per timed step, the loss train

@@ -52,6 +52,9 @@ void BenchCommand::add_to(CLI::App& app) {
                      "Llama on CUDA: RMSNorm op by op (HF's formula) instead of PyTorch's fused kernel");
   command_->add_flag("--per-tensor-adamw", c.per_tensor_adamw,
                      "AdamW with torch::optim::AdamW's per-tensor step instead of the fused kernels");
+  command_->add_flag("--no-count-cpu-tensors", no_count_cpu_tensors_,
+                     "CPU: record only the resident set, not tensor bytes through the counting allocator "
+                     "(to measure its overhead)");
   command_->add_option("--out", out_, "Write the cell's JSON here (rank 0)");
   command_->add_option("--profile-trace", c.profile_trace,
                        "Rank 0 records the timed steps with PyTorch's profiler into this Chrome trace "
@@ -115,6 +118,7 @@ int BenchCommand::run_step(const std::vector<std::string>& argv) {
   config_.unsharded = strategy_ == "unsharded";
   if (!config_.unsharded) config_.strategy = fsdp::parse_strategy(strategy_);
   config_.prefetch = !no_prefetch_;
+  config_.count_cpu_tensors = !no_count_cpu_tensors_;
   return run_distributed(argv, dist_, [&](comm::Communicator& comm, const comm::WorldSpec& world) {
     auto cell = harness::run_step_bench(comm, world.local_rank, config_);
     if (comm.rank() == 0) {
@@ -123,7 +127,7 @@ int BenchCommand::run_step(const std::vector<std::string>& argv) {
                   config_.mixed_precision.c_str(), config_.activation_checkpointing ? ", AC" : "",
                   cell["step_ms_median"].get<double>(), cell["tokens_per_s"].get<double>(),
                   100 * cell["mfu"].get<double>(),
-                  cell["memory_bytes"]["peak_allocated"].get<int64_t>() / 1e9);
+                  cell["memory_bytes"].value("peak_allocated", cell["memory_bytes"].value("rss_peak", int64_t{0})) / 1e9);
       std::fflush(stdout);
       if (!out_.empty()) io::write_file_atomic(out_, cell.dump(2) + "\n");
     }

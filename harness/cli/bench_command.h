@@ -38,6 +38,7 @@ class BenchCommand final : public Command {
   DistributedFlags dist_;
   std::string strategy_ = "full_shard", out_;
   bool no_prefetch_ = false;
+  bool no_count_cpu_tensors_ = false;
 
   CLI::App* matrix_command_ = nullptr;
   harness::MatrixRunOptions matrix_;

@@ -390,7 +390,8 @@ TEST(CellAvailability, Fp16WhereTheCpuLacksItsKernelsAndRanksBeyondTheGpusAreUna
 
 // --- Document cells from measurements -----------------------------------------------
 
-// A repetition of an fsdpp cell as bench-step reports it, with the given step times.
+// A repetition of a CPU fsdpp cell as bench-step reports it, with the given step times and
+// peak resident set (its tensor peak is a tenth of it).
 RepetitionResult fsdpp_repetition(std::vector<double> step_ms, double peak_bytes) {
   RepetitionResult r;
   r.step_ms = step_ms;
@@ -399,7 +400,13 @@ RepetitionResult fsdpp_repetition(std::vector<double> step_ms, double peak_bytes
               {"host_heap", "kept"},
               {"model_flops_per_token", 3.0e7},
               {"matmul_peak_flops_per_s", 1.0e11},
-              {"memory_bytes", {{"max_over_ranks", {{"persistent_between_steps", 4.0e8}, {"peak_allocated", peak_bytes}}}}},
+              {"memory_bytes",
+               {{"max_over_ranks",
+                 {{"persistent_after_setup", 1.0e7},
+                  {"persistent_between_steps", 3.0e7},
+                  {"peak_allocated", peak_bytes / 10},
+                  {"rss_between_steps", 4.0e8},
+                  {"rss_peak", peak_bytes}}}}},
               {"comm",
                {{"all_gather", {{"bytes_sent_per_step", 3000.0}}},
                 {"reduce_scatter", {{"bytes_sent_per_step", 2000.0}}},
@@ -542,6 +549,8 @@ TEST_F(DocumentCells, MemoryAndCommunicationComeFromTheRecords) {
   const auto& c = cell_with_id(cells, fs.id());
   EXPECT_DOUBLE_EQ(value(c, "peak_bytes_per_rank"), 9.5e8);  // the larger repetition
   EXPECT_DOUBLE_EQ(value(c, "persistent_bytes_per_rank"), 4.0e8);
+  EXPECT_DOUBLE_EQ(value(c, "peak_allocated_bytes_per_rank"), 9.5e7);  // tensors: the counting allocator's
+  EXPECT_DOUBLE_EQ(value(c, "persistent_after_setup_bytes_per_rank"), 1.0e7);
   EXPECT_DOUBLE_EQ(value(c, "comm_bytes_per_step_all_gather"), 3000);
   EXPECT_DOUBLE_EQ(value(c, "comm_bytes_per_step_reduce_scatter"), 2000);
   EXPECT_DOUBLE_EQ(value(c, "comm_ms_per_step"), 10);

@@ -133,7 +133,8 @@ TEST(SmokeDocument, EveryOkFsdppCellHasEveryMetric) {
     EXPECT_EQ(config["injected_delay_pct"], 0);
     // Measured on every cell, positive.
     for (const char* name : {"step_ms_median", "step_ms_min", "tokens_per_s", "achieved_flops_per_s",
-                             "matmul_peak_flops_per_s", "mfu", "persistent_bytes_per_rank", "peak_bytes_per_rank"}) {
+                             "matmul_peak_flops_per_s", "mfu", "persistent_bytes_per_rank", "peak_bytes_per_rank",
+                             "persistent_after_setup_bytes_per_rank", "peak_allocated_bytes_per_rank"}) {
       ASSERT_TRUE(metric_is_number(c, name)) << name;
       EXPECT_GT(metric(c, name), 0) << name;
     }
