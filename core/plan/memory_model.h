@@ -36,7 +36,8 @@ struct MemoryEstimate {
   int64_t fp32_master_extra_bytes = 0;
   bool offloaded = false;             // the four above live in host memory (--cpu-offload)
   // On the device before the first step: the shards, as the CUDA caching allocator counts
-  // them on a GPU (caching_allocator.h), their bytes on the CPU; 0 with offload.
+  // them on a GPU (caching_allocator.h), their bytes on the CPU; 0 with offload on a GPU
+  // (on the CPU, host and device are one memory: offload moves nothing off it).
   int64_t device_persistent_after_setup = 0;
   int64_t host_persistent_bytes = 0;          // offload: shards + grads + optimizer state
 

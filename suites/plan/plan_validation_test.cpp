@@ -2,13 +2,15 @@
 // documents (results/history/*/ CPU smoke and H100 runs, results/full-preset/, and
 // results/gpu/gpu-nvidia-h100-*.json) is planned from its own configuration and compared:
 //   bytes each collective sends per step   exact, every cell
-//   persistent bytes after setup           exact, where measured (CUDA allocator)
-//   peak bytes                             within 10%, CUDA cells
+//   persistent bytes after setup           exact, where measured (CUDA caching allocator,
+//                                          CPU counting allocator)
+//   peak bytes                             within 10%, CUDA cells and CPU cells with
+//                                          tensor bytes (peak_allocated_bytes_per_rank)
 //   step time                              within 25%, H100 cells
-// CPU documents measure memory as process RSS (libtorch's own hundreds of MB included),
-// and the unsharded baseline runs autocast rather than FSDP's parameter casting: neither
-// is what the plan predicts, so those memory figures are counted as not comparable, by
-// name, in the printed summary (docs/plan.md carries it).
+// CPU documents before the counting allocator (core/runtime/counting_cpu_allocator.h)
+// measured memory only as process RSS (libtorch's own hundreds of MB included): counted as
+// "no tensor measurement" in the printed summary. The unsharded baseline runs autocast
+// rather than FSDP's parameter casting and is not planned (docs/plan.md carries both).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -81,7 +83,10 @@ void read_v1(const fs::path& path, const json& doc, std::vector<MeasuredCell>& o
     x.all_gather = value_or(m, "comm_bytes_per_step_all_gather", 0);
     x.reduce_scatter = value_or(m, "comm_bytes_per_step_reduce_scatter", 0);
     x.all_reduce = value_or(m, "comm_bytes_per_step_all_reduce", 0);
-    x.peak = value_or(m, "peak_bytes_per_rank", -1);
+    // Tensor bytes: peak_allocated_bytes_per_rank on either device since 2026-11-26; before,
+    // only CUDA's peak_bytes_per_rank was tensor bytes (the CPU's is the resident set).
+    x.peak = value_or(m, "peak_allocated_bytes_per_rank", x.device == "cuda" ? value_or(m, "peak_bytes_per_rank", -1) : -1);
+    x.persistent_after_setup = value_or(m, "persistent_after_setup_bytes_per_rank", -1);
     x.step_ms = value_or(m, "step_ms_median", -1);
     out.push_back(x);
   }
@@ -181,11 +186,23 @@ struct Errors {
   }
 };
 
+// CPU cells outside the 10% peak bound, by document and cell id, with the reason
+// (docs/plan.md). Each must still be outside it: a model change that brings one inside
+// fails here until it is removed from the list.
+const std::map<std::string, std::string>& known_cpu_peak_misses() {
+  static const std::map<std::string, std::string> misses = {
+      {"20261126T192303Z-48cf67f8.json gpt2-tiny/fsdp-shard_grad_op/fp32/n2/pf1-ac0-off0-det0",
+       "SHARD_GRAD_OP's peak moves from run to run in steps of 0.40 MB, with timing (11.42 MB in 4 runs alone, 11.02 to "
+       "11.82 MB under load or through fsdpp bench; plan 11.13 MB); this document kept the largest of 3 repetitions x "
+       "2 ranks, 12.60 MB"}};
+  return misses;
+}
+
 TEST(PlanValidation, EveryMeasuredCellIsWithinItsBound) {
   const auto cells = measured_cells();
   ASSERT_GT(cells.size(), 100u) << "expected the committed documents under results/";
-  Errors bytes, persistent, peak, step;
-  int not_comparable_rss = 0, not_comparable_unsharded = 0, exact_bytes = 0;
+  Errors bytes, persistent, peak, cpu_persistent, cpu_peak, step;
+  int no_tensor_measurement = 0, not_comparable_unsharded = 0, exact_bytes = 0, known_misses = 0;
   for (const auto& x : cells) {
     if (x.strategy == "unsharded") {  // the plain model: no collectives at all
       EXPECT_EQ(x.all_gather + x.reduce_scatter + x.all_reduce, 0) << x.where;
@@ -205,7 +222,28 @@ TEST(PlanValidation, EveryMeasuredCellIsWithinItsBound) {
       ++exact_bytes;
     }
     if (x.device.rfind("cuda", 0) != 0) {
-      ++not_comparable_rss;
+      // The CPU: tensor bytes from the counting allocator, where the document has them.
+      if (x.peak < 0) {
+        ++no_tensor_measurement;
+        continue;
+      }
+      if (x.persistent_after_setup >= 0) {
+        EXPECT_EQ(memory.device_persistent_after_setup, x.persistent_after_setup) << x.where;
+        cpu_persistent.add(static_cast<double>(memory.device_persistent_after_setup), x.persistent_after_setup,
+                           x.where);
+      }
+      cpu_peak.add(static_cast<double>(memory.peak_bytes), x.peak, x.where);
+      const bool within = std::abs(memory.peak_bytes - x.peak) <= 0.10 * x.peak;
+      auto known = known_cpu_peak_misses().find(x.where);
+      if (known != known_cpu_peak_misses().end()) {
+        EXPECT_FALSE(within) << x.where << " is within the bound now: remove it from known_cpu_peak_misses";
+        std::printf("known miss: %s: predicted peak %lld, measured %.0f: %s\n", x.where.c_str(),
+                    static_cast<long long>(memory.peak_bytes), x.peak, known->second.c_str());
+        ++known_misses;
+        continue;
+      }
+      EXPECT_TRUE(within) << x.where << ": predicted peak " << memory.peak_bytes << " (" << memory.peak_phase
+                          << "), measured " << x.peak;
       continue;
     }
     if (x.persistent_after_setup >= 0) {
@@ -222,13 +260,17 @@ TEST(PlanValidation, EveryMeasuredCellIsWithinItsBound) {
     EXPECT_LE(std::abs(time.step_ms - x.step_ms), 0.25 * x.step_ms)
         << x.where << ": predicted step " << time.step_ms << " ms, measured " << x.step_ms;
   }
-  std::printf("%s\n%s\n%s\n%s\n", bytes.summary("bytes per step").c_str(),
+  std::printf("%s\n%s\n%s\n%s\n%s\n%s\n", bytes.summary("bytes per step").c_str(),
               persistent.summary("persistent after setup (CUDA)").c_str(), peak.summary("peak (CUDA)").c_str(),
-              step.summary("step time (H100)").c_str());
-  std::printf("cells: %zu ok fsdpp cells; %d with collectives (all exact); %d CPU cells whose memory is RSS; %d "
-              "unsharded baselines (autocast, not planned)\n",
-              cells.size(), exact_bytes, not_comparable_rss, not_comparable_unsharded);
+              cpu_persistent.summary("persistent after setup (CPU)").c_str(),
+              cpu_peak.summary("peak (CPU)").c_str(), step.summary("step time (H100)").c_str());
+  std::printf("cells: %zu ok fsdpp cells; %d with collectives (all exact); %d CPU cells with no tensor measurement "
+              "(documents before the counting allocator: RSS only); %d known CPU peak misses (listed); %d unsharded "
+              "baselines (autocast, not planned)\n",
+              cells.size(), exact_bytes, no_tensor_measurement, known_misses, not_comparable_unsharded);
   EXPECT_GT(peak.relative.size(), 0u);
+  EXPECT_GT(cpu_peak.relative.size(), 0u) << "no committed CPU document has tensor bytes";
+  EXPECT_EQ(known_misses, static_cast<int>(known_cpu_peak_misses().size())) << "a listed miss is in no document";
   EXPECT_GT(step.relative.size(), 0u);
 }
 
