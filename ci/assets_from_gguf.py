@@ -51,8 +51,9 @@ def write_hf_tokenizer(gguf_path, out_dir):
     os.environ["HF_HUB_OFFLINE"] = "1"
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(os.path.dirname(os.path.abspath(gguf_path)),
-                                        gguf_file=os.path.basename(gguf_path))
+    tok = AutoTokenizer.from_pretrained(
+        os.path.dirname(os.path.abspath(gguf_path)), gguf_file=os.path.basename(gguf_path)
+    )
     tok.save_pretrained(out_dir)
     if not os.path.isfile(os.path.join(out_dir, "tokenizer.json")):
         fail("transformers wrote no tokenizer.json for %s" % gguf_path)

@@ -9,6 +9,7 @@ A RESULT ending in .xml is ctest's JUnit (--output-junit); any other file is cte
 output (with --output-on-failure), which is all there is when the run was cut off before
 ctest wrote its JUnit: a test started there without a result line is "unfinished".
 """
+
 import argparse
 import json
 import os
@@ -34,10 +35,12 @@ def cases(path):
                 status = "passed"
             out = case.find("system-out")
             text = out.text if out is not None and out.text else ""
-            detail = [line[:240] for line in text.splitlines()
-                      if "Failure" in line or "Which is" in line or ": Skipped" in line][:6]
-            yield {"name": case.get("name"), "status": status, "seconds": float(case.get("time", 0)),
-                   "detail": detail}
+            detail = [
+                line[:240]
+                for line in text.splitlines()
+                if "Failure" in line or "Which is" in line or ": Skipped" in line
+            ][:6]
+            yield {"name": case.get("name"), "status": status, "seconds": float(case.get("time", 0)), "detail": detail}
 
 
 RESULT_LINE = re.compile(r"^\s*\d+/\d+ Test +#\d+: (\S+) \.*\s*(\*\*\*)?([A-Za-z][A-Za-z ]*?)\s+([0-9.]+) sec")
@@ -59,18 +62,32 @@ def console_cases(path):
             if m:
                 word = m.group(3).strip()
                 status = {"Passed": "passed", "Skipped": "skipped", "Not Run": "skipped"}.get(word, "failed")
-                current = {"name": m.group(1), "status": status, "seconds": float(m.group(4)),
-                           "detail": [] if status != "failed" or word == "Failed" else [word]}
+                current = {
+                    "name": m.group(1),
+                    "status": status,
+                    "seconds": float(m.group(4)),
+                    "detail": [] if status != "failed" or word == "Failed" else [word],
+                }
                 finished[current["name"]] = current
                 continue
-            if current is not None and current["status"] == "failed" and len(current["detail"]) < 6 and (
-                    "Failure" in line or "Which is" in line or "Expected" in line or "Actual" in line):
+            if (
+                current is not None
+                and current["status"] == "failed"
+                and len(current["detail"]) < 6
+                and ("Failure" in line or "Which is" in line or "Expected" in line or "Actual" in line)
+            ):
                 current["detail"].append(line[:240])
     out = list(finished.values())
     for name in started:
         if name not in finished:
-            out.append({"name": name, "status": "unfinished", "seconds": None,
-                        "detail": ["started, no result: the run was stopped before it ended"]})
+            out.append(
+                {
+                    "name": name,
+                    "status": "unfinished",
+                    "seconds": None,
+                    "detail": ["started, no result: the run was stopped before it ended"],
+                }
+            )
     return out
 
 
@@ -91,11 +108,23 @@ def main():
     if len(names) != len(set(names)):
         sys.exit("gpu_suite_summary: a test appears in two result files")
     statuses = ("passed", "failed", "skipped", "unfinished")
-    counts = {s: sum(t["status"] == s for t in tests) for s in statuses if s != "unfinished" or any(
-        t["status"] == s for t in tests)}
-    doc = {"format": "fsdpp.gpu-suite", "version": 1, "commit": a.commit, "gpu": a.gpu, "driver": a.driver,
-           "libtorch": a.libtorch, "tests": len(tests), "counts": counts, "notes": a.note,
-           "results": sorted(tests, key=lambda t: t["name"])}
+    counts = {
+        s: sum(t["status"] == s for t in tests)
+        for s in statuses
+        if s != "unfinished" or any(t["status"] == s for t in tests)
+    }
+    doc = {
+        "format": "fsdpp.gpu-suite",
+        "version": 1,
+        "commit": a.commit,
+        "gpu": a.gpu,
+        "driver": a.driver,
+        "libtorch": a.libtorch,
+        "tests": len(tests),
+        "counts": counts,
+        "notes": a.note,
+        "results": sorted(tests, key=lambda t: t["name"]),
+    }
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(a.out)))
     with os.fdopen(fd, "w") as f:
         json.dump(doc, f, indent=1)

@@ -9,6 +9,7 @@ where the shard groups lie); then a long 2x2 run whose link is cut after a few s
 Writes OUT/multinode-YYYYMMDD.json: format "fsdpp.multinode-run", version 1, specified
 in ci/multinode.md. Exit 0 when every check held, 1 otherwise.
 """
+
 import argparse
 import datetime
 import hashlib
@@ -34,13 +35,47 @@ COMPARE_TIMEOUT_S = 60.0  # generous: four ranks start on a busy 2-core machine
 COMPARE_DEADLINE_S = 90.0
 # The run under test. --hybrid-shard-size is the ranks per host, as
 # ci/pipelines/slurm_multinode.sbatch passes it.
-TRAIN_FLAGS = ["--strategy", "hybrid_shard", "--hybrid-shard-size", str(RANKS_PER_HOST), "--deterministic",
-               "--from-scratch", "--model-type", "gpt2", "--model-size", "tiny", "--vocab-size", "64",
-               "--seq-len", "16", "--batch-size", "2", "--lr", "3e-3", "--warmup-steps", "1", "--grad-clip", "0.5",
-               "--seed", "7", "--log-freq", "1"]
+TRAIN_FLAGS = [
+    "--strategy",
+    "hybrid_shard",
+    "--hybrid-shard-size",
+    str(RANKS_PER_HOST),
+    "--deterministic",
+    "--from-scratch",
+    "--model-type",
+    "gpt2",
+    "--model-size",
+    "tiny",
+    "--vocab-size",
+    "64",
+    "--seq-len",
+    "16",
+    "--batch-size",
+    "2",
+    "--lr",
+    "3e-3",
+    "--warmup-steps",
+    "1",
+    "--grad-clip",
+    "0.5",
+    "--seed",
+    "7",
+    "--log-freq",
+    "1",
+]
 # Variables of an enclosing launcher that would override the SLURM ones this test sets.
-FOREIGN_ENV = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-               "GLOO_SOCKET_IFNAME", "FSDPP_LAUNCH_CHILD", "FSDPP_STATUS_FD", "FSDPP_BOUND_CPUS"}
+FOREIGN_ENV = {
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "GLOO_SOCKET_IFNAME",
+    "FSDPP_LAUNCH_CHILD",
+    "FSDPP_STATUS_FD",
+    "FSDPP_BOUND_CPUS",
+}
 OP_NAME = re.compile(r"\b(all_gather\w*|reduce_scatter\w*|all_reduce\w*|all_to_all\w*|broadcast\w*|barrier)\b")
 
 children = []  # every rank process started, killed by id on any way out
@@ -53,8 +88,12 @@ class Host:
 
     def link_bytes(self):
         """Bytes this host's veth sent and received so far (the kernel's counters)."""
-        text = subprocess.run(["ip", "-n", self.ns, "-s", "-j", "link", "show", "dev", self.veth],
-                              check=True, capture_output=True, text=True).stdout
+        text = subprocess.run(
+            ["ip", "-n", self.ns, "-s", "-j", "link", "show", "dev", self.veth],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
         stats = json.loads(text)[0]["stats64"]
         return {"tx": stats["tx"]["bytes"], "rx": stats["rx"]["bytes"]}
 
@@ -89,8 +128,15 @@ def read_metrics(run_dir):
 
 def curve(records):
     """Per step: the loss and grad norm as exact doubles (hex), and the loss for reading."""
-    return [{"step": r["step"], "loss": r["loss"], "loss_hex": float(r["loss"]).hex(),
-             "grad_norm_hex": float(r["grad_norm"]).hex()} for r in records]
+    return [
+        {
+            "step": r["step"],
+            "loss": r["loss"],
+            "loss_hex": float(r["loss"]).hex(),
+            "grad_norm_hex": float(r["grad_norm"]).hex(),
+        }
+        for r in records
+    ]
 
 
 def file_sha256(path):
@@ -119,19 +165,43 @@ class Ranks:
             else:  # --distribution=cyclic
                 host, local = hosts[rank % len(hosts)], rank // len(hosts)
             env = clean_env()
-            env.update({"SLURM_JOB_NODELIST": nodelist, "SLURM_NNODES": str(len(hosts)),
-                        "SLURM_JOB_NUM_NODES": str(len(hosts)), "SLURM_NTASKS": str(WORLD_SIZE),
-                        "SLURM_NTASKS_PER_NODE": str(RANKS_PER_HOST),
-                        "SLURM_TASKS_PER_NODE": f"{RANKS_PER_HOST}(x{len(hosts)})",
-                        "SLURM_PROCID": str(rank), "SLURM_LOCALID": str(local), "SLURM_NODEID": str(host.index),
-                        "MASTER_PORT": str(MASTER_PORT)})
+            env.update(
+                {
+                    "SLURM_JOB_NODELIST": nodelist,
+                    "SLURM_NNODES": str(len(hosts)),
+                    "SLURM_JOB_NUM_NODES": str(len(hosts)),
+                    "SLURM_NTASKS": str(WORLD_SIZE),
+                    "SLURM_NTASKS_PER_NODE": str(RANKS_PER_HOST),
+                    "SLURM_TASKS_PER_NODE": f"{RANKS_PER_HOST}(x{len(hosts)})",
+                    "SLURM_PROCID": str(rank),
+                    "SLURM_LOCALID": str(local),
+                    "SLURM_NODEID": str(host.index),
+                    "MASTER_PORT": str(MASTER_PORT),
+                }
+            )
             if device == "ifname":
                 env["GLOO_SOCKET_IFNAME"] = host.veth
             out = os.path.join(log_dir, f"rank{rank}.out")
             err = os.path.join(log_dir, f"rank{rank}.err")
-            argv = ["ip", "netns", "exec", host.ns, "unshare", "--uts", "--", "sh", "-c", 'hostname "$0" && exec "$@"',
-                    host.name, fsdpp, "train", "--save-dir", os.path.dirname(run_dir), "--experiment-name",
-                    os.path.basename(run_dir)] + flags
+            argv = [
+                "ip",
+                "netns",
+                "exec",
+                host.ns,
+                "unshare",
+                "--uts",
+                "--",
+                "sh",
+                "-c",
+                'hostname "$0" && exec "$@"',
+                host.name,
+                fsdpp,
+                "train",
+                "--save-dir",
+                os.path.dirname(run_dir),
+                "--experiment-name",
+                os.path.basename(run_dir),
+            ] + flags
             with open(out, "w") as o, open(err, "w") as e:
                 proc = subprocess.Popen(argv, env=env, stdout=o, stderr=e, stdin=subprocess.DEVNULL)
             children.append(proc)
@@ -171,9 +241,22 @@ class Ranks:
 
 def run_single(fsdpp, work, data):
     run_dir = os.path.join(work, "runs", "single-host")
-    argv = [fsdpp, "train", "--nproc", str(WORLD_SIZE), "--timeout-s", str(COMPARE_TIMEOUT_S), "--save-dir",
-            os.path.dirname(run_dir), "--experiment-name", "single-host", "--max-steps", str(COMPARE_STEPS),
-            "--data", data] + TRAIN_FLAGS
+    argv = [
+        fsdpp,
+        "train",
+        "--nproc",
+        str(WORLD_SIZE),
+        "--timeout-s",
+        str(COMPARE_TIMEOUT_S),
+        "--save-dir",
+        os.path.dirname(run_dir),
+        "--experiment-name",
+        "single-host",
+        "--max-steps",
+        str(COMPARE_STEPS),
+        "--data",
+        data,
+    ] + TRAIN_FLAGS
     start = time.monotonic()
     with open(os.path.join(work, "single-host.log"), "w") as log:
         proc = subprocess.Popen(argv, env=clean_env(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
@@ -183,9 +266,13 @@ def run_single(fsdpp, work, data):
         except subprocess.TimeoutExpired:
             proc.kill()
             code = proc.wait()
-    return {"command": " ".join(["fsdpp"] + argv[1:]), "wall_s": round(time.monotonic() - start, 3),
-            "exit_code": code, "steps": curve(read_metrics(run_dir)),
-            "weights_sha256": file_sha256(os.path.join(run_dir, "hf", "model.safetensors"))}
+    return {
+        "command": " ".join(["fsdpp"] + argv[1:]),
+        "wall_s": round(time.monotonic() - start, 3),
+        "exit_code": code,
+        "steps": curve(read_metrics(run_dir)),
+        "weights_sha256": file_sha256(os.path.join(run_dir, "hf", "model.safetensors")),
+    }
 
 
 def shard_groups(shard_size):
@@ -199,9 +286,16 @@ def run_2x2(fsdpp, work, data, hosts, nodelist, placement, device, single):
     run_dir = os.path.join(work, "runs", name)
     before = [h.link_bytes() for h in hosts]
     start = time.monotonic()
-    ranks = Ranks(fsdpp, hosts, nodelist, placement, device, run_dir, os.path.join(work, "logs", name),
-                  ["--timeout-s", str(COMPARE_TIMEOUT_S), "--max-steps", str(COMPARE_STEPS), "--data", data]
-                  + TRAIN_FLAGS)
+    ranks = Ranks(
+        fsdpp,
+        hosts,
+        nodelist,
+        placement,
+        device,
+        run_dir,
+        os.path.join(work, "logs", name),
+        ["--timeout-s", str(COMPARE_TIMEOUT_S), "--max-steps", str(COMPARE_STEPS), "--data", data] + TRAIN_FLAGS,
+    )
     killed = ranks.finish(COMPARE_DEADLINE_S)
     wall_s = time.monotonic() - start
     after = [h.link_bytes() for h in hosts]
@@ -210,19 +304,24 @@ def run_2x2(fsdpp, work, data, hosts, nodelist, placement, device, single):
     groups = shard_groups(RANKS_PER_HOST)
     records = read_metrics(run_dir)
     return {
-        "name": name, "placement": placement,
+        "name": name,
+        "placement": placement,
         "gloo_device": "GLOO_SOCKET_IFNAME=<veth>" if device == "ifname" else "host name (createDefaultDevice)",
-        "wall_s": round(wall_s, 3), "exit_codes": [p.returncode for p in ranks.procs], "killed_ranks": killed,
-        "host_of_rank": host_of_rank, "world_lines": ranks.world_lines(),
+        "wall_s": round(wall_s, 3),
+        "exit_codes": [p.returncode for p in ranks.procs],
+        "killed_ranks": killed,
+        "host_of_rank": host_of_rank,
+        "world_lines": ranks.world_lines(),
         "shard_groups": groups,
         "shard_groups_within_host": all(len({host_of_rank[r] for r in g}) == 1 for g in groups),
         "veth_bytes": {h.name: {k: after[i][k] - before[i][k] for k in ("tx", "rx")} for i, h in enumerate(hosts)},
         "rank0_all_gather_bytes": sum(r["comm_bytes_sent"]["all_gather"] for r in records),
         "steps": steps,
         "losses_bitwise_equal_single_host": bool(steps) and steps == single["steps"],
-        "weights_bytes_equal_single_host": (single["weights_sha256"] is not None and
-                                            file_sha256(os.path.join(run_dir, "hf", "model.safetensors"))
-                                            == single["weights_sha256"]),
+        "weights_bytes_equal_single_host": (
+            single["weights_sha256"] is not None
+            and file_sha256(os.path.join(run_dir, "hf", "model.safetensors")) == single["weights_sha256"]
+        ),
     }
 
 
@@ -249,8 +348,16 @@ def run_link_cut(fsdpp, work, data, hosts, nodelist, timeout_s, margin_s):
     name = "2x2-link-cut"
     run_dir = os.path.join(work, "runs", name)
     cut_host = hosts[1]
-    ranks = Ranks(fsdpp, hosts, nodelist, "block", "host", run_dir, os.path.join(work, "logs", name),
-                  ["--timeout-s", str(timeout_s), "--max-steps", "1000000", "--data", data] + TRAIN_FLAGS)
+    ranks = Ranks(
+        fsdpp,
+        hosts,
+        nodelist,
+        "block",
+        "host",
+        run_dir,
+        os.path.join(work, "logs", name),
+        ["--timeout-s", str(timeout_s), "--max-steps", "1000000", "--data", data] + TRAIN_FLAGS,
+    )
     start = time.monotonic()
     rank0_out = ranks.logs[0][0]
     marker = re.compile(rf"^step {CUT_AFTER_STEP}/", re.MULTILINE)
@@ -264,14 +371,24 @@ def run_link_cut(fsdpp, work, data, hosts, nodelist, timeout_s, margin_s):
     # Rank 0 hosts the store and, after its own failure, lingers up to min(T, 3 s) for the
     # others to read the failure board (core/comm/communicator.h): part of its bound.
     linger_s = min(timeout_s, 3.0)
-    result = {"timeout_s": timeout_s, "margin_s": margin_s, "store_host_linger_s": linger_s,
-              "bound_s": timeout_s + linger_s + margin_s,
-              "cut_after_step": CUT_AFTER_STEP, "cut_host": cut_host.name,
-              "cut_command": f"ip -n {cut_host.ns} link set {cut_host.veth} down"}
+    result = {
+        "timeout_s": timeout_s,
+        "margin_s": margin_s,
+        "store_host_linger_s": linger_s,
+        "bound_s": timeout_s + linger_s + margin_s,
+        "cut_after_step": CUT_AFTER_STEP,
+        "cut_host": cut_host.name,
+        "cut_command": f"ip -n {cut_host.ns} link set {cut_host.veth} down",
+    }
     if not reached:
         ranks.finish(0)
-        result.update({"reached_cut": False, "exit_codes": [p.returncode for p in ranks.procs],
-                       "stderr_tails": [lines_of(err)[-3:] for _, err in ranks.logs]})
+        result.update(
+            {
+                "reached_cut": False,
+                "exit_codes": [p.returncode for p in ranks.procs],
+                "stderr_tails": [lines_of(err)[-3:] for _, err in ranks.logs],
+            }
+        )
         return result
     t_cut = time.monotonic()
     subprocess.run(["ip", "-n", cut_host.ns, "link", "set", cut_host.veth, "down"], check=True)
@@ -283,15 +400,28 @@ def run_link_cut(fsdpp, work, data, hosts, nodelist, timeout_s, margin_s):
     for rank, proc in enumerate(ranks.procs):
         lines = lines_of(ranks.logs[rank][1])
         message = error_message(lines)
-        per_rank.append({
-            "rank": rank, "host": ranks.hosts_of[rank].name, "exit_code": proc.returncode,
-            "killed_by_test": rank in killed,
-            "exit_after_cut_s": None if rank in killed else round(ranks.ends[rank] - t_cut, 3),
-            "message": message, "last_stderr_lines": lines[-3:],
-            "names_op": bool(OP_NAME.search(message)), "names_peer": names_peer(message, rank, ranks.hosts_of[rank], hosts)})
-    result.update({"reached_cut": True, "cut_at_s_after_start": round(t_cut - start, 3),
-                   "cut_command_s": round(cut_command_s, 3),
-                   "last_step_logged_by_rank0": int(steps_seen[-1]) if steps_seen else None, "ranks": per_rank})
+        per_rank.append(
+            {
+                "rank": rank,
+                "host": ranks.hosts_of[rank].name,
+                "exit_code": proc.returncode,
+                "killed_by_test": rank in killed,
+                "exit_after_cut_s": None if rank in killed else round(ranks.ends[rank] - t_cut, 3),
+                "message": message,
+                "last_stderr_lines": lines[-3:],
+                "names_op": bool(OP_NAME.search(message)),
+                "names_peer": names_peer(message, rank, ranks.hosts_of[rank], hosts),
+            }
+        )
+    result.update(
+        {
+            "reached_cut": True,
+            "cut_at_s_after_start": round(t_cut - start, 3),
+            "cut_command_s": round(cut_command_s, 3),
+            "last_step_logged_by_rank0": int(steps_seen[-1]) if steps_seen else None,
+            "ranks": per_rank,
+        }
+    )
     return result
 
 
@@ -326,8 +456,9 @@ def check(doc, require_peer):
             if r["exit_code"] == 0:
                 failures.append(f"{where}: exit code 0")
             if r["exit_after_cut_s"] > cut["bound_s"]:
-                failures.append(f"{where}: exited {r['exit_after_cut_s']:.2f} s after the cut, "
-                                f"bound {cut['bound_s']:.1f} s")
+                failures.append(
+                    f"{where}: exited {r['exit_after_cut_s']:.2f} s after the cut, bound {cut['bound_s']:.1f} s"
+                )
             if not r["names_op"]:
                 failures.append(f"{where}: message names no collective: {r['message']!r}")
             if require_peer and not r["names_peer"]:
@@ -359,33 +490,55 @@ def main():
     single = run_single(args.fsdpp, args.work, data)
     runs = []
     for placement, device in (("block", "host"), ("block", "ifname"), ("cyclic", "host")):
-        print(f"multinode: 2 hosts x {RANKS_PER_HOST} ranks, {placement} placement, Gloo device by {device}", flush=True)
+        print(
+            f"multinode: 2 hosts x {RANKS_PER_HOST} ranks, {placement} placement, Gloo device by {device}", flush=True
+        )
         runs.append(run_2x2(args.fsdpp, args.work, data, hosts, args.nodelist, placement, device, single))
     # Where the shard groups lie, seen from outside: with cyclic placement every rank's
     # shard partner is on the other host, so the parameters' all-gathers cross the link;
     # with block placement they must not. Everything else (the world-size-invariant
     # all-to-all over all four ranks) crosses the same amount in both.
     block, cyclic = runs[0], runs[2]
+
     def crossed(run):
         return sum(run["veth_bytes"][hosts[0].name].values())
+
     predicted = WORLD_SIZE * cyclic["rank0_all_gather_bytes"]
-    traffic = {"block_veth_bytes": crossed(block), "cyclic_veth_bytes": crossed(cyclic),
-               "predicted_all_gather_bytes_across_if_groups_span_hosts": predicted,
-               "cyclic_minus_block_bytes": crossed(cyclic) - crossed(block),
-               "shard_traffic_stays_in_host": predicted > 0 and crossed(cyclic) - crossed(block) >= predicted / 2}
+    traffic = {
+        "block_veth_bytes": crossed(block),
+        "cyclic_veth_bytes": crossed(cyclic),
+        "predicted_all_gather_bytes_across_if_groups_span_hosts": predicted,
+        "cyclic_minus_block_bytes": crossed(cyclic) - crossed(block),
+        "shard_traffic_stays_in_host": predicted > 0 and crossed(cyclic) - crossed(block) >= predicted / 2,
+    }
     print(f"multinode: link cut after step {CUT_AFTER_STEP}, --timeout-s {args.timeout_s:g}", flush=True)
     cut = run_link_cut(args.fsdpp, args.work, data, hosts, args.nodelist, args.timeout_s, args.margin_s)
 
     with open("/proc/loadavg") as f:
         load = f.read().split()[:3]
-    doc = {"format": FORMAT, "version": VERSION, "created_utc": started.strftime("%Y-%m-%dT%H:%M:%SZ"),
-           "fsdpp_version": version, "machine": {"cores": os.cpu_count(), "kernel": os.uname().release,
-                                                 "load_average_at_end": [float(x) for x in load]},
-           "topology": {"nodelist": args.nodelist, "ranks_per_host": RANKS_PER_HOST, "master_port": MASTER_PORT,
-                        "hosts": [{"name": h.name, "netns": h.ns, "veth": h.veth, "address": h.addr}
-                                  for h in hosts]},
-           "train_flags": " ".join(TRAIN_FLAGS), "compare_steps": COMPARE_STEPS, "single_host": single,
-           "runs": runs, "shard_group_traffic": traffic, "link_cut": cut}
+    doc = {
+        "format": FORMAT,
+        "version": VERSION,
+        "created_utc": started.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "fsdpp_version": version,
+        "machine": {
+            "cores": os.cpu_count(),
+            "kernel": os.uname().release,
+            "load_average_at_end": [float(x) for x in load],
+        },
+        "topology": {
+            "nodelist": args.nodelist,
+            "ranks_per_host": RANKS_PER_HOST,
+            "master_port": MASTER_PORT,
+            "hosts": [{"name": h.name, "netns": h.ns, "veth": h.veth, "address": h.addr} for h in hosts],
+        },
+        "train_flags": " ".join(TRAIN_FLAGS),
+        "compare_steps": COMPARE_STEPS,
+        "single_host": single,
+        "runs": runs,
+        "shard_group_traffic": traffic,
+        "link_cut": cut,
+    }
     failures = check(doc, args.require_peer)
     doc["wall_s"] = round(time.monotonic() - t0, 3)
     doc["verdict"] = {"pass": not failures, "failures": failures, "peer_named_required": args.require_peer}
@@ -394,13 +547,17 @@ def main():
     write_json_atomically(path, doc)
 
     for run in runs:
-        print(f"multinode: {run['name']:<22} exit {run['exit_codes']}, {run['wall_s']:.1f} s, losses bitwise equal: "
-              f"{run['losses_bitwise_equal_single_host']}, weights equal: {run['weights_bytes_equal_single_host']}, "
-              f"veth {run['veth_bytes']}")
+        print(
+            f"multinode: {run['name']:<22} exit {run['exit_codes']}, {run['wall_s']:.1f} s, losses bitwise equal: "
+            f"{run['losses_bitwise_equal_single_host']}, weights equal: {run['weights_bytes_equal_single_host']}, "
+            f"veth {run['veth_bytes']}"
+        )
     print("multinode: shard-group traffic: " + json.dumps(traffic))
     for r in cut.get("ranks", []):
-        print(f"multinode: cut: rank {r['rank']} on {r['host']} exit {r['exit_code']} after {r['exit_after_cut_s']} s: "
-              + r["message"])
+        print(
+            f"multinode: cut: rank {r['rank']} on {r['host']} exit {r['exit_code']} after {r['exit_after_cut_s']} s: "
+            + r["message"]
+        )
     for failure in failures:
         print("multinode: FAIL " + failure)
     print(f"multinode: {'passed' if not failures else 'FAILED'} in {doc['wall_s']:.1f} s; wrote {path}")

@@ -22,6 +22,7 @@ per window) and checks what the issue asks:
 The JSON written is specified in ci/fault_trials/README.md (format "fsdpp.fault-trials",
 version 1). Exit status: 0 every target met, 1 a target missed, 2 usage or setup error.
 """
+
 import argparse
 import datetime
 import hashlib
@@ -47,12 +48,44 @@ FORMAT, VERSION = "fsdpp.fault-trials", 1
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # The model and data of every trial: a few ms per step, a 1.5 MB checkpoint.
-MODEL = ["--from-scratch", "--model-type", "gpt2", "--model-size", "tiny", "--vocab-size", "64",
-         "--seq-len", "16", "--batch-size", "2", "--seed", "3", "--log-freq", "1", "--threads", "1"]
-RANK_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-            "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE",
-            "SLURM_JOB_NODELIST", "SLURM_NODELIST", "FSDPP_LAUNCH_CHILD", "FSDPP_KILL_AFTER_STEP",
-            "FSDPP_ATTACHED_TTY", "OMP_NUM_THREADS")
+MODEL = [
+    "--from-scratch",
+    "--model-type",
+    "gpt2",
+    "--model-size",
+    "tiny",
+    "--vocab-size",
+    "64",
+    "--seq-len",
+    "16",
+    "--batch-size",
+    "2",
+    "--seed",
+    "3",
+    "--log-freq",
+    "1",
+    "--threads",
+    "1",
+]
+RANK_ENV = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "SLURM_PROCID",
+    "SLURM_NTASKS",
+    "SLURM_LOCALID",
+    "SLURM_NTASKS_PER_NODE",
+    "SLURM_TASKS_PER_NODE",
+    "SLURM_JOB_NODELIST",
+    "SLURM_NODELIST",
+    "FSDPP_LAUNCH_CHILD",
+    "FSDPP_KILL_AFTER_STEP",
+    "FSDPP_ATTACHED_TTY",
+    "OMP_NUM_THREADS",
+)
 
 
 class SetupError(Exception):
@@ -64,6 +97,7 @@ def log(msg):
 
 
 # ----------------------------------------------------------------------------- processes
+
 
 def free_port():
     with socket.socket() as s:
@@ -87,8 +121,15 @@ class Rank:
         self.out = open(self.out_path, "wb")
         self.err = open(self.err_path, "wb")
         self.start = time.monotonic()
-        self.proc = subprocess.Popen(argv, env=env, stdout=self.out, stderr=self.err, stdin=subprocess.DEVNULL,
-                                     start_new_session=True, preexec_fn=preexec)
+        self.proc = subprocess.Popen(
+            argv,
+            env=env,
+            stdout=self.out,
+            stderr=self.err,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=preexec,
+        )
         self.end = None
 
     @property
@@ -144,8 +185,10 @@ def wait_all(ranks, deadline):
 
 def exit_fields(rank):
     rc = rank.proc.returncode
-    return {"exit_code": rc if rc is not None and rc >= 0 else None,
-            "signal": signal.Signals(-rc).name if rc is not None and rc < 0 else None}
+    return {
+        "exit_code": rc if rc is not None and rc >= 0 else None,
+        "signal": signal.Signals(-rc).name if rc is not None and rc < 0 else None,
+    }
 
 
 def children_of(pid):
@@ -182,17 +225,43 @@ def pid_alive(pid):
 
 # Frames (innermost first) that say what the killed rank's main thread was doing.
 PHASES = [
-    ("startup", ("Communicator::connect", "resolve_world", "TCPStore", "preflight", "build_model",
-                 "ShardedModel::create", "DeferredInit", "resume_checkpoint", "restore_train_checkpoint",
-                 "find_latest_complete", "TokenDataset::open", "make_adamw", "AsyncCheckpointSaver::AsyncCheckpointSaver")),
-    ("save", ("TrainCheckpointer::save", "save_checkpoint", "AsyncCheckpointSaver::save", "sharded_state",
-              "TrainCheckpointer::finish", "AsyncCheckpointSaver::wait")),
+    (
+        "startup",
+        (
+            "Communicator::connect",
+            "resolve_world",
+            "TCPStore",
+            "preflight",
+            "build_model",
+            "ShardedModel::create",
+            "DeferredInit",
+            "resume_checkpoint",
+            "restore_train_checkpoint",
+            "find_latest_complete",
+            "TokenDataset::open",
+            "make_adamw",
+            "AsyncCheckpointSaver::AsyncCheckpointSaver",
+        ),
+    ),
+    (
+        "save",
+        (
+            "TrainCheckpointer::save",
+            "save_checkpoint",
+            "AsyncCheckpointSaver::save",
+            "sharded_state",
+            "TrainCheckpointer::finish",
+            "AsyncCheckpointSaver::wait",
+        ),
+    ),
     ("export", ("export_hf", "save_pretrained", "gather_full_parameters")),
     ("shutdown", ("Communicator::shutdown", "~Communicator", "__run_exit_handlers", "_dl_fini")),
     ("collective", ("CommWork::wait",)),
     ("backward", ("autograd::Engine", "_backward", "autograd::backward", "post_backward", "pre_backward")),
-    ("optimizer", ("FusedAdamW", "adamw", "AdamW", "clip_grad_norm", "grad_norm", "GradScaler", "clear_gradients",
-                   "set_lr")),
+    (
+        "optimizer",
+        ("FusedAdamW", "adamw", "AdamW", "clip_grad_norm", "grad_norm", "GradScaler", "clear_gradients", "set_lr"),
+    ),
     ("forward", ("summed_loss", "logits", "cross_entropy", "pre_forward", "call_with_hooks", "Gpt2")),
 ]
 
@@ -269,6 +338,7 @@ def classify_stack(text, pid):
 
 # ----------------------------------------------------------------------------- campaign set-up
 
+
 def write_tokens(path, count=20000, vocab=64, seed=11):
     rng = random.Random(seed)
     tokens, t = [], 1
@@ -292,8 +362,12 @@ class Campaign:
         self.rng = random.Random(args.seed)
 
     def train_argv(self, save_dir, name, steps, extra=()):
-        return [self.fsdpp, "train"] + MODEL + ["--data", self.tokens, "--max-steps", str(steps), "--save-dir",
-                                                save_dir, "--experiment-name", name] + list(extra)
+        return (
+            [self.fsdpp, "train"]
+            + MODEL
+            + ["--data", self.tokens, "--max-steps", str(steps), "--save-dir", save_dir, "--experiment-name", name]
+            + list(extra)
+        )
 
     def launch(self, folder, argv, world, mode, port=None, preexec=None):
         """Starts the ranks of one run: a list of Rank (mode env/slurm: one per rank; nproc: the launcher)."""
@@ -310,16 +384,26 @@ class Campaign:
             if mode == "env":
                 env.update(RANK=str(r), WORLD_SIZE=str(world), LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(world))
             else:  # slurm
-                env.update(SLURM_PROCID=str(r), SLURM_NTASKS=str(world), SLURM_LOCALID=str(r),
-                           SLURM_NTASKS_PER_NODE=str(world), SLURM_TASKS_PER_NODE=str(world),
-                           SLURM_JOB_NODELIST="localhost")
+                env.update(
+                    SLURM_PROCID=str(r),
+                    SLURM_NTASKS=str(world),
+                    SLURM_LOCALID=str(r),
+                    SLURM_NTASKS_PER_NODE=str(world),
+                    SLURM_TASKS_PER_NODE=str(world),
+                    SLURM_JOB_NODELIST="localhost",
+                )
             ranks.append(Rank("rank%d" % r, argv, env, folder, preexec))
         return ranks
 
     def inspect(self, step_dir):
         """(complete, one-line reason) from `fsdpp checkpoint inspect`."""
-        r = subprocess.run([self.fsdpp, "checkpoint", "inspect", "--json", step_dir], capture_output=True, text=True,
-                           env=base_env(), timeout=120)
+        r = subprocess.run(
+            [self.fsdpp, "checkpoint", "inspect", "--json", step_dir],
+            capture_output=True,
+            text=True,
+            env=base_env(),
+            timeout=120,
+        )
         if r.returncode == 0:
             return True, ""
         lines = [line for line in r.stderr.splitlines() if line.strip()]
@@ -395,6 +479,7 @@ def tail(lines, n=300):
 
 # ----------------------------------------------------------------------------- rank death
 
+
 class RankDeath:
     def __init__(self, c):
         self.c = c
@@ -423,12 +508,16 @@ class RankDeath:
                 r.kill_group()
             bad = [r.name for r in ranks if r.proc.returncode != 0]
             if bad:
-                raise SetupError("rank death: the uninterrupted %d-rank run failed (%s; logs in %s)" %
-                                 (world, ", ".join(bad), folder))
+                raise SetupError(
+                    "rank death: the uninterrupted %d-rank run failed (%s; logs in %s)"
+                    % (world, ", ".join(bad), folder)
+                )
             self.durations[world] = time.monotonic() - t0
             shutil.rmtree(folder, ignore_errors=True)
-        log("rank death: uninterrupted run of %d steps takes %s s" %
-            (self.a.rd_steps, {w: round(d, 2) for w, d in self.durations.items()}))
+        log(
+            "rank death: uninterrupted run of %d steps takes %s s"
+            % (self.a.rd_steps, {w: round(d, 2) for w, d in self.durations.items()})
+        )
 
     def draw(self, i):
         rng = self.c.rng
@@ -456,8 +545,9 @@ class RankDeath:
         world = p["world_size"]
         folder = os.path.join(self.c.work, "rank-death", "%03d" % i)
         shutil.rmtree(folder, ignore_errors=True)
-        argv = self.c.train_argv(folder, "run", a.rd_steps,
-                                 self.config(world, p["ckpt_freq"], p["async_checkpoint"], p["deterministic"]))
+        argv = self.c.train_argv(
+            folder, "run", a.rd_steps, self.config(world, p["ckpt_freq"], p["async_checkpoint"], p["deterministic"])
+        )
         victim_rank = rng.randrange(world)
         step_target = rng.randint(1, a.rd_steps - 1)
         jitter = rng.uniform(0, 0.03)
@@ -481,8 +571,10 @@ class RankDeath:
                 time.sleep(jitter / 1.5)
                 fired = True
             elif p["trigger"] == "connect" and re.search(
-                    r"^(\[rank %d\] )?world: rank=%d " % (victim_rank, victim_rank),
-                    (lead if p["launch_mode"] == "nproc" else procs[victim_rank]).stdout(), re.M):
+                r"^(\[rank %d\] )?world: rank=%d " % (victim_rank, victim_rank),
+                (lead if p["launch_mode"] == "nproc" else procs[victim_rank]).stdout(),
+                re.M,
+            ):
                 time.sleep(connect_delay)
                 fired = True
             if fired:
@@ -535,28 +627,43 @@ class RankDeath:
             if r.alive():
                 r.kill_group()
         rec = dict(p)
-        rec.update({
-            "trial": i, "redraws": attempt, "killed_rank": victim_rank, "kill_at_s": round(kill_at_s, 3),
-            "target": {"time": round(delay_target, 3), "step": step_target, "save": "first .tmp- folder",
-                       "connect": round(connect_delay, 3)}[p["trigger"]],
-            "rank0_last_step_logged": int(progress[-1]) if progress else 0,
-            "save_in_flight": save_in_flight, "phase": phase, "victim_frames": top,
-            "victim_background_save": background_save, "run_finished_before_kill": finished,
-        })
+        rec.update(
+            {
+                "trial": i,
+                "redraws": attempt,
+                "killed_rank": victim_rank,
+                "kill_at_s": round(kill_at_s, 3),
+                "target": {
+                    "time": round(delay_target, 3),
+                    "step": step_target,
+                    "save": "first .tmp- folder",
+                    "connect": round(connect_delay, 3),
+                }[p["trigger"]],
+                "rank0_last_step_logged": int(progress[-1]) if progress else 0,
+                "save_in_flight": save_in_flight,
+                "phase": phase,
+                "victim_frames": top,
+                "victim_background_save": background_save,
+                "run_finished_before_kill": finished,
+            }
+        )
         out = []
         for s in survivors:
             lines = s.stderr_lines()
             surv_rank = -1 if s.name == "launcher" else int(s.name[4:])
             e = exit_fields(s)
-            out.append({
-                "rank": "launcher" if s.name == "launcher" else surv_rank, **e,
-                "exit_after_kill_s": round(s.end - t_kill, 3) if s.end and s not in hung else None,
-                "hung": s in hung,
-                "names_dead_rank": names_rank(lines, victim_rank, surv_rank),
-                "stderr_lines": len(lines),
-                "last_stderr_line": tail(lines),
-                "stderr_tail": [line[:300] for line in lines[-3:]],
-            })
+            out.append(
+                {
+                    "rank": "launcher" if s.name == "launcher" else surv_rank,
+                    **e,
+                    "exit_after_kill_s": round(s.end - t_kill, 3) if s.end and s not in hung else None,
+                    "hung": s in hung,
+                    "names_dead_rank": names_rank(lines, victim_rank, surv_rank),
+                    "stderr_lines": len(lines),
+                    "last_stderr_line": tail(lines),
+                    "stderr_tail": [line[:300] for line in lines[-3:]],
+                }
+            )
         rec["survivors"] = out
         # Rank 0 prints its summary only after the run's last collective (the export's
         # barrier), which needs every rank: if it printed one after the kill, the victim had
@@ -575,10 +682,14 @@ class RankDeath:
         # Every survivor that failed must say which rank died: on one machine the failure
         # board always can (a post, or the dead rank's pid gone).
         rec["survivors_not_naming_dead_rank"] = sum(
-            1 for s in out if s["exit_code"] not in (0, None) and not s["names_dead_rank"])
-        rec["ok"] = (not rec["hang"] and rec["survivor_crashed"] == 0 and
-                     (rec["survivor_exit_zero"] == 0 or rec["exit_zero_accepted"]) and
-                     rec["survivors_not_naming_dead_rank"] == 0)
+            1 for s in out if s["exit_code"] not in (0, None) and not s["names_dead_rank"]
+        )
+        rec["ok"] = (
+            not rec["hang"]
+            and rec["survivor_crashed"] == 0
+            and (rec["survivor_exit_zero"] == 0 or rec["exit_zero_accepted"])
+            and rec["survivors_not_naming_dead_rank"] == 0
+        )
         keep_folder_if_failed(rec, folder, a.keep_work)
         return rec
 
@@ -588,10 +699,21 @@ class RankDeath:
         for i in range(trials):
             rec = self.trial(i)
             recs.append(rec)
-            log("rank death %d/%d: world %d %s, rank %d killed at %.2fs (%s, %s): %s%s" % (
-                i + 1, trials, rec["world_size"], rec["launch_mode"], rec["killed_rank"], rec["kill_at_s"],
-                rec["trigger"], rec["phase"], "ok" if rec["ok"] else "FAILED",
-                " HANG" if rec["hang"] else ""))
+            log(
+                "rank death %d/%d: world %d %s, rank %d killed at %.2fs (%s, %s): %s%s"
+                % (
+                    i + 1,
+                    trials,
+                    rec["world_size"],
+                    rec["launch_mode"],
+                    rec["killed_rank"],
+                    rec["kill_at_s"],
+                    rec["trigger"],
+                    rec["phase"],
+                    "ok" if rec["ok"] else "FAILED",
+                    " HANG" if rec["hang"] else "",
+                )
+            )
         exits = [s["exit_after_kill_s"] for r in recs for s in r["survivors"] if s["exit_after_kill_s"] is not None]
         phases = {}
         for r in recs:
@@ -602,8 +724,9 @@ class RankDeath:
             "hangs": sum(1 for r in recs if r["hang"]),
             "survivors": len(survivors),
             "survivors_exit_zero": sum(r["survivor_exit_zero"] for r in recs),
-            "survivors_exit_zero_after_a_finished_run": sum(r["survivor_exit_zero"] for r in recs
-                                                            if r["exit_zero_accepted"]),
+            "survivors_exit_zero_after_a_finished_run": sum(
+                r["survivor_exit_zero"] for r in recs if r["exit_zero_accepted"]
+            ),
             "survivors_crashed": sum(r["survivor_crashed"] for r in recs),
             "survivors_naming_dead_rank": sum(1 for s in survivors if s["names_dead_rank"]),
             "trials_all_survivors_named_dead_rank": sum(1 for r in recs if r["all_survivors_named_dead_rank"]),
@@ -620,6 +743,7 @@ class RankDeath:
 
 # ----------------------------------------------------------------------------- crash during save
 
+
 class CrashDuringSave:
     def __init__(self, c):
         self.c = c
@@ -627,8 +751,15 @@ class CrashDuringSave:
         self.refs = {}
 
     def argv(self, folder, world, async_save, ckpt_freq, keep_last):
-        extra = ["--deterministic", "--ckpt-freq", str(ckpt_freq), "--keep-last", str(keep_last),
-                 "--timeout-s", str(self.a.timeout_s)]
+        extra = [
+            "--deterministic",
+            "--ckpt-freq",
+            str(ckpt_freq),
+            "--keep-last",
+            str(keep_last),
+            "--timeout-s",
+            str(self.a.timeout_s),
+        ]
         if async_save:
             extra.append("--async-checkpoint")
         return self.c.train_argv(folder, "run", self.a.cs_steps, extra)
@@ -652,8 +783,12 @@ class CrashDuringSave:
         except (OSError, ValueError, KeyError):
             pass
         hf = os.path.join(run_dir, "hf", "model.safetensors")
-        return {"steps": steps, "hf_sha256": sha256_file(hf) if os.path.exists(hf) else None, "final_files": files,
-                "torn_metrics_lines": torn}
+        return {
+            "steps": steps,
+            "hf_sha256": sha256_file(hf) if os.path.exists(hf) else None,
+            "final_files": files,
+            "torn_metrics_lines": torn,
+        }
 
     def references(self):
         """The uninterrupted runs: 1 and 2 ranks, synchronous and asynchronous saves; all four
@@ -661,15 +796,19 @@ class CrashDuringSave:
         size), and each world size one set of checkpoint bytes."""
         for world in (1, 2):
             for async_save in (False, True):
-                folder = os.path.join(self.c.work, "crash-save", "ref-%d-%s" % (world, "async" if async_save else "sync"))
+                folder = os.path.join(
+                    self.c.work, "crash-save", "ref-%d-%s" % (world, "async" if async_save else "sync")
+                )
                 shutil.rmtree(folder, ignore_errors=True)
                 ranks = self.c.launch(folder, self.argv(folder, world, async_save, 1, 0), world, self.mode(world))
                 left = wait_all(ranks, time.monotonic() + 300)
                 for r in left:
                     r.kill_group()
                 if any(r.proc.returncode != 0 for r in ranks):
-                    raise SetupError("crash during save: the uninterrupted run (%d ranks, %s) failed; logs in %s" %
-                                     (world, "async" if async_save else "sync", folder))
+                    raise SetupError(
+                        "crash during save: the uninterrupted run (%d ranks, %s) failed; logs in %s"
+                        % (world, "async" if async_save else "sync", folder)
+                    )
                 self.refs[(world, async_save)] = self.outcome(os.path.join(folder, "run"))
         mismatches = []
         for (world, _async_save), ref in self.refs.items():
@@ -682,10 +821,13 @@ class CrashDuringSave:
                 mismatches.append("%d rank(s): asynchronous saves changed the final checkpoint's bytes" % world)
         base = self.refs[(1, False)]
         if len(base["steps"]) != self.a.cs_steps or base["hf_sha256"] is None:
-            raise SetupError("crash during save: the reference run logged %d of %d steps" %
-                             (len(base["steps"]), self.a.cs_steps))
-        log("crash during save: uninterrupted runs, synchronous and asynchronous saves per world size: %s" % (
-            "identical" if not mismatches else mismatches))
+            raise SetupError(
+                "crash during save: the reference run logged %d of %d steps" % (len(base["steps"]), self.a.cs_steps)
+            )
+        log(
+            "crash during save: uninterrupted runs, synchronous and asynchronous saves per world size: %s"
+            % ("identical" if not mismatches else mismatches)
+        )
         return mismatches
 
     def state_after_kill(self, run_dir, keep_last):
@@ -708,9 +850,15 @@ class CrashDuringSave:
             if keep_last > 0 and len(newer) >= keep_last:
                 continue  # pruned as --keep-last says
             lost.append(s)
-        return {"committed_logged": committed, "complete": complete, "incomplete": incomplete, "temporary": temps,
-                "lost": lost, "metrics_exists": os.path.exists(os.path.join(run_dir, "metrics.jsonl")),
-                "torn_metrics_lines": torn}
+        return {
+            "committed_logged": committed,
+            "complete": complete,
+            "incomplete": incomplete,
+            "temporary": temps,
+            "lost": lost,
+            "metrics_exists": os.path.exists(os.path.join(run_dir, "metrics.jsonl")),
+            "torn_metrics_lines": torn,
+        }
 
     # One crash-during-save trial, read top to bottom: draw, kill, inspect, resume, compare.
     # Past ruff.toml's limits (branching 25, 115 statements): still to be split into those phases.
@@ -731,8 +879,15 @@ class CrashDuringSave:
         step_target = rng.randint(1, a.cs_steps)
         save_target = rng.randint(1, a.cs_steps // ckpt_freq) * ckpt_freq  # the save to kill in
         jitter = rng.uniform(0, 0.03)
-        rec = {"trial": i, "world_size": world, "async_checkpoint": async_save, "ckpt_freq": ckpt_freq,
-               "keep_last": keep_last, "kill_mode": kill_mode, "trigger": trigger}
+        rec = {
+            "trial": i,
+            "world_size": world,
+            "async_checkpoint": async_save,
+            "ckpt_freq": ckpt_freq,
+            "keep_last": keep_last,
+            "kill_mode": kill_mode,
+            "trigger": trigger,
+        }
         for _attempt in range(5):
             t0 = time.monotonic()
             delay_target = rng.uniform(0.0, self.duration)
@@ -746,8 +901,9 @@ class CrashDuringSave:
                 elif trigger == "step" and re.search(r"step %d/" % step_target, lead.stdout()):
                     time.sleep(jitter)
                     fired = True
-                elif trigger == "save" and any(t.startswith("step-%06d.tmp-" % save_target)
-                                               for t in step_dirs(checkpoints)[1]):
+                elif trigger == "save" and any(
+                    t.startswith("step-%06d.tmp-" % save_target) for t in step_dirs(checkpoints)[1]
+                ):
                     time.sleep(jitter / 3)
                     fired = True
                 if fired:
@@ -780,9 +936,16 @@ class CrashDuringSave:
         for r in hung:
             r.kill_group()
         rec["hang"] = bool(hung)
-        rec["survivors"] = [{"rank": int(r.name[4:]), **exit_fields(r),
-                             "exit_after_kill_s": round(r.end - t_kill, 3) if r.end and r not in hung else None,
-                             "last_stderr_line": tail(r.stderr_lines())} for r in ranks if r not in targets]
+        rec["survivors"] = [
+            {
+                "rank": int(r.name[4:]),
+                **exit_fields(r),
+                "exit_after_kill_s": round(r.end - t_kill, 3) if r.end and r not in hung else None,
+                "last_stderr_line": tail(r.stderr_lines()),
+            }
+            for r in ranks
+            if r not in targets
+        ]
         after = self.state_after_kill(run_dir, keep_last)
         rec["after_kill"] = after
         expected = max(after["complete"]) if after["complete"] else None
@@ -808,8 +971,12 @@ class CrashDuringSave:
             problems.append("committed checkpoint(s) %s lost" % after["lost"])
         if after["incomplete"]:
             problems.append("step folder(s) %s incomplete after the kill" % sorted(after["incomplete"]))
-        refused = (expected is None and after["metrics_exists"] and rec["resume_exit_codes"][0] == 1
-                   and "no complete checkpoint to resume from" in (rec["resume_stderr"] or ""))
+        refused = (
+            expected is None
+            and after["metrics_exists"]
+            and rec["resume_exit_codes"][0] == 1
+            and "no complete checkpoint to resume from" in (rec["resume_stderr"] or "")
+        )
         rec["refused_without_checkpoint"] = refused
         rec["bitwise"] = None
         if refused:
@@ -818,8 +985,9 @@ class CrashDuringSave:
             problems.append("the rerun failed: %s" % rec["resume_stderr"])
         else:
             if rec["resumed_from_step"] != expected:
-                problems.append("resumed from step %s, the newest complete checkpoint is %s" %
-                                (rec["resumed_from_step"], expected))
+                problems.append(
+                    "resumed from step %s, the newest complete checkpoint is %s" % (rec["resumed_from_step"], expected)
+                )
             got = self.outcome(run_dir)
             ref_steps = {s: v[-1] for s, v in ref["steps"].items()}
             bad_steps = sorted(s for s in ref_steps if any(v != ref_steps[s] for v in got["steps"].get(s, [None])))
@@ -831,21 +999,27 @@ class CrashDuringSave:
             if bad_steps:
                 rec["steps_differing"] = bad_steps
             if not rec["bitwise"]:
-                problems.append("not bitwise the uninterrupted run (losses %s, model %s, final checkpoint %s)" % (
-                    rec["bitwise_losses"], rec["bitwise_model"], rec["bitwise_final_checkpoint"]))
+                problems.append(
+                    "not bitwise the uninterrupted run (losses %s, model %s, final checkpoint %s)"
+                    % (rec["bitwise_losses"], rec["bitwise_model"], rec["bitwise_final_checkpoint"])
+                )
             steps, temps = step_dirs(checkpoints)
             end_incomplete = {}
             for s, path in sorted(steps.items()):
                 ok, reason = self.c.inspect(path)
                 if not ok:
                     end_incomplete[s] = reason
-            rec["at_end"] = {"complete": sorted(set(steps) - set(end_incomplete)), "incomplete": end_incomplete,
-                             "temporary": temps}
+            rec["at_end"] = {
+                "complete": sorted(set(steps) - set(end_incomplete)),
+                "incomplete": end_incomplete,
+                "temporary": temps,
+            }
             if end_incomplete:
                 problems.append("step folder(s) %s incomplete at the end" % sorted(end_incomplete))
         rec["problems"] = problems
-        rec["lost_or_half_read"] = bool(after["lost"] or after["incomplete"] or
-                                        (rec.get("at_end") or {}).get("incomplete"))
+        rec["lost_or_half_read"] = bool(
+            after["lost"] or after["incomplete"] or (rec.get("at_end") or {}).get("incomplete")
+        )
         rec["ok"] = not problems
         keep_folder_if_failed(rec, folder, a.keep_work)
         return rec
@@ -858,12 +1032,25 @@ class CrashDuringSave:
         for i in range(trials):
             rec = self.trial(i)
             recs.append(rec)
-            log("crash during save %d/%d: %d rank(s) %s, killed %s at %.2fs (%s, %s, tmp %s): "
-                "committed %s, complete %s, resumed from %s: %s" % (
-                    i + 1, trials, rec["world_size"], "async" if rec["async_checkpoint"] else "sync", rec["killed_rank"],
-                    rec["kill_at_s"], rec["trigger"], rec["phase"], rec["save_in_flight"],
-                    rec["after_kill"]["committed_logged"], rec["after_kill"]["complete"], rec["resumed_from_step"],
-                    "ok" if rec["ok"] else "FAILED " + "; ".join(rec["problems"])))
+            log(
+                "crash during save %d/%d: %d rank(s) %s, killed %s at %.2fs (%s, %s, tmp %s): "
+                "committed %s, complete %s, resumed from %s: %s"
+                % (
+                    i + 1,
+                    trials,
+                    rec["world_size"],
+                    "async" if rec["async_checkpoint"] else "sync",
+                    rec["killed_rank"],
+                    rec["kill_at_s"],
+                    rec["trigger"],
+                    rec["phase"],
+                    rec["save_in_flight"],
+                    rec["after_kill"]["committed_logged"],
+                    rec["after_kill"]["complete"],
+                    rec["resumed_from_step"],
+                    "ok" if rec["ok"] else "FAILED " + "; ".join(rec["problems"]),
+                )
+            )
         resumed = [r for r in recs if r["bitwise"] is not None]
         phases = {}
         for r in recs:
@@ -876,7 +1063,9 @@ class CrashDuringSave:
             "lost_or_half_read": sum(1 for r in recs if r["lost_or_half_read"]),
             "resumed_compared": len(resumed),
             "not_bitwise": sum(1 for r in resumed if not r["bitwise"]),
-            "resumed_from_wrong_checkpoint": sum(1 for r in resumed if r["resumed_from_step"] != r["expected_resume_step"]),
+            "resumed_from_wrong_checkpoint": sum(
+                1 for r in resumed if r["resumed_from_step"] != r["expected_resume_step"]
+            ),
             "refused_without_checkpoint": sum(1 for r in recs if r["refused_without_checkpoint"]),
             "killed_with_save_in_flight": sum(1 for r in recs if r["save_in_flight"]),
             "by_phase": phases,
@@ -886,6 +1075,7 @@ class CrashDuringSave:
 
 
 # ----------------------------------------------------------------------------- disk full
+
 
 class DiskFull:
     def __init__(self, c):
@@ -911,8 +1101,11 @@ class DiskFull:
 
     def mount(self, path, size_bytes):
         os.makedirs(path, exist_ok=True)
-        r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=%dk" % (size_bytes // 1024), "tmpfs", path],
-                           capture_output=True, text=True)
+        r = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=%dk" % (size_bytes // 1024), "tmpfs", path],
+            capture_output=True,
+            text=True,
+        )
         return r.returncode == 0, r.stderr.strip()
 
     def umount(self, path):
@@ -949,8 +1142,9 @@ class DiskFull:
         # the next save (the next step with --ckpt-freq 1) or at the end.
         allowed = failed_step + (1 if async_save else 0)
         if rec["last_step_logged"] > allowed:
-            problems.append("training went on to step %d after the save of step %d failed" %
-                            (rec["last_step_logged"], failed_step))
+            problems.append(
+                "training went on to step %d after the save of step %d failed" % (rec["last_step_logged"], failed_step)
+            )
         steps, temps = step_dirs(os.path.join(run_dir, "checkpoints"))
         rec["step_folders"], rec["temporary_folders"] = sorted(steps), temps
         if earlier_step is not None:
@@ -972,8 +1166,9 @@ class DiskFull:
         for world in (1, 2):
             for async_save in (False, True):
                 for f in fractions:
-                    folder = os.path.join(self.c.work, "disk-full", "w%d-%s-%02d" % (world, "a" if async_save else "s",
-                                                                                     int(f * 100)))
+                    folder = os.path.join(
+                        self.c.work, "disk-full", "w%d-%s-%02d" % (world, "a" if async_save else "s", int(f * 100))
+                    )
                     mnt = os.path.join(folder, "mnt")
                     size = int(sizes[world] * (1 + f)) + 16 * 1024  # one checkpoint, f of the next, metrics
                     size = (size + 4095) // 4096 * 4096
@@ -983,44 +1178,77 @@ class DiskFull:
                         notes.append("mount -t tmpfs refused (%s): RLIMIT_FSIZE cases only" % err)
                         break
                     try:
-                        ranks = self.c.launch(os.path.join(folder, "logs"), self.argv(mnt, async_save), world,
-                                              "single" if world == 1 else "env")
+                        ranks = self.c.launch(
+                            os.path.join(folder, "logs"),
+                            self.argv(mnt, async_save),
+                            world,
+                            "single" if world == 1 else "env",
+                        )
                         left = wait_all(ranks, time.monotonic() + self.a.resume_limit_s)
                         for r in left:
                             r.kill_group()
-                        rec = {"case": "tmpfs", "world_size": world, "async_checkpoint": async_save,
-                               "tmpfs_bytes": size, "checkpoint_bytes": sizes[world], "fraction_of_next": f}
+                        rec = {
+                            "case": "tmpfs",
+                            "world_size": world,
+                            "async_checkpoint": async_save,
+                            "tmpfs_bytes": size,
+                            "checkpoint_bytes": sizes[world],
+                            "fraction_of_next": f,
+                        }
                         self.check(rec, ranks, os.path.join(mnt, "run"), async_save, "No space left on device", True)
                     finally:
                         self.umount(mnt)
                     recs.append(rec)
-                    log("disk full: %d rank(s) %s, tmpfs %d bytes: %s" % (
-                        world, "async" if async_save else "sync", size,
-                        "ok" if rec["ok"] else "FAILED " + "; ".join(rec["problems"])))
+                    log(
+                        "disk full: %d rank(s) %s, tmpfs %d bytes: %s"
+                        % (
+                            world,
+                            "async" if async_save else "sync",
+                            size,
+                            "ok" if rec["ok"] else "FAILED " + "; ".join(rec["problems"]),
+                        )
+                    )
                     keep_folder_if_failed(rec, folder, self.a.keep_work)
                 if not mount_ok:
                     break
             if not mount_ok:
                 break
+
         # RLIMIT_FSIZE (SIGXFSZ ignored): every rank file is past the limit, so the first save
         # fails with EFBIG; there is no earlier checkpoint.
         def limit_fsize():
             signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
             resource.setrlimit(resource.RLIMIT_FSIZE, (256 * 1024, 256 * 1024))
+
         for world in (1, 2):
-            for async_save in ((False, True) if not quick else (False,)):
+            for async_save in (False, True) if not quick else (False,):
                 folder = os.path.join(self.c.work, "disk-full", "rlimit-w%d-%s" % (world, "a" if async_save else "s"))
-                ranks = self.c.launch(os.path.join(folder, "logs"), self.argv(folder, async_save), world,
-                                      "single" if world == 1 else "env", preexec=limit_fsize)
+                ranks = self.c.launch(
+                    os.path.join(folder, "logs"),
+                    self.argv(folder, async_save),
+                    world,
+                    "single" if world == 1 else "env",
+                    preexec=limit_fsize,
+                )
                 left = wait_all(ranks, time.monotonic() + self.a.resume_limit_s)
                 for r in left:
                     r.kill_group()
-                rec = {"case": "rlimit_fsize", "world_size": world, "async_checkpoint": async_save,
-                       "rlimit_fsize_bytes": 256 * 1024}
+                rec = {
+                    "case": "rlimit_fsize",
+                    "world_size": world,
+                    "async_checkpoint": async_save,
+                    "rlimit_fsize_bytes": 256 * 1024,
+                }
                 self.check(rec, ranks, os.path.join(folder, "run"), async_save, "File too large", False)
                 recs.append(rec)
-                log("disk full: RLIMIT_FSIZE, %d rank(s) %s: %s" % (
-                    world, "async" if async_save else "sync", "ok" if rec["ok"] else "FAILED " + "; ".join(rec["problems"])))
+                log(
+                    "disk full: RLIMIT_FSIZE, %d rank(s) %s: %s"
+                    % (
+                        world,
+                        "async" if async_save else "sync",
+                        "ok" if rec["ok"] else "FAILED " + "; ".join(rec["problems"]),
+                    )
+                )
                 keep_folder_if_failed(rec, folder, self.a.keep_work)
         return {
             "trials": len(recs),
@@ -1034,6 +1262,7 @@ class DiskFull:
 
 
 # ----------------------------------------------------------------------------- corruption
+
 
 def json_valid_flips(text):
     """(label, offset, new byte) edits of index.json that keep it valid JSON."""
@@ -1114,13 +1343,21 @@ class Corruption:
     def judge(self, r, name):
         lines = [line for line in r.stderr.splitlines() if line.strip()]
         # inspect prints its table on stdout and a failed verification as "checksums: <error>"
-        lines += [line.strip() for line in r.stdout.splitlines() if "checksums: " in line and
-                  not line.strip().endswith("checksums: ok")]
+        lines += [
+            line.strip()
+            for line in r.stdout.splitlines()
+            if "checksums: " in line and not line.strip().endswith("checksums: ok")
+        ]
         rc = r.returncode
-        return {"exit_code": rc if rc >= 0 else None, "signal": signal.Signals(-rc).name if rc < 0 else None,
-                "stderr_lines": len(lines), "line": tail(lines, 400),
-                "names_file": any(name in line for line in lines),
-                "silent": rc == 0, "crashed": rc < 0 or rc >= 128}
+        return {
+            "exit_code": rc if rc >= 0 else None,
+            "signal": signal.Signals(-rc).name if rc < 0 else None,
+            "stderr_lines": len(lines),
+            "line": tail(lines, 400),
+            "names_file": any(name in line for line in lines),
+            "silent": rc == 0,
+            "crashed": rc < 0 or rc >= 128,
+        }
 
     def campaign(self):
         base_run = self.make_base()
@@ -1147,28 +1384,49 @@ class Corruption:
                 rec[key] = self.judge(r, name)
             # --resume auto on the run itself: must skip the corrupt step-4, saying why, and
             # continue from step 2.
-            r = subprocess.run(self.c.train_argv(folder, "run", 4, self.argv_extra), capture_output=True, text=True,
-                               env=env, timeout=self.a.resume_limit_s)
+            r = subprocess.run(
+                self.c.train_argv(folder, "run", 4, self.argv_extra),
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=self.a.resume_limit_s,
+            )
             skipped = [line for line in r.stdout.splitlines() if line.startswith("skipping %s" % target)]
             m = re.search(r"resuming from \S+: (\d+) optimizer steps done", r.stdout)
-            rec["resume_auto"] = {"exit_code": r.returncode if r.returncode >= 0 else None,
-                                  "signal": signal.Signals(-r.returncode).name if r.returncode < 0 else None,
-                                  "skip_line": skipped[0][:400] if skipped else None,
-                                  "skip_names_file": bool(skipped) and name in skipped[0],
-                                  "resumed_from_step": int(m.group(1)) if m else None,
-                                  "stderr": tail([line for line in r.stderr.splitlines() if line.strip()], 400)}
+            rec["resume_auto"] = {
+                "exit_code": r.returncode if r.returncode >= 0 else None,
+                "signal": signal.Signals(-r.returncode).name if r.returncode < 0 else None,
+                "skip_line": skipped[0][:400] if skipped else None,
+                "skip_names_file": bool(skipped) and name in skipped[0],
+                "resumed_from_step": int(m.group(1)) if m else None,
+                "stderr": tail([line for line in r.stderr.splitlines() if line.strip()], 400),
+            }
             ra = rec["resume_auto"]
             rec["silent"] = [k2 for k2 in runs if rec[k2]["silent"]] + (
-                ["resume_auto"] if ra["resumed_from_step"] == 4 or (ra["exit_code"] == 0 and not skipped) else [])
+                ["resume_auto"] if ra["resumed_from_step"] == 4 or (ra["exit_code"] == 0 and not skipped) else []
+            )
             rec["crashed"] = [k2 for k2 in runs if rec[k2]["crashed"]] + (["resume_auto"] if ra["signal"] else [])
-            rec["unclear"] = [k2 for k2 in runs if not rec[k2]["silent"] and not rec[k2]["crashed"] and
-                              (rec[k2]["stderr_lines"] != 1 or not rec[k2]["names_file"])]
+            rec["unclear"] = [
+                k2
+                for k2 in runs
+                if not rec[k2]["silent"]
+                and not rec[k2]["crashed"]
+                and (rec[k2]["stderr_lines"] != 1 or not rec[k2]["names_file"])
+            ]
             if not rec["silent"] and ra["exit_code"] == 0 and not ra["skip_names_file"]:
                 rec["unclear"].append("resume_auto")
             rec["ok"] = not rec["silent"] and not rec["crashed"] and not rec["unclear"]
-            log("corruption %s / %s: %s%s" % (name, label, "ok" if rec["ok"] else "FAILED",
-                                             "" if rec["ok"] else " (silent %s, crashed %s, unclear %s)" % (
-                                                 rec["silent"], rec["crashed"], rec["unclear"])))
+            log(
+                "corruption %s / %s: %s%s"
+                % (
+                    name,
+                    label,
+                    "ok" if rec["ok"] else "FAILED",
+                    ""
+                    if rec["ok"]
+                    else " (silent %s, crashed %s, unclear %s)" % (rec["silent"], rec["crashed"], rec["unclear"]),
+                )
+            )
             keep_folder_if_failed(rec, folder, self.a.keep_work)
             recs.append(rec)
         files = sorted({r["file"] for r in recs})
@@ -1185,9 +1443,12 @@ class Corruption:
 
 # ----------------------------------------------------------------------------- document
 
+
 def git(*args):
     try:
-        return subprocess.run(["git", "-C", REPO] + list(args), capture_output=True, text=True, timeout=30).stdout.strip()
+        return subprocess.run(
+            ["git", "-C", REPO] + list(args), capture_output=True, text=True, timeout=30
+        ).stdout.strip()
     except OSError:
         return ""
 
@@ -1209,8 +1470,15 @@ def machine():
         load = os.getloadavg()
     except OSError:
         load = None
-    return {"hostname": platform.node(), "cpu": cpu, "cores": os.cpu_count(), "memory_bytes": mem,
-            "os": platform.platform(), "python": platform.python_version(), "load_average_at_start": load}
+    return {
+        "hostname": platform.node(),
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_bytes": mem,
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "load_average_at_start": load,
+    }
 
 
 def main(argv):
@@ -1218,15 +1486,20 @@ def main(argv):
     p.add_argument("out", nargs="?", help="the JSON document (default results/reliability/fault-trials-YYYYMMDD.json)")
     p.add_argument("--trials", type=int, default=100, help="rank-death and crash-during-save trials each (100)")
     p.add_argument("--quick", action="store_true", help="6 trials each, fewer disk-full cases")
-    p.add_argument("--only", default="rank_death,crash_during_save,disk_full,corruption",
-                   help="comma-separated categories")
+    p.add_argument(
+        "--only", default="rank_death,crash_during_save,disk_full,corruption", help="comma-separated categories"
+    )
     p.add_argument("--fsdpp", default=os.path.join(REPO, "build", "fsdpp"), help="the binary (copied first)")
     p.add_argument("--work", help="scratch folder (default: a new one under $TMPDIR, removed unless --keep-work)")
     p.add_argument("--keep-work", action="store_true", help="keep every trial's folder, not only failed ones")
     p.add_argument("--seed", type=int, help="seed of the random draws (default: from the clock; recorded)")
     p.add_argument("--timeout-s", type=float, default=10.0, help="fsdpp's --timeout-s (collective timeout)")
-    p.add_argument("--margin-s", type=float, default=20.0,
-                   help="a survivor still running timeout + margin after the kill is a hang")
+    p.add_argument(
+        "--margin-s",
+        type=float,
+        default=20.0,
+        help="a survivor still running timeout + margin after the kill is a hang",
+    )
     p.add_argument("--resume-limit-s", type=float, default=180.0, help="limit for a rerun and other whole runs")
     p.add_argument("--rd-steps", type=int, default=30, help="steps of a rank-death run")
     p.add_argument("--cs-steps", type=int, default=8, help="steps of a crash-during-save run")
@@ -1253,18 +1526,32 @@ def main(argv):
     os.makedirs(a.work, exist_ok=True)
     a.work = os.path.abspath(a.work)
     doc = {
-        "format": FORMAT, "version": VERSION,
+        "format": FORMAT,
+        "version": VERSION,
         "date": started.strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
-        "fsdpp": {"path": os.path.abspath(a.fsdpp), "sha256": sha256_file(a.fsdpp),
-                  "version": subprocess.run([a.fsdpp, "--version"], capture_output=True, text=True).stdout.strip()},
+        "commit": git("rev-parse", "HEAD"),
+        "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
+        "fsdpp": {
+            "path": os.path.abspath(a.fsdpp),
+            "sha256": sha256_file(a.fsdpp),
+            "version": subprocess.run([a.fsdpp, "--version"], capture_output=True, text=True).stdout.strip(),
+        },
         "machine": machine(),
         "command": "ci/fault_trials.sh " + " ".join(argv),
-        "parameters": {"trials": a.trials, "seed": a.seed, "collective_timeout_s": a.timeout_s, "margin_s": a.margin_s,
-                       "hang_after_s": a.timeout_s + a.margin_s, "rerun_limit_s": a.resume_limit_s,
-                       "rank_death_steps": a.rd_steps, "crash_during_save_steps": a.cs_steps,
-                       "model": " ".join(MODEL), "stack_sampler": shutil.which("eu-stack")},
-        "categories": {}, "trials": {},
+        "parameters": {
+            "trials": a.trials,
+            "seed": a.seed,
+            "collective_timeout_s": a.timeout_s,
+            "margin_s": a.margin_s,
+            "hang_after_s": a.timeout_s + a.margin_s,
+            "rerun_limit_s": a.resume_limit_s,
+            "rank_death_steps": a.rd_steps,
+            "crash_during_save_steps": a.cs_steps,
+            "model": " ".join(MODEL),
+            "stack_sampler": shutil.which("eu-stack"),
+        },
+        "categories": {},
+        "trials": {},
     }
     status = 0
     try:

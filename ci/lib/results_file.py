@@ -3,6 +3,7 @@
 Shared by the ci/ scripts that record runs (fuzz.sh, sanitize.sh, multinode.py,
 fault_trials/fault_trials.py). Import with ci/lib on sys.path.
 """
+
 import json
 import os
 import tempfile

@@ -84,24 +84,24 @@ void AsyncCheckpointSaver::save(const std::filesystem::path& dir, const Checkpoi
   job->outcome.dir = dir;
   CheckpointContent staged = staged_copy(content);
   job->outcome.stage_ms = ms_since(start);
-  job->thread = std::thread([job, group = group_, dir, staged = std::move(staged), train_state,
-                             options = std::move(options), start]() {
-    std::optional<SavedCheckpoint> saved;
-    std::string error;
-    try {
-      saved = save_checkpoint(*group, dir, staged, train_state, options);
-    } catch (const std::exception& e) {
-      error = e.what();
-    } catch (...) {
-      error = "save_checkpoint " + dir.string() + ": unknown failure";
-    }
-    std::lock_guard<std::mutex> lock(job->mu);
-    job->outcome.saved = std::move(saved);
-    job->outcome.error = std::move(error);
-    job->outcome.total_ms = ms_since(start);
-    job->done = true;
-    job->cv.notify_all();
-  });
+  job->thread = std::thread(
+      [job, group = group_, dir, staged = std::move(staged), train_state, options = std::move(options), start]() {
+        std::optional<SavedCheckpoint> saved;
+        std::string error;
+        try {
+          saved = save_checkpoint(*group, dir, staged, train_state, options);
+        } catch (const std::exception& e) {
+          error = e.what();
+        } catch (...) {
+          error = "save_checkpoint " + dir.string() + ": unknown failure";
+        }
+        std::lock_guard<std::mutex> lock(job->mu);
+        job->outcome.saved = std::move(saved);
+        job->outcome.error = std::move(error);
+        job->outcome.total_ms = ms_since(start);
+        job->done = true;
+        job->cv.notify_all();
+      });
   job_ = std::move(job);
 }
 

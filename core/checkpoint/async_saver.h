@@ -70,7 +70,7 @@ class AsyncCheckpointSaver {
  private:
   void join_finished();
   std::shared_ptr<comm::Communicator> group_;
-  std::shared_ptr<Job> job_;             // the save in flight or finished, not yet waited for
+  std::shared_ptr<Job> job_;              // the save in flight or finished, not yet waited for
   std::optional<FinishedSave> finished_;  // joined, not yet returned by poll() or wait()
   std::string error_;                     // a failure not yet rethrown
 };

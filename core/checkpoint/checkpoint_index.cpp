@@ -45,7 +45,8 @@ class Fields {
   }
 
   [[noreturn]] void fail(const std::string& problem) const {
-    throw std::runtime_error("checkpoint index " + path_.string() + ": " + (where_.empty() ? "" : where_ + " ") + problem);
+    throw std::runtime_error("checkpoint index " + path_.string() + ": " + (where_.empty() ? "" : where_ + " ") +
+                             problem);
   }
 
   // Every key must be one of `known` (a newer writer's field would be misread otherwise).
@@ -89,9 +90,8 @@ bool is_bare_file_name(const std::string& name) {
 }
 
 bool is_sha256_hex(const std::string& s) {
-  return s.size() == 64 && std::all_of(s.begin(), s.end(), [](char c) {
-           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
-         });
+  return s.size() == 64 &&
+         std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
 }
 
 }  // namespace
@@ -138,16 +138,16 @@ json CheckpointIndex::to_json() const {
     for (const auto& p : t.pieces) pieces.push_back({{"file", p.file}, {"rows", {p.begin, p.end}}});
     tensors_json[name] = {{"dtype", dtype_name(t.dtype)}, {"shape", t.shape}, {"pieces", pieces}};
   }
-  json out = {{"format", kFormatName},
-              {"version", kFormatVersion},
-              {"world_size", world_size},
-              {"mesh",
-               {{"strategy", mesh.strategy}, {"shard_group_size", mesh.shard_group_size}, {"replicas", mesh.replicas}}},
-              {"checksum", "sha256"},
-              {"files", files_json},
-              {"tensors", tensors_json},
-              {"optimizer", optimizer},
-              {"train_state", train_state}};
+  json out = {
+      {"format", kFormatName},
+      {"version", kFormatVersion},
+      {"world_size", world_size},
+      {"mesh", {{"strategy", mesh.strategy}, {"shard_group_size", mesh.shard_group_size}, {"replicas", mesh.replicas}}},
+      {"checksum", "sha256"},
+      {"files", files_json},
+      {"tensors", tensors_json},
+      {"optimizer", optimizer},
+      {"train_state", train_state}};
   out[kIndexChecksumField] = index_content_sha256(out);
   return out;
 }
@@ -156,14 +156,13 @@ CheckpointIndex CheckpointIndex::from_json(const json& root, const fs::path& pat
   Fields top(root, "", path);
   // Format and version first: anything else may mean something different in another one.
   const std::string format = top.string("format");
-  if (format != kFormatName)
-    top.fail("format is '" + format + "', expected '" + std::string(kFormatName) + "'");
+  if (format != kFormatName) top.fail("format is '" + format + "', expected '" + std::string(kFormatName) + "'");
   const int64_t version = top.integer("version", 0);
   if (version < 1 || version > kFormatVersion)
     top.fail("version is " + std::to_string(version) + ", this reader knows versions 1 to " +
              std::to_string(kFormatVersion));
-  std::vector<std::string> known = {"format",  "version", "world_size", "mesh",       "checksum",
-                                    "files",   "tensors", "optimizer",  "train_state"};
+  std::vector<std::string> known = {"format", "version", "world_size", "mesh",       "checksum",
+                                    "files",  "tensors", "optimizer",  "train_state"};
   if (version >= kFirstVersionWithIndexChecksum) known.emplace_back(kIndexChecksumField);
   top.only(known, version);
   if (top.string("checksum") != "sha256") top.fail("checksum is '" + top.string("checksum") + "', expected 'sha256'");

@@ -10,7 +10,6 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
-
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
@@ -57,8 +56,8 @@ struct TensorEntry {
 struct CheckpointIndex {
   int world_size = 1;
   CheckpointMesh mesh;
-  std::map<std::string, CheckpointFile> files;  // by file name (bare, in the checkpoint folder)
-  std::map<std::string, TensorEntry> tensors;   // by tensor name
+  std::map<std::string, CheckpointFile> files;            // by file name (bare, in the checkpoint folder)
+  std::map<std::string, TensorEntry> tensors;             // by tensor name
   nlohmann::json optimizer = nlohmann::json::object();    // e.g. AdamW step counts
   nlohmann::json train_state = nlohmann::json::object();  // the trainer's, opaque
 

@@ -15,7 +15,6 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
-
 #include <nlohmann/json.hpp>
 
 #include <filesystem>

@@ -52,7 +52,8 @@ std::vector<Candidate> list_candidates(const fs::path& dir) {
     if (auto step = parse_step_dir_name(name.substr(0, marker))) out.push_back({item.path(), *step, true});
   }
   std::sort(out.begin(), out.end(), [](const Candidate& a, const Candidate& b) {
-    return std::make_tuple(-a.step, a.temporary, a.path.string()) < std::make_tuple(-b.step, b.temporary, b.path.string());
+    return std::make_tuple(-a.step, a.temporary, a.path.string()) <
+           std::make_tuple(-b.step, b.temporary, b.path.string());
   });
   return out;
 }

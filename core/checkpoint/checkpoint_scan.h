@@ -18,7 +18,7 @@ std::optional<int64_t> parse_step_dir_name(const std::string& name);
 
 struct SkippedCheckpoint {
   std::filesystem::path path;
-  std::string reason;        // one line, e.g. "index.json missing (torn save)"
+  std::string reason;            // one line, e.g. "index.json missing (torn save)"
   std::string describe() const;  // "skipping step-000200.tmp-1a2b: index.json missing (torn save)"
 };
 
@@ -48,7 +48,6 @@ struct PruneResult {
 // a crash midway leaves a torn-save folder (removed by a later prune), never a half-removed
 // "step-<N>". `on_renamed` (a test hook) is called after each such rename.
 PruneResult prune_checkpoints(const std::filesystem::path& checkpoints_dir, int keep_last,
-                              const std::filesystem::path& keep = {},
-                              const std::function<void()>& on_renamed = {});
+                              const std::filesystem::path& keep = {}, const std::function<void()>& on_renamed = {});
 
 }  // namespace fsdpp::checkpoint

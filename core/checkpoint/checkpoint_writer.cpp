@@ -48,11 +48,11 @@ struct RankReport {
   json to_json() const {
     json p = json::array();
     for (const auto& x : pieces)
-      p.push_back({{"name", x.name}, {"shape", x.shape}, {"dtype", x.dtype}, {"first_row", x.first_row},
-                   {"rows", x.rows}});
-    json out = {{"rank", rank},      {"error", error},       {"dir", dir},
-                {"pieces", p},       {"optimizer", optimizer},
-                {"mesh", {mesh.strategy, mesh.shard_group_size, mesh.replicas}}};
+      p.push_back(
+          {{"name", x.name}, {"shape", x.shape}, {"dtype", x.dtype}, {"first_row", x.first_row}, {"rows", x.rows}});
+    json out = {
+        {"rank", rank}, {"error", error},         {"dir", dir},
+        {"pieces", p},  {"optimizer", optimizer}, {"mesh", {mesh.strategy, mesh.shard_group_size, mesh.replicas}}};
     if (file) out["file"] = {{"bytes", file->bytes}, {"sha256", file->sha256}};
     return out;
   }
@@ -87,7 +87,8 @@ int64_t row_count(const CheckpointTensor& t, const std::string& where) {
   const int64_t dim0 = t.shape.empty() ? 1 : t.shape[0];
   int64_t rows = 0;
   if (t.shape.empty()) {
-    if (t.rows.dim() > 1 || t.rows.numel() > 1) bad("is 0-d, so its rows are one element, got " + shape_string(t.rows.sizes().vec()));
+    if (t.rows.dim() > 1 || t.rows.numel() > 1)
+      bad("is 0-d, so its rows are one element, got " + shape_string(t.rows.sizes().vec()));
     rows = t.rows.numel();
   } else {
     rows = t.rows.dim() == 0 ? -1 : t.rows.size(0);
@@ -208,7 +209,8 @@ CheckpointIndex build_index(const fs::path& dir, const std::vector<RankReport>& 
       covered = o.end;
       last_rank = o.rank;
     }
-    if (covered != entry.dim0()) fail("rows " + range(covered, entry.dim0()) + " of '" + name + "' are passed by no rank");
+    if (covered != entry.dim0())
+      fail("rows " + range(covered, entry.dim0()) + " of '" + name + "' are passed by no rank");
   }
   // What we write must be what we read back.
   return CheckpointIndex::from_json(index.to_json(), dir / kIndexFileName);

@@ -9,7 +9,6 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
-
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
@@ -63,7 +62,7 @@ struct SaveOptions {
 struct SavedCheckpoint {
   std::filesystem::path dir;
   std::vector<std::filesystem::path> removed;  // pruned by keep_last (rank 0 only)
-  std::vector<std::string> warnings;            // removals that failed (the save stands)
+  std::vector<std::string> warnings;           // removals that failed (the save stands)
 };
 
 // Collective over `world`: every rank calls it with the same `dir`. Each row of every

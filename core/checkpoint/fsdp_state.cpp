@@ -94,8 +94,7 @@ CheckpointContent sharded_state(fsdp::ShardedModel& model, const torch::optim::A
   return content;
 }
 
-void restore_sharded_state(const CheckpointReader& reader, fsdp::ShardedModel& model,
-                           torch::optim::AdamW* optimizer) {
+void restore_sharded_state(const CheckpointReader& reader, fsdp::ShardedModel& model, torch::optim::AdamW* optimizer) {
   auto fail = [&](const std::string& problem) -> void {
     throw std::runtime_error("checkpoint " + reader.dir().string() + ": " + problem);
   };

@@ -25,7 +25,6 @@ CheckpointContent sharded_state(fsdp::ShardedModel& model, const torch::optim::A
 // must be in the checkpoint with its shape and dtype, and the checkpoint must hold no
 // tensor the model lacks; these are checked before anything is changed. On a later error
 // (a corrupt file) the model and optimizer are partly restored: do not train on.
-void restore_sharded_state(const CheckpointReader& reader, fsdp::ShardedModel& model,
-                           torch::optim::AdamW* optimizer);
+void restore_sharded_state(const CheckpointReader& reader, fsdp::ShardedModel& model, torch::optim::AdamW* optimizer);
 
 }  // namespace fsdpp::checkpoint

@@ -16,8 +16,9 @@ HfExport export_hf_folder(const CheckpointReader& reader, const std::filesystem:
                           uint64_t max_shard_bytes) {
   const auto& state = reader.train_state();
   if (!state.is_object() || !state.contains("model_config") || !state["model_config"].is_object())
-    throw std::runtime_error("checkpoint " + reader.dir().string() +
-                             ": train_state has no model_config (not written by fsdpp train), cannot write config.json");
+    throw std::runtime_error(
+        "checkpoint " + reader.dir().string() +
+        ": train_state has no model_config (not written by fsdpp train), cannot write config.json");
   io::StreamedTensors tensors;
   for (const auto& [name, entry] : reader.index().tensors) {
     if (name.rfind(kModelPrefix, 0) != 0) continue;

@@ -213,8 +213,7 @@ CommWork Communicator::broadcast_async(at::Tensor tensor, int root) {
   return backend.broadcast(tensor, root, what);
 }
 
-CommWork Communicator::all_to_all_single_async(at::Tensor output, at::Tensor input,
-                                               std::vector<int64_t> output_splits,
+CommWork Communicator::all_to_all_single_async(at::Tensor output, at::Tensor input, std::vector<int64_t> output_splits,
                                                std::vector<int64_t> input_splits) {
   std::string what = op_label("all_to_all_single", input);
   impl_->backend_for(output, what);
@@ -230,8 +229,7 @@ CommWork Communicator::all_to_all_single_async(at::Tensor output, at::Tensor inp
                         " rows, not divisible by the group size " + std::to_string(n) + "; pass splits");
       splits.assign(n, rows / n);
     }
-    if (static_cast<int>(splits.size()) != n ||
-        std::accumulate(splits.begin(), splits.end(), int64_t{0}) != rows)
+    if (static_cast<int>(splits.size()) != n || std::accumulate(splits.begin(), splits.end(), int64_t{0}) != rows)
       throw CommError("fsdpp comm: " + what + ": " + which + "_splits must have " + std::to_string(n) +
                       " entries summing to its " + std::to_string(rows) + " rows");
     for (auto s : splits)
@@ -273,11 +271,10 @@ std::shared_ptr<Communicator> Communicator::subgroup(const std::vector<int>& ran
     options->devices = impl_->gloo.process_group()->getOptions()->devices;
     auto prefixed = c10::make_intrusive<c10d::PrefixStore>("fsdpp/" + g.name, parent.store);
     int rank = g.rank, size = g.size;
-    impl->gloo.set_process_group(connect_group(
-        [prefixed, rank, size, options] {
-          return c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, rank, size, options);
-        },
-        *g.board, g.name, ranks, g.rank, g.timeout));
+    impl->gloo.set_process_group(
+        connect_group([prefixed, rank, size,
+                       options] { return c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, rank, size, options); },
+                      *g.board, g.name, ranks, g.rank, g.timeout));
   }
   return std::shared_ptr<Communicator>(new Communicator(std::move(impl)));
 }

@@ -89,8 +89,7 @@ class Communicator {
   // Rows (dim 0) of input go to ranks in order, input_splits[j] rows to rank j; output
   // receives output_splits[j] rows from rank j. Empty splits mean equal splits. Like
   // all_to_all_single.
-  CommWork all_to_all_single_async(at::Tensor output, at::Tensor input,
-                                   std::vector<int64_t> output_splits = {},
+  CommWork all_to_all_single_async(at::Tensor output, at::Tensor input, std::vector<int64_t> output_splits = {},
                                    std::vector<int64_t> input_splits = {});
   CommWork barrier_async();
 

@@ -5,9 +5,9 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
-#include <unistd.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -33,15 +33,12 @@ std::string since(Clock::time_point start) {
   return ms_text(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start));
 }
 
-
 // c10d's client retries a refused connection until its timeout and logs a warning with a
 // C++ stack trace for each retry: a rank waiting for a late or dead rank 0 says so once,
 // in its own error, instead. Errors still print.
 class QuietStoreWarnings {
  public:
-  QuietStoreWarnings() : saved_(FLAGS_caffe2_log_level) {
-    FLAGS_caffe2_log_level = std::max(saved_, c10::GLOG_ERROR);
-  }
+  QuietStoreWarnings() : saved_(FLAGS_caffe2_log_level) { FLAGS_caffe2_log_level = std::max(saved_, c10::GLOG_ERROR); }
   ~QuietStoreWarnings() { FLAGS_caffe2_log_level = saved_; }
   QuietStoreWarnings(const QuietStoreWarnings&) = delete;
   QuietStoreWarnings& operator=(const QuietStoreWarnings&) = delete;
@@ -55,7 +52,8 @@ class QuietStoreWarnings {
 // listens on every interface). Returns the bound socket's fd; the store takes it over.
 int loopback_listen_fd(int port) {
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) throw CommError(std::string("fsdpp comm: rank 0 could not create the TCPStore's socket: ") + std::strerror(errno));
+  if (fd < 0)
+    throw CommError(std::string("fsdpp comm: rank 0 could not create the TCPStore's socket: ") + std::strerror(errno));
   int one = 1;
   ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   sockaddr_in address{};
@@ -193,9 +191,7 @@ WorldSpec read_published_store(const c10::intrusive_ptr<c10d::TCPStore>& store, 
 
 }  // namespace
 
-bool is_loopback_address(const std::string& address) {
-  return address == "localhost" || address.rfind("127.", 0) == 0;
-}
+bool is_loopback_address(const std::string& address) { return address == "localhost" || address.rfind("127.", 0) == 0; }
 
 JoinedWorld join_world(const WorldSpec& given, std::chrono::milliseconds timeout) {
   const auto start = Clock::now();
@@ -320,8 +316,7 @@ c10::intrusive_ptr<c10d::ProcessGroupGloo> connect_group(
     if (auto known = board.known_failure())
       throw failure(*known + "; here " + here + " stopped waiting after " + since(start));
     if (!board.store_reachable()) throw failure(board.explain() + "; here " + here + " failed");
-    if (Clock::now() >= deadline)
-      throw failure(cause() + "; here " + here + " timed out after " + since(start));
+    if (Clock::now() >= deadline) throw failure(cause() + "; here " + here + " timed out after " + since(start));
   }
 }
 

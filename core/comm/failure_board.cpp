@@ -1,10 +1,9 @@
 #include "core/comm/failure_board.h"
 
-#include <signal.h>  // NOLINT(modernize-deprecated-headers): POSIX kill(), which <csignal> does not declare
-#include <unistd.h>
-
 #include <c10/util/Logging.h>
+#include <signal.h>  // NOLINT(modernize-deprecated-headers): POSIX kill(), which <csignal> does not declare
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -165,8 +164,7 @@ std::optional<std::string> FailureBoard::posted_failure() {
       else
         others.push_back(r);
     }
-    if (!first.empty() && !others.empty())
-      first += " (" + ranks_phrase(others) + " too)";
+    if (!first.empty() && !others.empty()) first += " (" + ranks_phrase(others) + " too)";
     return first;
   });
   if (!found || found->empty()) return std::nullopt;
@@ -180,7 +178,8 @@ std::optional<std::vector<FailureBoard::Member>> FailureBoard::other_members() {
     std::string all;
     for (int r = 0; r < n; ++r)
       if (r != me && s.check({member_key(r)}))
-        all += std::to_string(r) + " " + (s.check({signed_out_key(r)}) ? "1 " : "0 ") + to_text(s.get(member_key(r))) + "\n";
+        all += std::to_string(r) + " " + (s.check({signed_out_key(r)}) ? "1 " : "0 ") + to_text(s.get(member_key(r))) +
+               "\n";
     return all;
   });
   if (!text) return std::nullopt;
@@ -244,9 +243,8 @@ std::string FailureBoard::explain() {
     if (remote_hosts.find(m.host) == std::string::npos) remote_hosts += (remote_hosts.empty() ? "" : ", ") + m.host;
   }
   if (remote.empty()) return "no rank has reported a failure and every rank is still running";
-  return "no rank has reported a failure and every rank on this machine is still running; " +
-         ranks_phrase(remote) + " on " + remote_hosts +
-         " cannot be checked from here";
+  return "no rank has reported a failure and every rank on this machine is still running; " + ranks_phrase(remote) +
+         " on " + remote_hosts + " cannot be checked from here";
 }
 
 std::optional<std::string> FailureBoard::known_failure() {

@@ -34,8 +34,8 @@ NcclGroup& NcclBackend::nccl_group(at::Device device) {
   if (!nccl_) {
     std::string key = "fsdpp/" + group_.name + "/nccl_id";
     try {
-      nccl_ = NcclGroup::connect(group_.store.get(), key, group_.rank, group_.size, device, group_.timeout,
-                                 group_.where());
+      nccl_ =
+          NcclGroup::connect(group_.store.get(), key, group_.rank, group_.size, device, group_.timeout, group_.where());
     } catch (const std::exception& e) {
       group_.mark_broken(first_line_of(e.what()));
       throw;

@@ -5,9 +5,8 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
-#include <torch/csrc/distributed/c10d/Store.hpp>
-
 #include <nccl.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <condition_variable>
 #include <cstdlib>
@@ -35,8 +34,7 @@ ncclDataType_t nccl_dtype(at::ScalarType t) {
     case at::kChar: return ncclInt8;
     case at::kByte:
     case at::kBool: return ncclUint8;
-    default:
-      throw CommError(std::string("fsdpp comm (nccl): dtype ") + c10::toString(t) + " is not supported");
+    default: throw CommError(std::string("fsdpp comm (nccl): dtype ") + c10::toString(t) + " is not supported");
   }
 }
 
@@ -124,8 +122,7 @@ struct NcclGroup::Impl {
     ready.record(caller);
     ready.block(*stream);
     for (const auto& t : tensors)
-      if (t.defined() && t.numel() > 0)
-        c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), *stream);
+      if (t.defined() && t.numel() > 0) c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), *stream);
     body(stream->stream());
     auto done = std::make_shared<Done>(what + " " + label, Clock::now());
     done->event.record(*stream);
@@ -138,8 +135,7 @@ struct NcclGroup::Impl {
 };
 
 std::unique_ptr<NcclGroup> NcclGroup::connect(c10d::Store* store, const std::string& key, int rank, int size,
-                                              at::Device device, std::chrono::milliseconds timeout,
-                                              std::string label) {
+                                              at::Device device, std::chrono::milliseconds timeout, std::string label) {
   auto impl = std::make_unique<Impl>();
   impl->device = device;
   impl->rank = rank;
@@ -158,8 +154,8 @@ std::unique_ptr<NcclGroup> NcclGroup::connect(c10d::Store* store, const std::str
     try {
       store->wait({key}, timeout);
     } catch (const std::exception& e) {
-      throw CommError("fsdpp comm (nccl): rank " + std::to_string(rank) + " got no NCCL id from rank 0 " +
-                      impl->label + " within " + std::to_string(timeout.count()) + " ms");
+      throw CommError("fsdpp comm (nccl): rank " + std::to_string(rank) + " got no NCCL id from rank 0 " + impl->label +
+                      " within " + std::to_string(timeout.count()) + " ms");
     }
     auto bytes = store->get(key);
     if (bytes.size() != sizeof(id)) throw CommError("fsdpp comm (nccl): malformed NCCL id " + impl->label);
@@ -238,8 +234,8 @@ std::shared_ptr<NcclDone> NcclGroup::broadcast(const at::Tensor& tensor, int roo
 }
 
 std::shared_ptr<NcclDone> NcclGroup::all_to_all(const at::Tensor& output, const at::Tensor& input,
-                                                 const std::vector<int64_t>& output_rows,
-                                                 const std::vector<int64_t>& input_rows, int64_t row_numel) {
+                                                const std::vector<int64_t>& output_rows,
+                                                const std::vector<int64_t>& input_rows, int64_t row_numel) {
   Impl& s = *impl_;
   return s.enqueue("all_to_all", {output, input}, [&](cudaStream_t stream) {
     // Byte-wise send/recv pairs in one NCCL group (NCCL has no all-to-all of its own).

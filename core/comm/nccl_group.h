@@ -32,8 +32,8 @@ enum class ReduceOp;
 class NcclDone {
  public:
   virtual ~NcclDone() = default;
-  virtual void join() = 0;          // the caller's current stream waits for it
-  virtual bool query() const = 0;   // finished on the device
+  virtual void join() = 0;         // the caller's current stream waits for it
+  virtual bool query() const = 0;  // finished on the device
 };
 
 class NcclGroup {
@@ -42,8 +42,7 @@ class NcclGroup {
   // under `key` (no store needed for a group of one); all ranks join within `timeout`.
   // `device` is the CUDA device of this rank.
   static std::unique_ptr<NcclGroup> connect(c10d::Store* store, const std::string& key, int rank, int size,
-                                            at::Device device, std::chrono::milliseconds timeout,
-                                            std::string label);
+                                            at::Device device, std::chrono::milliseconds timeout, std::string label);
   ~NcclGroup();
   NcclGroup(const NcclGroup&) = delete;
   NcclGroup& operator=(const NcclGroup&) = delete;
@@ -59,8 +58,8 @@ class NcclGroup {
   std::shared_ptr<NcclDone> broadcast(const at::Tensor& tensor, int root);
   // Row counts per peer as in all_to_all_single; bytes_per_row of the tensors' dtype.
   std::shared_ptr<NcclDone> all_to_all(const at::Tensor& output, const at::Tensor& input,
-                                       const std::vector<int64_t>& output_rows,
-                                       const std::vector<int64_t>& input_rows, int64_t row_numel);
+                                       const std::vector<int64_t>& output_rows, const std::vector<int64_t>& input_rows,
+                                       int64_t row_numel);
 
   // Blocks the host until every collective issued so far is done (or the watchdog fired).
   void synchronize();

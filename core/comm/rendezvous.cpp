@@ -164,8 +164,8 @@ WorldSpec resolve_world(const EnvLookup& env, const WorldOverrides& overrides) {
   }
   if (auto port = env_int(env, "MASTER_PORT", 1)) spec.master_port = *port;
 
-  bool any_override = overrides.rank || overrides.world_size || overrides.local_rank ||
-                      overrides.local_world_size || overrides.master_addr || overrides.master_port;
+  bool any_override = overrides.rank || overrides.world_size || overrides.local_rank || overrides.local_world_size ||
+                      overrides.master_addr || overrides.master_port;
   if (any_override) spec.source = "explicit";
   if (overrides.rank) spec.rank = *overrides.rank;
   if (overrides.world_size) spec.world_size = *overrides.world_size;
@@ -180,8 +180,8 @@ WorldSpec resolve_world(const EnvLookup& env, const WorldOverrides& overrides) {
     throw std::invalid_argument("rank " + std::to_string(spec.rank) + " is outside world size " +
                                 std::to_string(spec.world_size));
   if (spec.local_world_size < 1 || spec.local_rank < 0 || spec.local_rank >= spec.local_world_size)
-    throw std::invalid_argument("local rank " + std::to_string(spec.local_rank) +
-                                " is outside local world size " + std::to_string(spec.local_world_size));
+    throw std::invalid_argument("local rank " + std::to_string(spec.local_rank) + " is outside local world size " +
+                                std::to_string(spec.local_world_size));
   if (spec.master_port < 1 || spec.master_port > 65535)
     throw std::invalid_argument("master port " + std::to_string(spec.master_port) + " is outside 1..65535");
   return spec;

@@ -16,7 +16,7 @@ struct WorldSpec {
   int local_rank = 0;
   int local_world_size = 1;
   std::string master_addr = "127.0.0.1";
-  int master_port = 29500;  // torchrun's default
+  int master_port = 29500;        // torchrun's default
   std::string source = "single";  // "explicit", "torchrun", "slurm" or "single"
   // torchrun's agent already hosts a TCPStore at master_addr:master_port
   // (TORCHELASTIC_USE_AGENT_STORE=True, as PyTorch's env:// rendezvous reads it); rank 0

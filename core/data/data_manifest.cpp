@@ -55,7 +55,9 @@ nlohmann::ordered_json DataManifest::to_json() const {
           {"options", options},
           {"dtype", dtype},
           {"documents",
-           {{"in_input", documents_in_input}, {"selected", documents_selected}, {"train", train_documents},
+           {{"in_input", documents_in_input},
+            {"selected", documents_selected},
+            {"train", train_documents},
             {"eval", eval_documents}}},
           {"tokens", {{"train", train_tokens}, {"eval", eval_tokens}}},
           {"shards", {{"train", shards_json(train_shards)}, {"eval", shards_json(eval_shards)}}}};
@@ -68,7 +70,8 @@ DataManifest DataManifest::from_json(const nlohmann::ordered_json& j, const std:
     throw std::invalid_argument(where + ": format '" + format + "' (expected '" + kManifestFormat + "')");
   const auto version = field(j, "version", T::number_integer, where).get<int64_t>();
   if (version != kManifestVersion)
-    throw std::invalid_argument(where + ": manifest version " + std::to_string(version) + " is not supported (expected 1)");
+    throw std::invalid_argument(where + ": manifest version " + std::to_string(version) +
+                                " is not supported (expected 1)");
   DataManifest m;
   m.source = field(j, "source", T::object, where);
   m.tokenizer = field(j, "tokenizer", T::object, where);

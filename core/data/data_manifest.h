@@ -2,9 +2,10 @@
 // specified in TOKENS.md): where the data came from, how it was cut, and its shards.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
 #include <filesystem>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 

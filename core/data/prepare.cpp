@@ -1,5 +1,7 @@
 #include "core/data/prepare.h"
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -9,7 +11,6 @@
 #include <exception>
 #include <fstream>
 #include <mutex>
-#include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -59,17 +60,20 @@ struct Inputs {
 // `output_dir`, so a rerun never reads its own manifest.
 Inputs list_inputs(const fs::path& input, const fs::path& output_dir) {
   if (!fs::exists(input))
-    throw std::runtime_error(input.string() + ": no such file or directory (expected a file or a directory of .txt, "
+    throw std::runtime_error(input.string() +
+                             ": no such file or directory (expected a file or a directory of .txt, "
                              ".json, .jsonl, .yaml or .yml files)");
   Inputs out;
   if (!fs::is_directory(input)) {
     if (input_kind(input) == InputKind::kOther)
-      throw std::runtime_error(input.string() + ": unsupported input type (expected .txt, .json, .jsonl, .yaml or .yml)");
+      throw std::runtime_error(input.string() +
+                               ": unsupported input type (expected .txt, .json, .jsonl, .yaml or .yml)");
     out.files.push_back(input);
     return out;
   }
   if (fs::exists(output_dir) && fs::equivalent(input, output_dir))
-    throw std::invalid_argument(output_dir.string() + ": the output directory is the input directory (expected "
+    throw std::invalid_argument(output_dir.string() +
+                                ": the output directory is the input directory (expected "
                                 "another directory, or a subdirectory of the input, which is not read)");
   for (auto it = fs::recursive_directory_iterator(input); it != fs::recursive_directory_iterator(); ++it) {
     if (it->is_directory() && fs::exists(output_dir) && fs::equivalent(it->path(), output_dir)) {
@@ -109,9 +113,7 @@ std::vector<std::string> file_documents(const fs::path& path, const std::set<std
     case InputKind::kText:
       if (!text.empty()) docs.push_back(std::move(text));
       break;
-    case InputKind::kJson:
-      collect_strings(io::parse_json_text<Json>(text, path.string()), keys, all, docs);
-      break;
+    case InputKind::kJson: collect_strings(io::parse_json_text<Json>(text, path.string()), keys, all, docs); break;
     case InputKind::kJsonl: {
       std::istringstream lines(text);
       int64_t number = 0;
@@ -127,8 +129,7 @@ std::vector<std::string> file_documents(const fs::path& path, const std::set<std
       // every other scalar (yes, 1.2.3, quoted "42") is a document.
       collect_strings(io::yaml_documents_to_json<Json>(text, path.string()), keys, all, docs);
       break;
-    case InputKind::kOther:
-      break;
+    case InputKind::kOther: break;
   }
   return docs;
 }
@@ -137,7 +138,10 @@ std::vector<std::string> file_documents(const fs::path& path, const std::set<std
 class ShardWriter {
  public:
   ShardWriter(fs::path dir, std::string split, int64_t shard_tokens, TokenDtype dtype)
-      : dir_(std::move(dir)), split_(std::move(split)), shard_tokens_(static_cast<size_t>(shard_tokens)), dtype_(dtype) {}
+      : dir_(std::move(dir)),
+        split_(std::move(split)),
+        shard_tokens_(static_cast<size_t>(shard_tokens)),
+        dtype_(dtype) {}
 
   void add_document(const std::vector<int32_t>& tokens) {
     ++documents_;
@@ -224,14 +228,16 @@ void tokenize_batch(const tokenizer::BpeTokenizer& tok, int32_t separator, const
 
 // Removes train_NNNNNN.tok / eval_NNNNNN.tok files of an earlier run that this run did
 // not write, so the directory matches its manifest.
-void remove_stale_shards(const fs::path& dir, const std::vector<ShardEntry>& train, const std::vector<ShardEntry>& eval) {
+void remove_stale_shards(const fs::path& dir, const std::vector<ShardEntry>& train,
+                         const std::vector<ShardEntry>& eval) {
   static const std::regex kShardName("(train|eval)_[0-9]{6}\\.tok");
   std::set<std::string> keep;
   for (const auto* list : {&train, &eval})
     for (const auto& s : *list) keep.insert(s.file);
   for (const auto& entry : fs::directory_iterator(dir)) {
     const std::string name = entry.path().filename().string();
-    if (entry.is_regular_file() && std::regex_match(name, kShardName) && keep.count(name) == 0) fs::remove(entry.path());
+    if (entry.is_regular_file() && std::regex_match(name, kShardName) && keep.count(name) == 0)
+      fs::remove(entry.path());
   }
 }
 
@@ -264,7 +270,8 @@ PrepareResult prepare_data(const PrepareOptions& options, const std::function<vo
   int64_t in_input = 0;
   for (const auto& file : inputs.files)
     for (auto& doc : file_documents(file, keys)) {
-      if (in_input >= options.start_idx && (!options.end_idx || in_input < *options.end_idx)) docs.push_back(std::move(doc));
+      if (in_input >= options.start_idx && (!options.end_idx || in_input < *options.end_idx))
+        docs.push_back(std::move(doc));
       ++in_input;
     }
   if (in_input == 0)
@@ -285,7 +292,8 @@ PrepareResult prepare_data(const PrepareOptions& options, const std::function<vo
   const TokenDtype dtype = token_dtype_for_vocab(static_cast<int64_t>(tok.vocab_size()));
   ShardWriter train(options.output_dir, "train", options.shard_tokens, dtype);
   ShardWriter eval(options.output_dir, "eval", options.shard_tokens, dtype);
-  const int workers = std::max(1, options.workers > 0 ? options.workers : static_cast<int>(std::thread::hardware_concurrency()));
+  const int workers =
+      std::max(1, options.workers > 0 ? options.workers : static_cast<int>(std::thread::hardware_concurrency()));
 
   const auto started = Clock::now();
   std::atomic<int64_t> documents_done{0}, tokens_done{0};

@@ -30,15 +30,15 @@
 namespace fsdpp::data {
 
 struct PrepareOptions {
-  std::filesystem::path input;       // file or directory
-  std::filesystem::path output_dir;  // receives train_NNNNNN.tok, eval_NNNNNN.tok, manifest.json
-  std::filesystem::path tokenizer;   // see tokenizer::load_tokenizer
+  std::filesystem::path input;         // file or directory
+  std::filesystem::path output_dir;    // receives train_NNNNNN.tok, eval_NNNNNN.tok, manifest.json
+  std::filesystem::path tokenizer;     // see tokenizer::load_tokenizer
   std::vector<std::string> json_keys;  // empty: every string value
   int64_t start_idx = 0;
-  std::optional<int64_t> end_idx;    // exclusive; none: to the end
-  double eval_fraction = 0;          // [0, 1)
+  std::optional<int64_t> end_idx;      // exclusive; none: to the end
+  double eval_fraction = 0;            // [0, 1)
   int64_t shard_tokens = 100'000'000;  // most tokens per shard file
-  int workers = 0;                   // tokenizer threads; 0: hardware concurrency
+  int workers = 0;                     // tokenizer threads; 0: hardware concurrency
 };
 
 struct PrepareProgress {

@@ -37,9 +37,9 @@ class DistributedSampler {
   // world_size < 1, rank outside [0, world_size) or grad_accum < 1.
   explicit DistributedSampler(const SamplerOptions& options);
 
-  int64_t global_batch() const;   // G
+  int64_t global_batch() const;                   // G
   int64_t position() const { return position_; }  // positions consumed so far
-  int64_t epoch() const;           // epoch of the next position
+  int64_t epoch() const;                          // epoch of the next position
   // Resume: the next step starts at this position (what a checkpoint stores).
   void set_position(int64_t position);
 

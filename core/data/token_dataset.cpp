@@ -44,8 +44,8 @@ struct TokenDataset::Mapped {
       throw std::runtime_error(path.string() + ": cannot map token file: " + std::strerror(mmap_errno));
     try {
       const char* bytes = length > 0 ? static_cast<const char*>(base) : "";
-      const auto layout = token_file_layout(
-          path, std::string_view(bytes, std::min<size_t>(length, kTokenFileHeadBytes)), length);
+      const auto layout =
+          token_file_layout(path, std::string_view(bytes, std::min<size_t>(length, kTokenFileHeadBytes)), length);
       data = static_cast<const unsigned char*>(base) + layout.data_offset;
       bytes_per_token = layout.bytes_per_token;
       count = layout.token_count;
@@ -93,16 +93,20 @@ std::vector<fs::path> expand_entry(const std::string& entry) {
   if (name.find_first_of("*?[") != std::string::npos) {
     const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
     if (!fs::is_directory(dir))
-      throw std::runtime_error(entry + ": no such directory " + dir.string() + " (expected a pattern in an existing directory)");
-    auto files = list_files(dir, [&](const fs::path& p) { return ::fnmatch(name.c_str(), p.filename().c_str(), 0) == 0; });
+      throw std::runtime_error(entry + ": no such directory " + dir.string() +
+                               " (expected a pattern in an existing directory)");
+    auto files =
+        list_files(dir, [&](const fs::path& p) { return ::fnmatch(name.c_str(), p.filename().c_str(), 0) == 0; });
     if (files.empty()) throw std::runtime_error(entry + ": no file matches (expected at least one token file)");
     return files;
   }
   if (!fs::exists(path))
-    throw std::runtime_error(entry + ": no such file or directory (expected a token file, a directory of them or a pattern)");
+    throw std::runtime_error(entry +
+                             ": no such file or directory (expected a token file, a directory of them or a pattern)");
   if (!fs::is_directory(path)) return {path};
   auto files = list_files(path, is_token_file_name);
-  if (files.empty()) throw std::runtime_error(entry + ": no token files in this directory (expected *.tok or *.bin files)");
+  if (files.empty())
+    throw std::runtime_error(entry + ": no token files in this directory (expected *.tok or *.bin files)");
   return files;
 }
 
@@ -121,7 +125,8 @@ TokenDataset TokenDataset::open(const std::string& spec) {
     entry.erase(0, entry.find_first_not_of(" \t"));
     entry.erase(entry.find_last_not_of(" \t") + 1);
     if (entry.empty())
-      throw std::runtime_error("'" + spec + "': empty entry in the token data spec (expected files, directories or "
+      throw std::runtime_error("'" + spec +
+                               "': empty entry in the token data spec (expected files, directories or "
                                "patterns separated by commas)");
     entries.push_back(std::move(entry));
     if (comma == std::string::npos) break;

@@ -59,10 +59,10 @@ class TokenDataset {
   // Tokens [begin, begin + count) (in range) widened to int64 into `out`.
   void copy_tokens(int64_t begin, int64_t count, int64_t* out) const;
 
-  struct Mapped;                                  // one mapped file
+  struct Mapped;  // one mapped file
   std::vector<std::unique_ptr<Mapped>> mapped_;
   std::vector<std::filesystem::path> files_;
-  std::vector<int64_t> file_starts_;              // global index of each file's first token
+  std::vector<int64_t> file_starts_;  // global index of each file's first token
   int64_t num_tokens_ = 0;
   mutable int64_t max_token_ = -1;
 };

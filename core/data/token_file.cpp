@@ -43,9 +43,11 @@ TokenFileLayout token_file_layout(const std::filesystem::path& path, std::string
   if (magic != kLlmcMagic)
     throw std::runtime_error(path.string() +
                              ": not a token file (expected an fsdpp shard with magic \"FSDPPTOK\" or the llm.c "
-                             "header with magic " + std::to_string(kLlmcMagic) + ")");
+                             "header with magic " +
+                             std::to_string(kLlmcMagic) + ")");
   if (head.size() < kLlmcHeaderInts * 4)
-    throw std::runtime_error(path.string() + ": truncated llm.c token file (expected a 1024-byte header, the file has " +
+    throw std::runtime_error(path.string() +
+                             ": truncated llm.c token file (expected a 1024-byte header, the file has " +
                              std::to_string(file_size) + " bytes)");
   return llmc_layout(path, head, file_size);
 }

@@ -52,8 +52,8 @@ TokenDtype token_dtype_for_vocab(int64_t vocab_size) {
   return vocab_size <= 65536 ? TokenDtype::kUint16 : TokenDtype::kUint32;
 }
 
-void write_token_shard(const std::filesystem::path& path, const std::vector<int32_t>& tokens,
-                       int64_t document_count, TokenDtype dtype) {
+void write_token_shard(const std::filesystem::path& path, const std::vector<int32_t>& tokens, int64_t document_count,
+                       TokenDtype dtype) {
   const int64_t max_id = dtype == TokenDtype::kUint16 ? 65535 : int64_t{0xffffffff};
   for (int32_t t : tokens)
     if (t < 0 || t > max_id)
@@ -74,8 +74,8 @@ void write_token_shard(const std::filesystem::path& path, const std::vector<int3
 
 ShardHeader parse_shard_header(const std::filesystem::path& path, std::string_view head, uint64_t file_size) {
   if (head.size() < static_cast<size_t>(kShardHeaderBytes) || file_size < static_cast<uint64_t>(kShardHeaderBytes))
-    reject(path, "truncated fsdpp token shard (expected a 64-byte header, the file has " +
-                     std::to_string(file_size) + " bytes)");
+    reject(path, "truncated fsdpp token shard (expected a 64-byte header, the file has " + std::to_string(file_size) +
+                     " bytes)");
   if (std::memcmp(head.data(), kShardMagic, sizeof(kShardMagic)) != 0)
     reject(path, "not an fsdpp token shard (expected magic \"FSDPPTOK\")");
   const auto version = load_le<uint32_t>(head, 8);

@@ -29,8 +29,8 @@ struct ShardHeader {
 
 // Writes `tokens` as a shard at `path`, atomically (temporary file, fsync, rename).
 // Throws std::invalid_argument naming the path if a token does not fit `dtype`.
-void write_token_shard(const std::filesystem::path& path, const std::vector<int32_t>& tokens,
-                       int64_t document_count, TokenDtype dtype);
+void write_token_shard(const std::filesystem::path& path, const std::vector<int32_t>& tokens, int64_t document_count,
+                       TokenDtype dtype);
 
 // The header of a shard from its first bytes (`head`, at least 64 of them) and the file's
 // size. Throws std::runtime_error naming `path` and the expectation for an unknown magic,

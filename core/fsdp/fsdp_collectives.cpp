@@ -4,8 +4,8 @@
 
 namespace fsdpp::fsdp {
 
-PendingGather all_gather_async(comm::Communicator& shard, const at::Tensor& flat_shard, bool copy_in,
-                               at::Device device, at::ScalarType param_dtype) {
+PendingGather all_gather_async(comm::Communicator& shard, const at::Tensor& flat_shard, bool copy_in, at::Device device,
+                               at::ScalarType param_dtype) {
   at::Tensor input = flat_shard;
   if (copy_in) input = flat_shard.to(device, param_dtype, /*non_blocking=*/true, /*copy=*/true);
   at::Tensor output = at::empty({flat_shard.numel() * shard.size()}, input.options());
@@ -29,8 +29,7 @@ at::Tensor reduce_scatter_input(const std::vector<FsdpParam>& params, std::vecto
   return input;
 }
 
-at::Tensor replica_reduce_input(const std::vector<FsdpParam>& params, const std::vector<bool>& has_grad,
-                                int replicas) {
+at::Tensor replica_reduce_input(const std::vector<FsdpParam>& params, const std::vector<bool>& has_grad, int replicas) {
   int64_t total = 0;
   for (const auto& p : params) total += p.full_numel();
   const int64_t padded = (total + replicas - 1) / replicas * replicas;

@@ -25,8 +25,8 @@ struct PendingGather {
 // Copy-in and all-gather of a unit's flat shard over `shard`: the shard goes as it is, or,
 // with offload or mixed precision (`copy_in`), as a copy on `device` in `param_dtype`, so
 // that the all-gather moves param_dtype bytes. Returns at once.
-PendingGather all_gather_async(comm::Communicator& shard, const at::Tensor& flat_shard, bool copy_in,
-                               at::Device device, at::ScalarType param_dtype);
+PendingGather all_gather_async(comm::Communicator& shard, const at::Tensor& flat_shard, bool copy_in, at::Device device,
+                               at::ScalarType param_dtype);
 
 // Copy-out: every parameter's rows of `gathered` into its unsharded tensor, without
 // bumping autograd's version counter (the same tensors may be saved for backward and are
@@ -42,8 +42,7 @@ at::Tensor reduce_scatter_input(const std::vector<FsdpParam>& params, std::vecto
 
 // A replicated unit's whole gradients as one flat buffer, zero-padded to a multiple of
 // `replicas` so that every rank owns an equal chunk of the all-reduce.
-at::Tensor replica_reduce_input(const std::vector<FsdpParam>& params, const std::vector<bool>& has_grad,
-                                int replicas);
+at::Tensor replica_reduce_input(const std::vector<FsdpParam>& params, const std::vector<bool>& has_grad, int replicas);
 
 // Folds reduced buffers (GradReducer::wait's, in order) into the gradients of the
 // parameters that had one: a replicated unit's module tensors get a copy of their part of

@@ -99,9 +99,7 @@ void FsdpParam::free_unsharded() {
   storage->set_nbytes(0);
 }
 
-bool FsdpParam::unsharded_allocated() const {
-  return unsharded_.storage().nbytes() > 0 || unsharded_.numel() == 0;
-}
+bool FsdpParam::unsharded_allocated() const { return unsharded_.storage().nbytes() > 0 || unsharded_.numel() == 0; }
 
 int64_t FsdpParam::unsharded_bytes() const { return unsharded_.numel() * unsharded_.element_size(); }
 

@@ -26,8 +26,8 @@ namespace fsdpp::fsdp {
 
 // Writes rows [first_row, first_row + out.size(0)) of parameter `name` (full shape
 // `shape`) into `out` (deferred initialisation; see FsdpOptions::materialize).
-using RowSource = std::function<void(const std::string& name, const std::vector<int64_t>& shape, int64_t first_row,
-                                     at::Tensor out)>;
+using RowSource =
+    std::function<void(const std::string& name, const std::vector<int64_t>& shape, int64_t first_row, at::Tensor out)>;
 
 class FsdpParam {
  public:

@@ -30,7 +30,8 @@ FsdpUnit::FsdpUnit(std::string name, std::vector<std::pair<std::string, at::Tens
   const bool needs_master = precision_.offload || param_dtype() != master_dtype_ || comms_.world != nullptr;
   replicated_ = group == 1 && !needs_master;
   for (auto& [pname, tensor] : params) params_.emplace_back(pname, tensor, group, rank, replicated_);
-  for (const auto& p : params_) full_param_bytes_ += p.full_numel() * static_cast<int64_t>(c10::elementSize(param_dtype()));
+  for (const auto& p : params_)
+    full_param_bytes_ += p.full_numel() * static_cast<int64_t>(c10::elementSize(param_dtype()));
   if (replicated_) {
     for (auto& p : params_) p.materialize_in_place(precision_.materialize, device_);
     state_ = State::Unsharded;  // the module's parameters are the only copy
@@ -205,8 +206,7 @@ std::vector<at::Tensor> FsdpUnit::gather_full(bool gradients) {
     for (auto& p : params_) {
       auto& g = p.sharded().grad();
       defined.push_back(g.defined());
-      if (g.defined() && g.numel() > 0)
-        input.narrow(0, p.offset(), g.numel()).copy_(g.reshape({-1}));
+      if (g.defined() && g.numel() > 0) input.narrow(0, p.offset(), g.numel()).copy_(g.reshape({-1}));
     }
   }
   input = input.to(device_);
@@ -236,8 +236,8 @@ UnitMemory FsdpUnit::memory() const {
       if (p.unsharded().grad().defined()) m.sharded_grad_bytes += p.full_numel() * es;
     } else {
       m.shard_bytes += p.layout().shard_numel() * es;
-      m.padding_bytes += (p.layout().shard_rows - p.layout().valid_rows(comms_.shard->rank())) *
-                         p.layout().row_numel * es;
+      m.padding_bytes +=
+          (p.layout().shard_rows - p.layout().valid_rows(comms_.shard->rank())) * p.layout().row_numel * es;
       if (p.sharded().grad().defined()) m.sharded_grad_bytes += p.sharded().grad().numel() * es;
     }
   }

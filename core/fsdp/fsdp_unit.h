@@ -46,10 +46,10 @@ struct UnitPrecision {
 
 // Byte tallies of one unit (this rank).
 struct UnitMemory {
-  int64_t full_param_bytes = 0;     // the unsharded parameters, all of them
-  int64_t shard_bytes = 0;          // the padded flat shard buffer (persistent)
-  int64_t padding_bytes = 0;        // zero rows inside shard_bytes
-  int64_t sharded_grad_bytes = 0;   // gradient shards currently held
+  int64_t full_param_bytes = 0;    // the unsharded parameters, all of them
+  int64_t shard_bytes = 0;         // the padded flat shard buffer (persistent)
+  int64_t padding_bytes = 0;       // zero rows inside shard_bytes
+  int64_t sharded_grad_bytes = 0;  // gradient shards currently held
 };
 
 class FsdpUnit {
@@ -140,8 +140,8 @@ class FsdpUnit {
   bool replicated_;
   State state_ = State::Sharded;
   TrainingState training_state_ = TrainingState::Idle;
-  int64_t shard_total_ = 0;   // elements per rank in the flat shard buffer
-  at::Device device_ = at::kCPU;  // where the module computes (the all-gather runs there)
+  int64_t shard_total_ = 0;                   // elements per rank in the flat shard buffer
+  at::Device device_ = at::kCPU;              // where the module computes (the all-gather runs there)
   at::ScalarType master_dtype_ = at::kFloat;  // the shards' (optimizer's) dtype
   int64_t full_param_bytes_ = 0;
   at::Tensor flat_shard_;

@@ -18,8 +18,7 @@ namespace fsdpp::fsdp {
 // all-gather, folded in global row order (a parameter's shards in shard-rank order,
 // parameters in model order), so neither the shard boundaries nor the kernels change a
 // bit. Throws std::invalid_argument unless p > 0.
-double sharded_grad_norm(const std::vector<std::shared_ptr<FsdpUnit>>& units, const UnitComms& comms,
-                         double norm_type);
+double sharded_grad_norm(const std::vector<std::shared_ptr<FsdpUnit>>& units, const UnitComms& comms, double norm_type);
 
 // The gradient shards of `units`' parameters, in unit and parameter order (undefined where
 // a parameter has none).

@@ -106,12 +106,11 @@ class WorldOrdered final : public GradReducer {
 }  // namespace
 
 std::unique_ptr<GradReducer> make_grad_reducer(const UnitComms& comms, bool replicated, int64_t shard_total) {
-  if (!comms.shard || !comms.replicate) throw std::logic_error("make_grad_reducer: a unit needs its shard and replicate groups");
+  if (!comms.shard || !comms.replicate)
+    throw std::logic_error("make_grad_reducer: a unit needs its shard and replicate groups");
   if (comms.world) return std::make_unique<WorldOrdered>(comms.world, comms.shard->size(), shard_total);
-  if (replicated)
-    return comms.replicate->size() > 1 ? std::make_unique<ReplicaAverage>(comms.replicate) : nullptr;
-  if (comms.replicate->size() > 1)
-    return std::make_unique<HybridAverage>(comms.shard, comms.replicate, shard_total);
+  if (replicated) return comms.replicate->size() > 1 ? std::make_unique<ReplicaAverage>(comms.replicate) : nullptr;
+  if (comms.replicate->size() > 1) return std::make_unique<HybridAverage>(comms.shard, comms.replicate, shard_total);
   return std::make_unique<ShardAverage>(comms.shard, shard_total);
 }
 

@@ -21,11 +21,12 @@
 // Same semantics as FSDP2's FSDPState/FSDPParamGroup hooks, and like FSDP2 the root
 // unit stays unsharded from its forward until the end of backward.
 #include "core/fsdp/sharded_model.h"
-#include "core/fsdp/unit_plan.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/autograd/engine.h>
+#include <torch/nn/modules/container/moduledict.h>
+#include <torch/nn/modules/container/modulelist.h>
 
 #include <cmath>
 #include <limits>
@@ -36,13 +37,11 @@
 
 #include "core/comm/device_mesh.h"
 #include "core/fsdp/grad_norm.h"
+#include "core/fsdp/unit_plan.h"
 #include "core/nn/checkpoint.h"
 #include "core/nn/deferred_init.h"
 #include "core/nn/module_hooks.h"
 #include "core/optim/gradients.h"
-
-#include <torch/nn/modules/container/moduledict.h>
-#include <torch/nn/modules/container/modulelist.h>
 
 namespace fsdpp::fsdp {
 
@@ -62,8 +61,7 @@ struct ShardedModel::Hooks {
   }
 
   static void reshard(ShardedModel& m, FsdpUnit* u) {
-    if (u->state() == FsdpUnit::State::Unsharded && !u->replicated())
-      m.unsharded_bytes_now_ -= u->full_param_bytes();
+    if (u->state() == FsdpUnit::State::Unsharded && !u->replicated()) m.unsharded_bytes_now_ -= u->full_param_bytes();
     u->reshard();
   }
 
@@ -190,8 +188,7 @@ void ShardedModel::Hooks::post_backward(ShardedModel& m, FsdpUnit* u) {
   u->reduce_gradients_async(m.sync_gradients_);
   reshard(m, u);
   // The root's post-backward is the last of the iteration: nothing runs backward after it.
-  if (m.options_.backward_prefetch == BackwardPrefetch::Post && u != root(m))
-    prefetch(m, backward_successor(m, u));
+  if (m.options_.backward_prefetch == BackwardPrefetch::Post && u != root(m)) prefetch(m, backward_successor(m, u));
 }
 
 void ShardedModel::Hooks::final_callback(ShardedModel& m) {

@@ -89,11 +89,11 @@ struct FsdpOptions {
 };
 
 struct MemoryStats {
-  int64_t full_param_bytes = 0;     // the whole model, unsharded
-  int64_t shard_bytes = 0;          // persistent parameter storage on this rank (incl. padding)
+  int64_t full_param_bytes = 0;  // the whole model, unsharded
+  int64_t shard_bytes = 0;       // persistent parameter storage on this rank (incl. padding)
   int64_t padding_bytes = 0;
-  int64_t sharded_grad_bytes = 0;   // gradient storage held now
-  int64_t peak_unsharded_bytes = 0; // most unsharded parameter bytes alive at once
+  int64_t sharded_grad_bytes = 0;    // gradient storage held now
+  int64_t peak_unsharded_bytes = 0;  // most unsharded parameter bytes alive at once
 };
 
 class ShardedModel {

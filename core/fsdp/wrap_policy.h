@@ -12,9 +12,9 @@
 namespace fsdpp::fsdp {
 
 struct WrapCandidate {
-  const std::string& qualified_name;   // e.g. "blocks.2" ("" for the root)
+  const std::string& qualified_name;  // e.g. "blocks.2" ("" for the root)
   const torch::nn::Module& module;
-  int64_t unwrapped_numel;             // its parameters not already in a wrapped descendant
+  int64_t unwrapped_numel;  // its parameters not already in a wrapped descendant
 };
 
 using WrapPolicy = std::function<bool(const WrapCandidate&)>;

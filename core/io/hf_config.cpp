@@ -3,14 +3,14 @@
 // architectures lists the model classes the weights were saved from.
 #include "core/io/hf_config.h"
 
-#include "core/io/json_depth.h"
-
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <limits>
 #include <sstream>
 #include <stdexcept>
+
+#include "core/io/json_depth.h"
 
 namespace fsdpp::io {
 namespace {
@@ -26,7 +26,9 @@ using nlohmann::json;
 std::string describe(const json& value) {
   std::string text = value.dump();
   if (text.size() > 60) text = text.substr(0, 57) + "...";
-  const char* kind = value.is_number_float() ? "a float" : value.is_number() ? "an integer" : value.is_string() ? "a string"
+  const char* kind = value.is_number_float() ? "a float"
+                     : value.is_number()     ? "an integer"
+                     : value.is_string()     ? "a string"
                      : value.is_boolean()    ? "a boolean"
                      : value.is_array()      ? "an array"
                      : value.is_object()     ? "an object"
@@ -80,13 +82,17 @@ std::string as_string(const HfConfig& config, const std::string& key, const json
 
 bool HfConfig::contains(const std::string& key) const { return find(*this, key) != nullptr; }
 
-int64_t HfConfig::get_int(const std::string& key) const { return as_int(*this, key, require(*this, key, "an integer")); }
+int64_t HfConfig::get_int(const std::string& key) const {
+  return as_int(*this, key, require(*this, key, "an integer"));
+}
 int64_t HfConfig::get_int(const std::string& key, int64_t fallback) const {
   const json* value = find(*this, key);
   return value ? as_int(*this, key, *value) : fallback;
 }
 
-double HfConfig::get_double(const std::string& key) const { return as_double(*this, key, require(*this, key, "a number")); }
+double HfConfig::get_double(const std::string& key) const {
+  return as_double(*this, key, require(*this, key, "a number"));
+}
 double HfConfig::get_double(const std::string& key, double fallback) const {
   const json* value = find(*this, key);
   return value ? as_double(*this, key, *value) : fallback;

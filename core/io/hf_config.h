@@ -4,9 +4,10 @@
 // Errors: std::runtime_error with one line naming the file and the problem.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
 #include <filesystem>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -21,7 +22,7 @@ struct HfConfig {
   // Top-level keys. A key whose value is JSON null counts as absent (HF writes null for
   // "not set", e.g. "rope_scaling": null): the getters with a fallback return it, those
   // without throw naming the key and the file, as they do for a value of the wrong type.
-  bool contains(const std::string& key) const;  // present and not null
+  bool contains(const std::string& key) const;    // present and not null
   int64_t get_int(const std::string& key) const;  // JSON integer only (4096, not 4096.0)
   int64_t get_int(const std::string& key, int64_t fallback) const;
   double get_double(const std::string& key) const;  // JSON integer or float

@@ -6,6 +6,7 @@
 
 #include <ATen/ATen.h>
 #include <fcntl.h>
+#include <nlohmann/json.hpp>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -16,7 +17,6 @@
 #include <fstream>
 #include <limits>
 #include <mutex>
-#include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -63,32 +63,32 @@ struct DtypeSpec {
 
 const std::vector<DtypeSpec>& dtype_specs() {
   static const std::vector<DtypeSpec> specs = {
-      {"BOOL", 1, at::kBool},
-      {"U8", 1, at::kByte},
-      {"I8", 1, at::kChar},
-      {"I16", 2, at::kShort},
-      {"I32", 4, at::kInt},
-      {"I64", 8, at::kLong},
-      {"F16", 2, at::kHalf},
-      {"BF16", 2, at::kBFloat16},
-      {"F32", 4, at::kFloat},
-      {"F64", 8, at::kDouble},
+    {"BOOL", 1, at::kBool},
+    {"U8", 1, at::kByte},
+    {"I8", 1, at::kChar},
+    {"I16", 2, at::kShort},
+    {"I32", 4, at::kInt},
+    {"I64", 8, at::kLong},
+    {"F16", 2, at::kHalf},
+    {"BF16", 2, at::kBFloat16},
+    {"F32", 4, at::kFloat},
+    {"F64", 8, at::kDouble},
 #if FSDPP_TORCH_AT_LEAST(2, 1)
-      {"F8_E5M2", 1, at::kFloat8_e5m2},
-      {"F8_E4M3", 1, at::kFloat8_e4m3fn},
+    {"F8_E5M2", 1, at::kFloat8_e5m2},
+    {"F8_E4M3", 1, at::kFloat8_e4m3fn},
 #else
-      {"F8_E5M2", 1, std::nullopt},
-      {"F8_E4M3", 1, std::nullopt},
+    {"F8_E5M2", 1, std::nullopt},
+    {"F8_E4M3", 1, std::nullopt},
 #endif
-      {"F8_E8M0", 1, std::nullopt},
+    {"F8_E8M0", 1, std::nullopt},
 #if FSDPP_TORCH_AT_LEAST(2, 3)
-      {"U16", 2, at::kUInt16},
-      {"U32", 4, at::kUInt32},
-      {"U64", 8, at::kUInt64},
+    {"U16", 2, at::kUInt16},
+    {"U32", 4, at::kUInt32},
+    {"U64", 8, at::kUInt64},
 #else
-      {"U16", 2, std::nullopt},
-      {"U32", 4, std::nullopt},
-      {"U64", 8, std::nullopt},
+    {"U16", 2, std::nullopt},
+    {"U32", 4, std::nullopt},
+    {"U64", 8, std::nullopt},
 #endif
   };
   return specs;
@@ -178,8 +178,7 @@ std::shared_ptr<const Mapping> map_file(const fs::path& path) {
   mapping->size = static_cast<uint64_t>(st.st_size);
   if (mapping->size < 8) {
     ::close(fd);
-    fail_file(path, "file is " + std::to_string(mapping->size) +
-                        " bytes, shorter than the 8-byte header length field");
+    fail_file(path, "file is " + std::to_string(mapping->size) + " bytes, shorter than the 8-byte header length field");
   }
   void* addr = ::mmap(nullptr, mapping->size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
   int err = errno;
@@ -261,7 +260,8 @@ SafetensorsFile SafetensorsFile::open(const fs::path& path) {
                         std::to_string(file_bytes - 8) + " bytes that follow it (file size " +
                         std::to_string(file_bytes) + ")");
   if (header_bytes > kMaxHeaderBytes)
-    fail_file(path, "header length " + std::to_string(header_bytes) + " exceeds the 100 MB limit of the reference reader");
+    fail_file(path,
+              "header length " + std::to_string(header_bytes) + " exceeds the 100 MB limit of the reference reader");
   state->data_start = 8 + header_bytes;
   state->data_bytes = file_bytes - state->data_start;
 
@@ -279,7 +279,8 @@ SafetensorsFile SafetensorsFile::open(const fs::path& path) {
     fail_file(path, "header is not valid JSON (header starts at file byte 8): " + std::string(e.what()));
   }
   if (too_deep)
-    fail_file(path, "header nests JSON deeper than " + std::to_string(kMaxJsonDepth) + " levels (the reference reader's limit)");
+    fail_file(path, "header nests JSON deeper than " + std::to_string(kMaxJsonDepth) +
+                        " levels (the reference reader's limit)");
   if (!duplicate.empty()) fail_file(path, "header has duplicate key " + in_quotes(duplicate));
   if (!root.is_object()) fail_file(path, "header is not a JSON object");
 
@@ -301,18 +302,20 @@ SafetensorsFile SafetensorsFile::open(const fs::path& path) {
   for (const auto& t : state->tensors) {
     const std::string where = "tensor " + in_quotes(t.name) + ": ";
     const DtypeSpec* spec = find_dtype(t.dtype);
-    if (spec == nullptr) fail_file(path, where + "unknown dtype " + in_quotes(t.dtype) + " (known: " + known_dtype_list() + ")");
+    if (spec == nullptr)
+      fail_file(path, where + "unknown dtype " + in_quotes(t.dtype) + " (known: " + known_dtype_list() + ")");
     if (t.begin > t.end)
-      fail_file(path, where + "data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) + "] end before they begin");
+      fail_file(path, where + "data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) +
+                          "] end before they begin");
     if (t.end > state->data_bytes)
       fail_file(path, where + "data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) +
                           "] go beyond the end of the data buffer (" + std::to_string(state->data_bytes) + " bytes)");
     auto expected = byte_size_of(t.shape, spec->element_bytes);
     if (!expected || *expected != t.byte_size())
       fail_file(path, where + "data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) + "] hold " +
-                          std::to_string(t.byte_size()) + " bytes but shape " + json(t.shape).dump() + " of " + t.dtype +
-                          " needs " + (expected ? std::to_string(*expected) : std::string("an overflowing count of")) +
-                          " bytes");
+                          std::to_string(t.byte_size()) + " bytes but shape " + json(t.shape).dump() + " of " +
+                          t.dtype + " needs " +
+                          (expected ? std::to_string(*expected) : std::string("an overflowing count of")) + " bytes");
   }
 
   // The buffer must be covered exactly: sorted by offset, each tensor starts where the
@@ -380,7 +383,8 @@ at::ScalarType torch_type_or_throw(const fs::path& path, const TensorInfo& info)
 at::Tensor SafetensorsFile::copy_tensor(const std::string& name) const {
   const TensorInfo& t = info(name);
   at::Tensor out = at::empty(t.shape, at::TensorOptions().dtype(torch_type_or_throw(state_->path, t)));
-  if (t.byte_size() > 0) std::memcpy(out.data_ptr(), state_->mapping->bytes + state_->data_start + t.begin, t.byte_size());
+  if (t.byte_size() > 0)
+    std::memcpy(out.data_ptr(), state_->mapping->bytes + state_->data_start + t.begin, t.byte_size());
   return out;
 }
 
@@ -392,7 +396,8 @@ at::Tensor SafetensorsFile::tensor(const std::string& name) const {
   if (t.byte_size() == 0 || reinterpret_cast<uintptr_t>(data) % element_bytes != 0) return copy_tensor(name);
   // The deleter owns a reference to the mapping: the view keeps it alive, nothing else.
   std::shared_ptr<const Mapping> keep_alive = state_->mapping;
-  return at::from_blob(const_cast<uint8_t*>(data), t.shape, [keep_alive](void*) {}, at::TensorOptions().dtype(type));
+  return at::from_blob(
+      const_cast<uint8_t*>(data), t.shape, [keep_alive](void*) {}, at::TensorOptions().dtype(type));
 }
 
 // ---- writer --------------------------------------------------------------------------------
@@ -483,7 +488,7 @@ void write_safetensors(const fs::path& path, const NamedTensors& tensors,
 }
 
 void write_safetensors_streamed(const fs::path& path, const StreamedTensors& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+                                const std::map<std::string, std::string>& metadata) {
   auto bad = [&](const std::string& problem) -> void {
     throw std::runtime_error("cannot write safetensors file " + path.string() + ": " + problem);
   };
@@ -585,7 +590,8 @@ SafetensorsIndex SafetensorsIndex::open(const fs::path& path) {
   if (!root.contains("weight_map") || !root["weight_map"].is_object())
     fail_index(index_path, "missing object 'weight_map' (tensor name -> shard file)");
   for (const auto& [name, shard] : root["weight_map"].items()) {
-    if (!shard.is_string()) fail_index(index_path, "weight_map entry of " + in_quotes(name) + " is not a file name string");
+    if (!shard.is_string())
+      fail_index(index_path, "weight_map entry of " + in_quotes(name) + " is not a file name string");
     const auto file = shard.get<std::string>();
     // Shards live beside the index: a bare file name, never a path out of the folder.
     if (file.empty() || file.find('/') != std::string::npos || file == "." || file == "..")
@@ -614,8 +620,8 @@ SafetensorsIndex SafetensorsIndex::open(const fs::path& path) {
   for (const auto& [name, file] : state->weight_map) first_tensor_of_shard.emplace(file, name);
   for (const auto& [file, name] : first_tensor_of_shard)
     if (!fs::is_regular_file(state->dir / file))
-      fail_index(index_path, "shard " + in_quotes(file) + " (holding tensor " + in_quotes(name) + ") is missing: no file " +
-                                 (state->dir / file).string());
+      fail_index(index_path, "shard " + in_quotes(file) + " (holding tensor " + in_quotes(name) +
+                                 ") is missing: no file " + (state->dir / file).string());
   return SafetensorsIndex(std::move(state));
 }
 
@@ -643,7 +649,8 @@ bool SafetensorsIndex::contains(const std::string& name) const { return state_->
 fs::path SafetensorsIndex::shard_path(const std::string& name) const {
   auto it = state_->weight_map.find(name);
   if (it == state_->weight_map.end())
-    throw std::runtime_error("safetensors checkpoint " + state_->path.string() + ": no tensor named " + in_quotes(name));
+    throw std::runtime_error("safetensors checkpoint " + state_->path.string() + ": no tensor named " +
+                             in_quotes(name));
   return state_->dir / it->second;
 }
 
@@ -704,8 +711,9 @@ ShardedWrite write_sharded_safetensors(const fs::path& dir, const NamedTensors& 
   return write_sharded_safetensors_streamed(dir, streamed(tensors), max_shard_bytes, metadata);
 }
 
-ShardedWrite write_sharded_safetensors_streamed(const fs::path& dir, const StreamedTensors& tensors, uint64_t max_shard_bytes,
-                                       const std::map<std::string, std::string>& metadata) {
+ShardedWrite write_sharded_safetensors_streamed(const fs::path& dir, const StreamedTensors& tensors,
+                                                uint64_t max_shard_bytes,
+                                                const std::map<std::string, std::string>& metadata) {
   if (max_shard_bytes == 0)
     throw std::runtime_error("cannot write sharded safetensors to " + dir.string() + ": max_shard_bytes is 0");
   std::error_code ec;
@@ -755,9 +763,9 @@ ShardedWrite write_sharded_safetensors_streamed(const fs::path& dir, const Strea
   for (const auto& p : result.shard_paths) written.insert(p.filename().string());
   for (const auto& entry : fs::directory_iterator(dir)) {
     const std::string name = entry.path().filename().string();
-    const bool stale = written.count(name) == 0 &&
-                       (std::regex_match(name, shard_pattern) || (n > 1 && name == kSingleFileName) ||
-                        (n == 1 && name == kIndexFileName));
+    const bool stale =
+        written.count(name) == 0 && (std::regex_match(name, shard_pattern) || (n > 1 && name == kSingleFileName) ||
+                                     (n == 1 && name == kIndexFileName));
     if (stale) fs::remove(entry.path(), ec);
   }
   return result;

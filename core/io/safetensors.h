@@ -48,7 +48,7 @@ class SafetensorsFile {
   bool contains(const std::string& name) const;
   const TensorInfo& info(const std::string& name) const;
   const std::map<std::string, std::string>& metadata() const;  // "__metadata__", or empty
-  uint64_t data_bytes() const;  // size of the byte buffer after the header
+  uint64_t data_bytes() const;                                 // size of the byte buffer after the header
 
   // CPU tensor over the mapped bytes, no copy: pages are read from disk when touched and
   // are the page cache's, not this process's heap. The mapping is copy-on-write, so an
@@ -86,7 +86,7 @@ using StreamedTensors = std::vector<StreamedTensor>;
 
 // write_safetensors over streamed tensors: at most one produced tensor is alive at a time.
 void write_safetensors_streamed(const std::filesystem::path& path, const StreamedTensors& tensors,
-                       const std::map<std::string, std::string>& metadata = {});
+                                const std::map<std::string, std::string>& metadata = {});
 
 // A checkpoint folder as HF writes it: either model.safetensors, or shards listed in
 // model.safetensors.index.json ({"metadata": {"total_size": N}, "weight_map": {name: file}}).
@@ -99,12 +99,12 @@ class SafetensorsIndex {
   // A single file seen as a one-shard checkpoint.
   static SafetensorsIndex from_file(const std::filesystem::path& safetensors_path);
 
-  const std::filesystem::path& path() const;     // the index json, or the single file
-  std::vector<std::string> names() const;        // sorted
+  const std::filesystem::path& path() const;  // the index json, or the single file
+  std::vector<std::string> names() const;     // sorted
   bool contains(const std::string& name) const;
   std::filesystem::path shard_path(const std::string& name) const;
   std::vector<std::filesystem::path> shard_paths() const;  // distinct, sorted
-  std::optional<uint64_t> total_size() const;    // index "metadata.total_size", if given
+  std::optional<uint64_t> total_size() const;              // index "metadata.total_size", if given
   TensorInfo info(const std::string& name) const;
   at::Tensor tensor(const std::string& name) const;       // view, as SafetensorsFile::tensor
   at::Tensor copy_tensor(const std::string& name) const;  // as SafetensorsFile::copy_tensor
@@ -122,9 +122,9 @@ SafetensorsIndex load_checkpoint_dir(const std::filesystem::path& dir);
 
 // What write_sharded_safetensors wrote.
 struct ShardedWrite {
-  std::vector<std::filesystem::path> shard_paths;  // in order
+  std::vector<std::filesystem::path> shard_paths;   // in order
   std::optional<std::filesystem::path> index_path;  // absent when everything fit in one file
-  uint64_t total_size = 0;                           // tensor bytes, headers excluded (as HF)
+  uint64_t total_size = 0;                          // tensor bytes, headers excluded (as HF)
 };
 
 // Writes `tensors` into `dir` (created if missing) split the way huggingface_hub's
@@ -139,7 +139,8 @@ ShardedWrite write_sharded_safetensors(const std::filesystem::path& dir, const N
                                        uint64_t max_shard_bytes,
                                        const std::map<std::string, std::string>& metadata = {{"format", "pt"}});
 ShardedWrite write_sharded_safetensors_streamed(const std::filesystem::path& dir, const StreamedTensors& tensors,
-                                       uint64_t max_shard_bytes,
-                                       const std::map<std::string, std::string>& metadata = {{"format", "pt"}});
+                                                uint64_t max_shard_bytes,
+                                                const std::map<std::string, std::string>& metadata = {
+                                                    {"format", "pt"}});
 
 }  // namespace fsdpp::io

@@ -1,7 +1,6 @@
 #include "core/io/yaml_json.h"
 
-#include "core/io/json_depth.h"
-
+#include <nlohmann/json.hpp>
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
@@ -9,11 +8,12 @@
 #include <cerrno>
 #include <cstdlib>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
 #include <stdexcept>
 #include <vector>
+
+#include "core/io/json_depth.h"
 
 namespace fsdpp::io {
 
@@ -91,8 +91,7 @@ Json convert(const YAML::Node& node, Conversion& c) {
                                 " values beyond the text's own (expected aliases that repeat a few nodes)");
   switch (node.Type()) {
     case YAML::NodeType::Undefined:
-    case YAML::NodeType::Null:
-      return nullptr;
+    case YAML::NodeType::Null: return nullptr;
     case YAML::NodeType::Scalar:
       // yaml-cpp tags plain scalars "?" and quoted / block scalars "!".
       return node.Tag() == "?" ? resolve_plain<Json>(node.Scalar()) : Json(node.Scalar());
@@ -107,7 +106,8 @@ Json convert(const YAML::Node& node, Conversion& c) {
       Json out = Json::object();
       for (const auto& kv : node) {
         if (!kv.first.IsScalar())
-          throw std::invalid_argument(where(source, kv.first.Mark()) + ": mapping key is not a scalar (expected a string key)");
+          throw std::invalid_argument(where(source, kv.first.Mark()) +
+                                      ": mapping key is not a scalar (expected a string key)");
         const std::string& key = kv.first.Scalar();
         if (out.contains(key))
           throw std::invalid_argument(where(source, kv.first.Mark()) + ": duplicate key '" + key + "'");
@@ -160,7 +160,6 @@ std::vector<YAML::Node> load_all(const std::string& text, const std::string& sou
     throw std::invalid_argument(where(source, e.mark) + ": invalid YAML: " + e.msg);
   }
 }
-
 
 }  // namespace
 

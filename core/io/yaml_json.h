@@ -10,8 +10,9 @@
 // .inf and .nan, which JSON cannot hold. Aliases are expanded.
 #pragma once
 
-#include <filesystem>
 #include <nlohmann/json_fwd.hpp>
+
+#include <filesystem>
 #include <string>
 
 namespace fsdpp::io {

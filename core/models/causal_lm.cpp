@@ -65,13 +65,14 @@ CausalLm build_causal_lm(const nlohmann::json& config, const std::string& source
 }
 
 CausalLmConfig parse_causal_lm_config(const nlohmann::json& config, const std::string& source) {
-  return dispatch(config, source, [](const std::string& type, const auto& c, auto* holder, const char* block,
-                                     CausalLmLimits limits) {
-    using Holder = std::remove_pointer_t<decltype(holder)>;
-    return CausalLmConfig{type, limits, [type, c, block, limits] {
-                            return make_lm<Holder>(type, c, block, limits.vocab_size, limits.max_positions);
-                          }};
-  });
+  return dispatch(config, source,
+                  [](const std::string& type, const auto& c, auto* holder, const char* block, CausalLmLimits limits) {
+                    using Holder = std::remove_pointer_t<decltype(holder)>;
+                    return CausalLmConfig{type, limits, [type, c, block, limits] {
+                                            return make_lm<Holder>(type, c, block, limits.vocab_size,
+                                                                   limits.max_positions);
+                                          }};
+                  });
 }
 
 CausalLmLimits causal_lm_limits(const nlohmann::json& config, const std::string& source) {

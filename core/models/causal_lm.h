@@ -2,9 +2,8 @@
 // object: what `fsdpp generate`, `fsdpp eval` and training need without knowing the family.
 #pragma once
 
-#include <torch/torch.h>
-
 #include <nlohmann/json.hpp>
+#include <torch/torch.h>
 
 #include <functional>
 #include <memory>
@@ -14,13 +13,13 @@
 namespace fsdpp::models {
 
 struct CausalLm {
-  std::string model_type;                       // "gpt2", "opt", "llama", "mistral"
-  std::shared_ptr<torch::nn::Module> module;    // HF-named parameters
+  std::string model_type;                                     // "gpt2", "opt", "llama", "mistral"
+  std::shared_ptr<torch::nn::Module> module;                  // HF-named parameters
   std::function<torch::Tensor(const torch::Tensor&)> logits;  // [b, s] int64 -> [b, s, vocab], through nn::call
-  std::string block_type;                       // Module::name() of a transformer block (for wrap policies)
+  std::string block_type;  // Module::name() of a transformer block (for wrap policies)
   int64_t vocab_size = 0;
   int64_t max_positions = 0;
-  nlohmann::json config;                        // as written to config.json
+  nlohmann::json config;  // as written to config.json
 };
 
 // Supported model_type values: gpt2, opt, llama, mistral. Throws std::invalid_argument

@@ -72,9 +72,10 @@ EvalResult evaluate(const CausalLm& lm, const torch::Tensor& tokens, int64_t seq
       kept_inputs.push_back(torch::stack(inputs).cpu());
       kept_logits.push_back(logits.cpu());
     }
-    total += torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), torch::stack(targets).reshape({-1}),
-                                                  torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
-                 .item<double>();
+    total +=
+        torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), torch::stack(targets).reshape({-1}),
+                                             torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+            .item<double>();
   }
   EvalResult r;
   r.tokens = windows * seq_len;

@@ -29,12 +29,17 @@ Gpt2Config Gpt2Config::from_json(const nlohmann::json& json, const std::string& 
 }
 
 nlohmann::json Gpt2Config::to_json() const {
-  return {{"model_type", "gpt2"},         {"architectures", {"GPT2LMHeadModel"}},
-          {"vocab_size", vocab_size},     {"n_positions", n_positions},
-          {"n_ctx", n_positions},         {"n_embd", n_embd},
-          {"n_layer", n_layer},           {"n_head", n_head},
+  return {{"model_type", "gpt2"},
+          {"architectures", {"GPT2LMHeadModel"}},
+          {"vocab_size", vocab_size},
+          {"n_positions", n_positions},
+          {"n_ctx", n_positions},
+          {"n_embd", n_embd},
+          {"n_layer", n_layer},
+          {"n_head", n_head},
           {"n_inner", n_inner > 0 ? nlohmann::json(n_inner) : nlohmann::json(nullptr)},
-          {"layer_norm_epsilon", layer_norm_epsilon}, {"activation_function", "gelu_new"},
+          {"layer_norm_epsilon", layer_norm_epsilon},
+          {"activation_function", "gelu_new"},
           {"tie_word_embeddings", true}};
 }
 
@@ -83,8 +88,8 @@ Gpt2ModelImpl::Gpt2ModelImpl(const Gpt2Config& c) {
     h->push_back(blocks.back());
     nn::release_to_meta(*blocks.back());
   }
-  ln_f = register_module("ln_f",
-                         torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.n_embd}).eps(c.layer_norm_epsilon)));
+  ln_f =
+      register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.n_embd}).eps(c.layer_norm_epsilon)));
   nn::release_to_meta(*ln_f);
 }
 

@@ -3,9 +3,8 @@
 // LM head tied to the token embedding (lm_head.weight is transformer.wte.weight).
 #pragma once
 
-#include <torch/torch.h>
-
 #include <nlohmann/json.hpp>
+#include <torch/torch.h>
 
 #include "core/models/layers.h"
 

@@ -43,9 +43,7 @@ bool fused_rms_norm_runs(const at::Device& device) {
 
 void set_rms_norm_kernel(RmsNormKernel kernel) { rms_norm_setting.store(kernel); }
 RmsNormKernel rms_norm_kernel() { return rms_norm_setting.load(); }
-const char* rms_norm_kernel_name(const at::Device& device) {
-  return fused_rms_norm_runs(device) ? "fused" : "eager";
-}
+const char* rms_norm_kernel_name(const at::Device& device) { return fused_rms_norm_runs(device) ? "fused" : "eager"; }
 
 torch::Tensor RmsNormImpl::forward(const torch::Tensor& x) {
 #if FSDPP_HAS_FUSED_RMS_NORM

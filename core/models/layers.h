@@ -16,8 +16,8 @@ TORCH_MODULE(Conv1D);
 // LM head y = x W^T with W [vocab, dim]. Tied: W is the token embedding's own tensor,
 // registered here too so that anything walking the module tree sees the tie.
 struct LmHeadImpl : torch::nn::Module {
-  LmHeadImpl(int64_t dim, int64_t vocab);           // untied
-  explicit LmHeadImpl(const torch::Tensor& tied);   // tied to an embedding weight
+  LmHeadImpl(int64_t dim, int64_t vocab);          // untied
+  explicit LmHeadImpl(const torch::Tensor& tied);  // tied to an embedding weight
   torch::Tensor forward(const torch::Tensor& x);
   torch::Tensor weight;
 };

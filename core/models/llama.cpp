@@ -159,7 +159,7 @@ LlamaConfig llama_preset(const std::string& name) {
     three.head_dim = 128;
     three.rope_scaling = Llama3RopeScaling{32.0, 1.0, 4.0, 8192};
     p["3B"] = three;
-    p["7B"] = make(32000, 4096, 11008, 32, 32, 32, 4096, 10000, false);   // Llama 2 7B
+    p["7B"] = make(32000, 4096, 11008, 32, 32, 32, 4096, 10000, false);  // Llama 2 7B
     // Llama 3 8B: meta-llama/Meta-Llama-3-8B's config.json (no rope_scaling, untied).
     p["8B"] = make(128256, 4096, 14336, 32, 32, 8, 8192, 500000, false);
     p["13B"] = make(32000, 5120, 13824, 40, 40, 40, 4096, 10000, false);  // Llama 2 13B
@@ -189,8 +189,8 @@ torch::Tensor rope_inverse_frequencies(const LlamaConfig& c) {
     double low_wavelen = s.original_max_position_embeddings / s.low_freq_factor;
     double high_wavelen = s.original_max_position_embeddings / s.high_freq_factor;
     auto wavelen = 2 * M_PI / inv;
-    auto smooth = (s.original_max_position_embeddings / wavelen - s.low_freq_factor) /
-                  (s.high_freq_factor - s.low_freq_factor);
+    auto smooth =
+        (s.original_max_position_embeddings / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
     auto blended = (1 - smooth) * inv / s.factor + smooth * inv;
     inv = torch::where(wavelen < high_wavelen, inv, torch::where(wavelen > low_wavelen, inv / s.factor, blended));
   }
@@ -278,8 +278,8 @@ torch::Tensor LlamaModelImpl::forward(const torch::Tensor& tokens) {
 
 LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& c) : config(c) {
   model = register_module("model", LlamaModel(c));
-  lm_head = register_module("lm_head", c.tie_word_embeddings ? LmHead(model->embed_tokens->weight)
-                                                             : LmHead(c.hidden_size, c.vocab_size));
+  lm_head = register_module(
+      "lm_head", c.tie_word_embeddings ? LmHead(model->embed_tokens->weight) : LmHead(c.hidden_size, c.vocab_size));
   nn::release_to_meta(*lm_head);  // untied: a part of its own; tied: meta already when deferred
 }
 

@@ -4,9 +4,8 @@
 // embeddings; plus from-scratch presets by size.
 #pragma once
 
-#include <torch/torch.h>
-
 #include <nlohmann/json.hpp>
+#include <torch/torch.h>
 
 #include <memory>
 #include <optional>

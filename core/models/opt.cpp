@@ -57,8 +57,8 @@ nlohmann::json OptConfig::to_json() const {
 
 OptAttentionImpl::OptAttentionImpl(const OptConfig& c) : heads(c.num_attention_heads) {
   auto linear = [&](const char* name) {
-    return register_module(name, torch::nn::Linear(
-                                     torch::nn::LinearOptions(c.hidden_size, c.hidden_size).bias(c.enable_bias)));
+    return register_module(
+        name, torch::nn::Linear(torch::nn::LinearOptions(c.hidden_size, c.hidden_size).bias(c.enable_bias)));
   };
   q_proj = linear("q_proj");
   k_proj = linear("k_proj");
@@ -76,10 +76,12 @@ torch::Tensor OptAttentionImpl::forward(const torch::Tensor& x) {
 
 OptLayerImpl::OptLayerImpl(const OptConfig& c) : pre_norm(c.do_layer_norm_before), activation(c.activation_function) {
   self_attn = register_module("self_attn", OptAttention(c));
-  self_attn_layer_norm = register_module("self_attn_layer_norm",
-                                         torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.hidden_size})));
-  fc1 = register_module("fc1", torch::nn::Linear(torch::nn::LinearOptions(c.hidden_size, c.ffn_dim).bias(c.enable_bias)));
-  fc2 = register_module("fc2", torch::nn::Linear(torch::nn::LinearOptions(c.ffn_dim, c.hidden_size).bias(c.enable_bias)));
+  self_attn_layer_norm =
+      register_module("self_attn_layer_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.hidden_size})));
+  fc1 =
+      register_module("fc1", torch::nn::Linear(torch::nn::LinearOptions(c.hidden_size, c.ffn_dim).bias(c.enable_bias)));
+  fc2 =
+      register_module("fc2", torch::nn::Linear(torch::nn::LinearOptions(c.ffn_dim, c.hidden_size).bias(c.enable_bias)));
   final_layer_norm =
       register_module("final_layer_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.hidden_size})));
 }

@@ -4,9 +4,8 @@
 // to the token embedding.
 #pragma once
 
-#include <torch/torch.h>
-
 #include <nlohmann/json.hpp>
+#include <torch/torch.h>
 
 #include "core/models/layers.h"
 
@@ -53,7 +52,7 @@ struct OptDecoderImpl : torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& tokens);  // -> hidden states [b, s, word_embed_proj_dim]
   torch::nn::Embedding embed_tokens{nullptr}, embed_positions{nullptr};
   torch::nn::Linear project_in{nullptr}, project_out{nullptr};  // null when not needed
-  torch::nn::LayerNorm final_layer_norm{nullptr};                // null when not used
+  torch::nn::LayerNorm final_layer_norm{nullptr};               // null when not used
   torch::nn::ModuleList layers;
   std::vector<OptLayer> layer_list;
 };

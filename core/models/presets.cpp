@@ -41,20 +41,24 @@ OptConfig opt(int64_t layers, int64_t hidden, int64_t heads, int64_t positions, 
 
 const std::map<std::string, nlohmann::json>& gpt2_sizes() {
   static const std::map<std::string, nlohmann::json> sizes = {
-      {"tiny", gpt2(2, 64, 4, 256).to_json()},     {"mini", gpt2(4, 128, 4, 512).to_json()},
+      {"tiny", gpt2(2, 64, 4, 256).to_json()},
+      {"mini", gpt2(4, 128, 4, 512).to_json()},
       // The CPU reference of the benchmark matrix (with --vocab-size 8192, seq 128, batch 8).
       {"mini256", gpt2(4, 256, 4, 512).to_json()},
-      {"124M", gpt2(12, 768, 12, 1024).to_json()}, {"355M", gpt2(24, 1024, 16, 1024).to_json()},
-      {"774M", gpt2(36, 1280, 20, 1024).to_json()}, {"1.5B", gpt2(48, 1600, 25, 1024).to_json()}};
+      {"124M", gpt2(12, 768, 12, 1024).to_json()},
+      {"355M", gpt2(24, 1024, 16, 1024).to_json()},
+      {"774M", gpt2(36, 1280, 20, 1024).to_json()},
+      {"1.5B", gpt2(48, 1600, 25, 1024).to_json()}};
   return sizes;
 }
 
 const std::map<std::string, nlohmann::json>& opt_sizes() {
   // OPT-350M projects 512-wide embeddings and uses post-LayerNorm blocks, as released.
-  static const std::map<std::string, nlohmann::json> sizes = {
-      {"tiny", opt(2, 64, 4, 256, 64, true).to_json()},        {"mini", opt(4, 128, 4, 512, 128, true).to_json()},
-      {"125M", opt(12, 768, 12, 2048, 768, true).to_json()},   {"350M", opt(24, 1024, 16, 2048, 512, false).to_json()},
-      {"1.3B", opt(24, 2048, 32, 2048, 2048, true).to_json()}};
+  static const std::map<std::string, nlohmann::json> sizes = {{"tiny", opt(2, 64, 4, 256, 64, true).to_json()},
+                                                              {"mini", opt(4, 128, 4, 512, 128, true).to_json()},
+                                                              {"125M", opt(12, 768, 12, 2048, 768, true).to_json()},
+                                                              {"350M", opt(24, 1024, 16, 2048, 512, false).to_json()},
+                                                              {"1.3B", opt(24, 2048, 32, 2048, 2048, true).to_json()}};
   return sizes;
 }
 

@@ -76,7 +76,8 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
 at::Tensor checkpoint(std::function<at::Tensor(at::Tensor)> fn, at::Tensor x) {
   if (!at::GradMode::is_enabled()) return fn(std::move(x));
   at::Tensor anchor = at::empty({0}, at::TensorOptions().dtype(at::kFloat)).requires_grad_(!x.requires_grad());
-  return CheckpointFunction::apply(std::move(x), std::move(anchor), c10::make_intrusive<Recompute>(std::move(fn), compat::autocast_state()));
+  return CheckpointFunction::apply(std::move(x), std::move(anchor),
+                                   c10::make_intrusive<Recompute>(std::move(fn), compat::autocast_state()));
 }
 
 bool in_checkpointed_forward() { return checkpointed_forward_depth > 0; }

@@ -32,13 +32,13 @@ const char* step_implementation(const torch::optim::AdamW& optimizer) {
 
 std::vector<at::Tensor> optimizer_parameters(const torch::optim::Optimizer& optimizer) {
   std::vector<at::Tensor> out;
-  for (const auto& group : optimizer.param_groups()) out.insert(out.end(), group.params().begin(), group.params().end());
+  for (const auto& group : optimizer.param_groups())
+    out.insert(out.end(), group.params().begin(), group.params().end());
   return out;
 }
 
 void set_lr(torch::optim::Optimizer& optimizer, double lr) {
-  for (auto& group : optimizer.param_groups())
-    static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+  for (auto& group : optimizer.param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
 }
 
 }  // namespace fsdpp::optim

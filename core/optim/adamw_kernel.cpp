@@ -39,9 +39,8 @@ __attribute__((target("avx2"))) void step_avx2(float* p, const float* g, float* 
                                                const AdamWStepConstants& c) {
   const __m256 decay = _mm256_set1_ps(c.decay), beta1 = _mm256_set1_ps(c.beta1),
                one_minus_beta1 = _mm256_set1_ps(c.one_minus_beta1), beta2 = _mm256_set1_ps(c.beta2),
-               one_minus_beta2 = _mm256_set1_ps(c.one_minus_beta2),
-               sqrt_bc2 = _mm256_set1_ps(c.sqrt_bias_correction2), eps = _mm256_set1_ps(c.eps),
-               neg_step_size = _mm256_set1_ps(c.neg_step_size);
+               one_minus_beta2 = _mm256_set1_ps(c.one_minus_beta2), sqrt_bc2 = _mm256_set1_ps(c.sqrt_bias_correction2),
+               eps = _mm256_set1_ps(c.eps), neg_step_size = _mm256_set1_ps(c.neg_step_size);
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m256 grad = _mm256_loadu_ps(g + i);

@@ -24,12 +24,12 @@ namespace fsdpp::optim {
 
 // The per-step scalars, rounded to fp32 once.
 struct AdamWStepConstants {
-  float decay;             // 1 - lr * weight_decay
+  float decay;  // 1 - lr * weight_decay
   float beta1, one_minus_beta1;
   float beta2, one_minus_beta2;
   float sqrt_bias_correction2;
   float eps;
-  float neg_step_size;     // -lr / bias_correction1
+  float neg_step_size;  // -lr / bias_correction1
 };
 
 // `step` is the step being taken, counting from 1 (the state's step after increment).

@@ -82,16 +82,14 @@ torch::Tensor FusedAdamW::step(LossClosure closure) {
       switch (route_of(p, o, state)) {
         case Route::Cuda: any_cuda = true; break;
         case Route::Host: any_host = true; break;
-        case Route::None:
-          last_step_kernels_ = "per-tensor";
-          return torch::optim::AdamW::step(std::move(closure));
+        case Route::None: last_step_kernels_ = "per-tensor"; return torch::optim::AdamW::step(std::move(closure));
       }
     }
   }
   last_step_kernels_ = any_cuda && any_host ? "fused+fused-cpu"
-                       : any_cuda            ? "fused"
-                       : any_host            ? "fused-cpu"
-                                             : "per-tensor";
+                       : any_cuda           ? "fused"
+                       : any_host           ? "fused-cpu"
+                                            : "per-tensor";
 
   torch::NoGradGuard no_grad;
   torch::Tensor loss;

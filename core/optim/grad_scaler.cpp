@@ -41,8 +41,7 @@ float fp32_scale(double scale, const std::string& where, const char* name) {
 const Json& field(const Json& j, const char* name, Json::value_t type, const std::string& where) {
   if (!j.contains(name)) throw std::invalid_argument(where + ": missing key '" + name + "'");
   const Json& v = j.at(name);
-  const bool ok = v.type() == type ||
-                  (type == Json::value_t::number_integer && v.is_number_unsigned()) ||
+  const bool ok = v.type() == type || (type == Json::value_t::number_integer && v.is_number_unsigned()) ||
                   (type == Json::value_t::number_float && v.is_number());
   if (!ok)
     throw std::invalid_argument(where + ": key '" + name + "' is a " + v.type_name() + " (expected a " +
@@ -69,7 +68,8 @@ void ShardedGradScaler::unscale(const std::vector<at::Tensor>& params) {
   if (!options_.enabled) return;
   if (stage_ == Stage::Unscaled)
     throw std::logic_error("grad scaler: unscale() was already called since the last update()");
-  if (stage_ == Stage::Stepped) throw std::logic_error("grad scaler: unscale() called after step(); call update() first");
+  if (stage_ == Stage::Stepped)
+    throw std::logic_error("grad scaler: unscale() called after step(); call update() first");
 
   // As GradScaler.unscale_: the reciprocal in double, rounded once to fp32.
   const float inv_scale = static_cast<float>(1.0 / static_cast<double>(scale_));
@@ -102,7 +102,8 @@ bool ShardedGradScaler::step(torch::optim::Optimizer& optimizer, const std::vect
     optimizer.step();
     return true;
   }
-  if (stage_ == Stage::Stepped) throw std::logic_error("grad scaler: step() was already called since the last update()");
+  if (stage_ == Stage::Stepped)
+    throw std::logic_error("grad scaler: step() was already called since the last update()");
   if (stage_ == Stage::Ready) unscale(params);
   stage_ = Stage::Stepped;
   if (found_inf_) return false;
@@ -145,9 +146,8 @@ nlohmann::json ShardedGradScaler::state() const {
 void ShardedGradScaler::load_state(const nlohmann::json& j) {
   using T = Json::value_t;
   const std::string where = "grad scaler state";
-  if (!j.is_object())
-    throw std::invalid_argument(where + ": expected an object, got " + std::string(j.type_name()));
-  static const std::set<std::string> known = {"format",         "version",       "enabled",       "scale",
+  if (!j.is_object()) throw std::invalid_argument(where + ": expected an object, got " + std::string(j.type_name()));
+  static const std::set<std::string> known = {"format",         "version",       "enabled",        "scale",
                                               "growth_tracker", "growth_factor", "backoff_factor", "growth_interval"};
   for (const auto& item : j.items())
     if (!known.count(item.key())) throw std::invalid_argument(where + ": unknown key '" + item.key() + "'");
@@ -172,8 +172,8 @@ void ShardedGradScaler::load_state(const nlohmann::json& j) {
     throw std::invalid_argument(where + ": scale " + num(scale) + " is not an fp32 value (state() writes one)");
   const auto tracker = field(j, "growth_tracker", T::number_integer, where).get<int64_t>();
   if (tracker < 0 || tracker >= loaded.growth_interval)
-    throw std::invalid_argument(where + ": growth_tracker " + std::to_string(tracker) + " (expected an integer in [0, " +
-                                std::to_string(loaded.growth_interval) + "))");
+    throw std::invalid_argument(where + ": growth_tracker " + std::to_string(tracker) +
+                                " (expected an integer in [0, " + std::to_string(loaded.growth_interval) + "))");
   // As GradScaler.load_state_dict: a disabled scaler's state cannot resume scaling.
   if (options_.enabled && !loaded.enabled)
     throw std::invalid_argument(where + ": saved from a disabled scaler (enabled=false); this scaler is enabled");

@@ -44,10 +44,10 @@
 // (or step()) in the same steps, as for any collective.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <torch/optim/optimizer.h>
 
 #include <cstdint>
-#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "core/comm/communicator.h"

@@ -5,8 +5,8 @@ namespace fsdpp::plan {
 namespace {
 
 constexpr int64_t kMinBlockSize = 512;
-constexpr int64_t kSmallSize = 1 << 20;          // 1 MiB: small pool up to here
-constexpr int64_t kMinLargeAlloc = 10 << 20;     // requests below this share a 20 MiB segment
+constexpr int64_t kSmallSize = 1 << 20;       // 1 MiB: small pool up to here
+constexpr int64_t kMinLargeAlloc = 10 << 20;  // requests below this share a 20 MiB segment
 constexpr int64_t kLargeBuffer = 20 << 20;
 constexpr int64_t kRoundLarge = 2 << 20;
 

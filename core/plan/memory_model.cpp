@@ -4,8 +4,8 @@
 #include <stdexcept>
 
 #include "core/comm/chunk_plan.h"
-#include "core/plan/caching_allocator.h"
 #include "core/fsdp/sharding.h"
+#include "core/plan/caching_allocator.h"
 
 namespace fsdpp::plan {
 
@@ -145,7 +145,8 @@ MemoryEstimate estimate_memory(const ModelShape& model, const PlanConfig& c) {
   e.unsharded_root_bytes = replicated ? 0 : root_numel * cbytes;
   const bool keeps_all = !reshards_after_forward(c.strategy);  // SHARD_GRAD_OP, NO_SHARD, hybrid zero2
   e.unsharded_in_flight_bytes = replicated ? 0 : (keeps_all ? all_numel * cbytes : e.unsharded_root_bytes);
-  e.all_gather_buffer_bytes = replicated || shard == 1 ? 0 : (largest_block_padded / shard + largest_block_padded) * cbytes;
+  e.all_gather_buffer_bytes =
+      replicated || shard == 1 ? 0 : (largest_block_padded / shard + largest_block_padded) * cbytes;
   e.reduce_scatter_buffer_bytes = replicated ? 0 : (largest_block_padded + largest_block_padded / shard) * kReduceBytes;
 
   // Activations of one micro-batch on this rank.
@@ -174,11 +175,13 @@ MemoryEstimate estimate_memory(const ModelShape& model, const PlanConfig& c) {
   const int64_t grads_on_device = state_on_device ? e.grad_shard_bytes : 0;
   const int64_t blocks_unsharded =
       keeps_all ? e.unsharded_in_flight_bytes : e.unsharded_root_bytes + e.prefetch_depth * e.unsharded_unit_bytes;
-  e.peak_in_backward = device_state + grads_on_device + e.activation_bytes + blocks_unsharded +
-                       e.unsharded_unit_bytes + e.reduce_scatter_buffer_bytes + e.recompute_bytes + 2 * block_input;
+  e.peak_in_backward = device_state + grads_on_device + e.activation_bytes + blocks_unsharded + e.unsharded_unit_bytes +
+                       e.reduce_scatter_buffer_bytes + e.recompute_bytes + 2 * block_input;
   e.peak_at_optimizer = device_state + grads_on_device;
   e.peak_bytes = std::max({e.peak_at_loss, e.peak_in_backward, e.peak_at_optimizer});
-  e.peak_phase = e.peak_bytes == e.peak_at_loss ? "loss" : e.peak_bytes == e.peak_in_backward ? "backward" : "optimizer";
+  e.peak_phase = e.peak_bytes == e.peak_at_loss       ? "loss"
+                 : e.peak_bytes == e.peak_in_backward ? "backward"
+                                                      : "optimizer";
   return e;
 }
 

@@ -34,24 +34,24 @@ struct MemoryEstimate {
   int64_t grad_shard_bytes = 0;       // same layout as the shards, after backward
   int64_t optimizer_state_bytes = 0;  // AdamW exp_avg + exp_avg_sq, fp32
   int64_t fp32_master_extra_bytes = 0;
-  bool offloaded = false;             // the four above live in host memory (--cpu-offload)
+  bool offloaded = false;  // the four above live in host memory (--cpu-offload)
   // On the device before the first step: the shards, as the CUDA caching allocator counts
   // them on a GPU (caching_allocator.h), their bytes on the CPU; 0 with offload on a GPU
   // (on the CPU, host and device are one memory: offload moves nothing off it).
   int64_t device_persistent_after_setup = 0;
-  int64_t host_persistent_bytes = 0;          // offload: shards + grads + optimizer state
+  int64_t host_persistent_bytes = 0;  // offload: shards + grads + optimizer state
 
   // Transient, per rank.
-  int prefetch_depth = 1;               // all-gathers in flight
-  int64_t unsharded_unit_bytes = 0;     // largest block unit, unsharded, in the compute dtype
-  int64_t unsharded_root_bytes = 0;     // the root unit, unsharded, in the compute dtype
-  int64_t unsharded_in_flight_bytes = 0;  // at the loss: root (+ every unit for SHARD_GRAD_OP)
+  int prefetch_depth = 1;                   // all-gathers in flight
+  int64_t unsharded_unit_bytes = 0;         // largest block unit, unsharded, in the compute dtype
+  int64_t unsharded_root_bytes = 0;         // the root unit, unsharded, in the compute dtype
+  int64_t unsharded_in_flight_bytes = 0;    // at the loss: root (+ every unit for SHARD_GRAD_OP)
   int64_t activation_bytes_without_ac = 0;  // everything autograd saves for one micro-batch
   int64_t activation_bytes_with_ac = 0;     // with this config's --ac-freq
   int64_t activation_bytes = 0;             // the one this config uses
-  int64_t logits_bytes = 0;             // 12 bytes per logit at the loss's backward (fp32 copy, log-softmax, grads)
-  int64_t recompute_bytes = 0;          // one checkpointed block's activations, rebuilt in backward
-  int64_t all_gather_buffer_bytes = 0;  // largest unit: copy-in shard + gathered output
+  int64_t logits_bytes = 0;                 // 12 bytes per logit at the loss's backward (fp32 copy, log-softmax, grads)
+  int64_t recompute_bytes = 0;              // one checkpointed block's activations, rebuilt in backward
+  int64_t all_gather_buffer_bytes = 0;      // largest unit: copy-in shard + gathered output
   int64_t reduce_scatter_buffer_bytes = 0;  // largest unit: flat gradient input + output shard
 
   // The peak: the largest of the loss's backward, a block's backward, the optimizer step.

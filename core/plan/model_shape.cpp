@@ -65,7 +65,8 @@ ModelShape ModelShape::of_config(const nlohmann::json& config, const std::string
   unscaled.erase("rope_scaling");
   if (unscaled.contains("rope_parameters") && unscaled["rope_parameters"].is_object()) {
     nlohmann::json plain = {{"rope_type", "default"}};
-    if (unscaled["rope_parameters"].contains("rope_theta")) plain["rope_theta"] = unscaled["rope_parameters"]["rope_theta"];
+    if (unscaled["rope_parameters"].contains("rope_theta"))
+      plain["rope_theta"] = unscaled["rope_parameters"]["rope_theta"];
     unscaled["rope_parameters"] = plain;
   }
   auto parsed = models::parse_causal_lm_config(unscaled, source);

@@ -28,17 +28,17 @@ struct UnitShape {
 };
 
 struct ModelShape {
-  std::string model_type;  // gpt2, opt, llama, mistral
-  nlohmann::json config;   // as parsed (config.json)
+  std::string model_type;        // gpt2, opt, llama, mistral
+  nlohmann::json config;         // as parsed (config.json)
   std::vector<UnitShape> units;  // core/fsdp/unit_plan.h's order: blocks, then the root
   // Every parameter under every name (a tied weight under each of its names), in
   // named_parameters order: what the FLOP count reads.
   std::vector<ParamShape> named_parameters;
   int64_t layers = 0;
-  int64_t hidden = 0;         // residual stream width
+  int64_t hidden = 0;           // residual stream width
   int64_t attention_width = 0;  // heads * head_dim
   int64_t heads = 0;
-  int64_t ffn = 0;            // MLP inner width
+  int64_t ffn = 0;  // MLP inner width
   int64_t vocab = 0;
   int64_t max_positions = 0;
 

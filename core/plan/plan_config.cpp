@@ -44,23 +44,34 @@ DeviceSpec device_spec(const std::string& kind) {
   if (k == "h100") return {"h100", 80LL * 1000 * 1000 * 1000, 7.5e14, 3.35e12};
   if (k == "h200") return {"h200", 141LL * 1000 * 1000 * 1000, 7.5e14, 4.8e12};
   if (k == "a100-80g") return {"a100-80g", 80LL * 1000 * 1000 * 1000, 312e12 * 0.76, 2.039e12};
-  throw std::invalid_argument("--gpu-memory '" + kind + "': expected a size in bytes (e.g. 80GB, 24GiB) or h100, h200, a100-80g");
+  throw std::invalid_argument("--gpu-memory '" + kind +
+                              "': expected a size in bytes (e.g. 80GB, 24GiB) or h100, h200, a100-80g");
 }
 
 int64_t parse_bytes(const std::string& text, const std::string& flag) {
   const std::string expected = "a size such as 80GB, 24GiB, 512MiB or a number of bytes";
   auto [value, unit] = number_and_unit(text, flag, expected);
   double scale = 0;
-  if (unit.empty() || unit == "b") scale = 1;
-  else if (unit == "kb") scale = 1e3;
-  else if (unit == "mb") scale = 1e6;
-  else if (unit == "gb") scale = 1e9;
-  else if (unit == "tb") scale = 1e12;
-  else if (unit == "kib") scale = 1024.0;
-  else if (unit == "mib") scale = 1024.0 * 1024;
-  else if (unit == "gib") scale = 1024.0 * 1024 * 1024;
-  else if (unit == "tib") scale = 1024.0 * 1024 * 1024 * 1024;
-  else throw std::invalid_argument(flag + " '" + text + "': unknown unit '" + unit + "', expected " + expected);
+  if (unit.empty() || unit == "b")
+    scale = 1;
+  else if (unit == "kb")
+    scale = 1e3;
+  else if (unit == "mb")
+    scale = 1e6;
+  else if (unit == "gb")
+    scale = 1e9;
+  else if (unit == "tb")
+    scale = 1e12;
+  else if (unit == "kib")
+    scale = 1024.0;
+  else if (unit == "mib")
+    scale = 1024.0 * 1024;
+  else if (unit == "gib")
+    scale = 1024.0 * 1024 * 1024;
+  else if (unit == "tib")
+    scale = 1024.0 * 1024 * 1024 * 1024;
+  else
+    throw std::invalid_argument(flag + " '" + text + "': unknown unit '" + unit + "', expected " + expected);
   const double bytes = value * scale;
   if (bytes < 1 || bytes > 9.0e18) throw std::invalid_argument(flag + " '" + text + "': expected " + expected);
   return static_cast<int64_t>(std::llround(bytes));
@@ -73,16 +84,25 @@ double parse_bandwidth(const std::string& text, const std::string& flag) {
   const std::string raw = text.substr(text.size() - unit.size());
   const bool bits = raw.find('b') != std::string::npos && raw.find('B') == std::string::npos;
   std::string u = unit;
-  if (u.size() >= 2 && u.substr(u.size() - 2) == "/s") u = u.substr(0, u.size() - 2);
-  else if (u.size() >= 2 && u.substr(u.size() - 2) == "ps") u = u.substr(0, u.size() - 2);
+  if (u.size() >= 2 && u.substr(u.size() - 2) == "/s")
+    u = u.substr(0, u.size() - 2);
+  else if (u.size() >= 2 && u.substr(u.size() - 2) == "ps")
+    u = u.substr(0, u.size() - 2);
   double scale = 0;
-  if (u.empty()) scale = 1;
-  else if (u == "b") scale = 1;
-  else if (u == "kb") scale = 1e3;
-  else if (u == "mb") scale = 1e6;
-  else if (u == "gb") scale = 1e9;
-  else if (u == "tb") scale = 1e12;
-  else throw std::invalid_argument(flag + " '" + text + "': unknown unit, expected " + expected);
+  if (u.empty())
+    scale = 1;
+  else if (u == "b")
+    scale = 1;
+  else if (u == "kb")
+    scale = 1e3;
+  else if (u == "mb")
+    scale = 1e6;
+  else if (u == "gb")
+    scale = 1e9;
+  else if (u == "tb")
+    scale = 1e12;
+  else
+    throw std::invalid_argument(flag + " '" + text + "': unknown unit, expected " + expected);
   return value * scale / (bits ? 8.0 : 1.0);
 }
 

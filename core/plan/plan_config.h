@@ -32,16 +32,16 @@ double parse_bandwidth(const std::string& text, const std::string& flag);
 
 struct PlanConfig {
   fsdp::ShardingStrategy strategy = fsdp::ShardingStrategy::FullShard;
-  int nproc = 1;                  // ranks per node
+  int nproc = 1;  // ranks per node
   int nodes = 1;
-  int hybrid_shard_size = 0;      // hybrid: ranks per shard group (0: nproc when nodes > 1,
-                                  // else FsdpOptions' default, the largest divisor below the world)
+  int hybrid_shard_size = 0;             // hybrid: ranks per shard group (0: nproc when nodes > 1,
+                                         // else FsdpOptions' default, the largest divisor below the world)
   std::string mixed_precision = "fp32";  // param/compute dtype: fp32, bf16, fp16 (fp32 masters, fp32 reduce)
   bool activation_checkpointing = false;
-  int ac_freq = 1;                // every k-th block is checkpointed
+  int ac_freq = 1;  // every k-th block is checkpointed
   bool cpu_offload = false;
-  bool prefetch = true;           // forward and backward prefetch (2 all-gathers in flight)
-  int64_t batch_size = 1;         // windows per rank per micro-step
+  bool prefetch = true;    // forward and backward prefetch (2 all-gathers in flight)
+  int64_t batch_size = 1;  // windows per rank per micro-step
   int64_t seq_len = 1024;
   int64_t grad_accum_steps = 1;
   DeviceSpec device;              // the accelerator, or "cpu"

@@ -21,8 +21,8 @@ struct Plan {
   PlanConfig config;
   MemoryEstimate memory;
   StepTimeEstimate time;
-  bool fits = true;          // peak <= device memory (and host bytes <= host memory), when stated
-  std::string fit_reason;    // "" when it fits or nothing was stated
+  bool fits = true;        // peak <= device memory (and host bytes <= host memory), when stated
+  std::string fit_reason;  // "" when it fits or nothing was stated
 };
 
 // Estimates memory and time, and whether it fits the stated memory. Throws

@@ -8,12 +8,12 @@ namespace {
 
 constexpr double kEfficiencyMax = 0.76;
 constexpr double kEfficiencyHalfWidth = 1600;
-constexpr double kLogitBytesMoved = 75;   // fp32 copy, log-softmax, its backward, the casts (fitted)
+constexpr double kLogitBytesMoved = 75;  // fp32 copy, log-softmax, its backward, the casts (fitted)
 constexpr double kMemoryEfficiency = 0.8;
 constexpr double kPcieBytesPerS = 25e9;
 constexpr double kHostAdamBytesPerS = 20e9;
-constexpr double kNvlinkBytesPerS = 450e9;     // H100/H200 NVLink 4, per direction
-constexpr double kInterNodeBytesPerS = 50e9;   // 400 Gb/s InfiniBand per GPU
+constexpr double kNvlinkBytesPerS = 450e9;    // H100/H200 NVLink 4, per direction
+constexpr double kInterNodeBytesPerS = 50e9;  // 400 Gb/s InfiniBand per GPU
 
 bool is_matmul_weight(const ParamShape& p) { return p.shape.size() >= 2; }
 
@@ -54,13 +54,15 @@ StepTimeEstimate estimate_step_time(const ModelShape& model, const PlanConfig& c
   const bool fp32 = c.mixed_precision == "fp32";
   // fp32 runs on the CUDA cores: 67 of H100's 989 dense TFLOP/s (TF32 is off, as the benchmark's).
   a.matmul_flops_per_s = c.device.matmul_flops_per_s * (fp32 ? 67.0 / 989.0 : 1.0);
-  a.matmul_source = c.device.name + ": measured n=8192 bf16 matmul on an H100 (results/gpu/), scaled by datasheet ratios" +
+  a.matmul_source = c.device.name +
+                    ": measured n=8192 bf16 matmul on an H100 (results/gpu/), scaled by datasheet ratios" +
                     std::string(fp32 ? "; fp32 at 67/989 of it" : "");
   const double h = static_cast<double>(model.hidden);
   a.efficiency = kEfficiencyMax * h / (h + kEfficiencyHalfWidth);
   a.efficiency_source = "e(h) = 0.76 h / (h + 1600), fitted to the 12 committed H100 FSDP cells (docs/plan.md)";
   a.memory_bytes_per_s = kMemoryEfficiency * c.device.memory_bytes_per_s;
-  a.link_bytes_per_s = c.link_bytes_per_s > 0 ? c.link_bytes_per_s : (c.nodes > 1 ? kInterNodeBytesPerS : kNvlinkBytesPerS);
+  a.link_bytes_per_s =
+      c.link_bytes_per_s > 0 ? c.link_bytes_per_s : (c.nodes > 1 ? kInterNodeBytesPerS : kNvlinkBytesPerS);
   a.link_source = c.link_bytes_per_s > 0 ? "--link-bandwidth"
                   : c.nodes > 1          ? "default: 50 GB/s per GPU between nodes (400 Gb/s InfiniBand)"
                                          : "default: 450 GB/s per direction (NVLink 4)";
@@ -90,8 +92,8 @@ StepTimeEstimate estimate_step_time(const ModelShape& model, const PlanConfig& c
   if (c.cpu_offload) {
     const double gathers = static_cast<double>(memory.comm.all_gather > 0 ? 2 : 1);
     const double pcie = (gathers * memory.param_shard_bytes + memory.grad_shard_bytes) / kPcieBytesPerS;
-    const double adam = 2.0 * (memory.param_shard_bytes + memory.grad_shard_bytes + memory.optimizer_state_bytes) /
-                        kHostAdamBytesPerS;
+    const double adam =
+        2.0 * (memory.param_shard_bytes + memory.grad_shard_bytes + memory.optimizer_state_bytes) / kHostAdamBytesPerS;
     t.offload_ms = (pcie + adam) * 1e3;
   }
   t.step_ms = t.compute_ms + t.exposed_comm_ms + t.offload_ms;

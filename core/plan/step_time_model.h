@@ -33,8 +33,8 @@ namespace fsdpp::plan {
 
 // See above. `named_parameters`: every parameter under every name, tied weights under
 // each name (torch's named_parameters order); layers and attention width from the model.
-double model_flops_per_token(const std::vector<ParamShape>& named_parameters, int64_t layers,
-                             int64_t attention_width, int64_t seq_len);
+double model_flops_per_token(const std::vector<ParamShape>& named_parameters, int64_t layers, int64_t attention_width,
+                             int64_t seq_len);
 double model_flops_per_token(const ModelShape& model, int64_t seq_len);
 
 struct TimeAssumptions {
@@ -48,17 +48,17 @@ struct TimeAssumptions {
 };
 
 struct StepTimeEstimate {
-  bool predicted = false;  // false without a device rate (CPU plans): times stay 0
-  std::string why_not;     // when not predicted
-  double flops_per_token = 0;        // model FLOPs (see above)
+  bool predicted = false;              // false without a device rate (CPU plans): times stay 0
+  std::string why_not;                 // when not predicted
+  double flops_per_token = 0;          // model FLOPs (see above)
   double flops_per_step_per_rank = 0;  // executed, with recomputation
   double compute_ms = 0;
   double comm_ms = 0;          // all collectives' bytes / link bandwidth
   double exposed_comm_ms = 0;  // the part not hidden behind compute
   double offload_ms = 0;
   double step_ms = 0;
-  double tokens_per_s = 0;     // all ranks
-  double mfu = 0;              // model FLOPs / (step time * rate), per device
+  double tokens_per_s = 0;  // all ranks
+  double mfu = 0;           // model FLOPs / (step time * rate), per device
   TimeAssumptions assumptions;
 };
 

@@ -27,7 +27,8 @@ class Counter final : public c10::Allocator {
         std::lock_guard<std::mutex> lock(mutex_);
         sizes_[data] = n;
       }
-      const int64_t live = live_.fetch_add(static_cast<int64_t>(n), std::memory_order_relaxed) + static_cast<int64_t>(n);
+      const int64_t live =
+          live_.fetch_add(static_cast<int64_t>(n), std::memory_order_relaxed) + static_cast<int64_t>(n);
       raise_peak(live);
     }
     return {data, data, &free_counted, c10::Device(c10::DeviceType::CPU)};

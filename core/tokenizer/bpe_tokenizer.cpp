@@ -1,9 +1,10 @@
 #include "core/tokenizer/bpe_tokenizer.h"
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <fstream>
 #include <limits>
-#include <nlohmann/json.hpp>
 #include <queue>
 #include <sstream>
 #include <stdexcept>
@@ -35,8 +36,8 @@ std::string read_file(const std::filesystem::path& path, const std::string& expe
 json parse_json(const std::filesystem::path& path, const std::string& expected) {
   const std::string text = read_file(path, expected);
   if (const auto problem = io::json_depth_problem(text); !problem.empty())
-    throw std::invalid_argument("tokenizer: " + quoted(path) + " is not valid JSON (expected " + expected + "): " +
-                                problem);
+    throw std::invalid_argument("tokenizer: " + quoted(path) + " is not valid JSON (expected " + expected +
+                                "): " + problem);
   try {
     return json::parse(text);
   } catch (const json::parse_error& e) {
@@ -68,9 +69,12 @@ int byte_fallback_value(std::string_view token) {
   int value = 0;
   for (char c : token.substr(3, 2)) {
     value *= 16;
-    if (c >= '0' && c <= '9') value += c - '0';
-    else if (c >= 'A' && c <= 'F') value += c - 'A' + 10;
-    else return -1;
+    if (c >= '0' && c <= '9')
+      value += c - '0';
+    else if (c >= 'A' && c <= 'F')
+      value += c - 'A' + 10;
+    else
+      return -1;
   }
   return value;
 }
@@ -122,8 +126,7 @@ void BpeTokenizer::add_vocab_entry(const std::string& token, int64_t id, const s
   const auto id32 = static_cast<int32_t>(id);
   if (static_cast<size_t>(id32) >= tokens_.size()) tokens_.resize(id32 + 1);
   if (const auto it = ids_.find(token); it != ids_.end() && it->second != id32) {
-    reject(source, "token '" + token + "' has two ids, " + std::to_string(it->second) + " and " +
-                       std::to_string(id32));
+    reject(source, "token '" + token + "' has two ids, " + std::to_string(it->second) + " and " + std::to_string(id32));
   }
   tokens_[id32] = token;
   ids_[token] = id32;
@@ -176,8 +179,10 @@ void BpeTokenizer::finish_byte_level(const std::string& source) {
     for (size_t pos = 0; pos < token.size() && all_bytes;) {
       const unicode::CodePoint cp = unicode::decode_utf8(token, pos);
       const auto it = cp_byte.find(cp.value);
-      if (it == cp_byte.end()) all_bytes = false;
-      else bytes += static_cast<char>(it->second);
+      if (it == cp_byte.end())
+        all_bytes = false;
+      else
+        bytes += static_cast<char>(it->second);
       pos += cp.byte_len;
     }
     decoded_[id] = all_bytes ? bytes : token;
@@ -204,7 +209,8 @@ void BpeTokenizer::finish_sentencepiece(const std::string& source) {
   }
   if (byte_fallback_) {
     for (int b = 0; b < 256; ++b) {
-      if (byte_fallback_ids_[b] < 0) reject(source, "byte_fallback is on but token <0x..> for byte " + std::to_string(b) + " is missing");
+      if (byte_fallback_ids_[b] < 0)
+        reject(source, "byte_fallback is on but token <0x..> for byte " + std::to_string(b) + " is missing");
     }
   }
 }
@@ -312,7 +318,8 @@ BpeTokenizer BpeTokenizer::from_hf_json_value(const nlohmann::json& root, const 
     reject(source, "pre_tokenizer.type is \"" + pre_type + "\"; expected \"ByteLevel\", \"Metaspace\" or null");
   }
   if (pre_type == "ByteLevel") {
-    if (normalizer) reject(source, "a ByteLevel tokenizer with a normalizer is not supported; expected normalizer null");
+    if (normalizer)
+      reject(source, "a ByteLevel tokenizer with a normalizer is not supported; expected normalizer null");
     tok.add_prefix_space_ = pre->value("add_prefix_space", false);
     tok.use_regex_ = pre->value("use_regex", true);
     tok.finish_byte_level(source);
@@ -373,7 +380,8 @@ BpeTokenizer BpeTokenizer::from_gguf_vocab(const std::filesystem::path& gguf) {
   const std::string source = quoted(gguf);
   const GgufVocab vocab = read_gguf_vocab(gguf);
   BpeTokenizer tok;
-  for (size_t id = 0; id < vocab.tokens.size(); ++id) tok.add_vocab_entry(vocab.tokens[id], static_cast<int64_t>(id), source);
+  for (size_t id = 0; id < vocab.tokens.size(); ++id)
+    tok.add_vocab_entry(vocab.tokens[id], static_cast<int64_t>(id), source);
   constexpr int32_t kControlType = 3;  // llama.cpp's LLAMA_TOKEN_TYPE_CONTROL
   if (vocab.model == "gpt2") {
     for (size_t i = 0; i < vocab.merges.size(); ++i) {
@@ -454,7 +462,8 @@ void BpeTokenizer::merge_word(std::vector<int32_t> symbols, std::vector<int32_t>
     if (left < 0 || next[left] < 0) return;
     const int32_t right = next[left];
     Merge merge{};
-    if (find_merge(symbols[left], symbols[right], merge)) heap.emplace(merge.rank, left, symbols[left], symbols[right], right);
+    if (find_merge(symbols[left], symbols[right], merge))
+      heap.emplace(merge.rank, left, symbols[left], symbols[right], right);
   };
   for (int32_t i = 0; i + 1 < n; ++i) push(i);
 
@@ -482,8 +491,10 @@ void BpeTokenizer::encode_byte_level(std::string_view text, std::vector<int32_t>
     text = prefixed;
   }
   std::vector<std::string_view> pieces;
-  if (use_regex_) pieces = split_gpt2_pieces(text);
-  else if (!text.empty()) pieces.push_back(text);
+  if (use_regex_)
+    pieces = split_gpt2_pieces(text);
+  else if (!text.empty())
+    pieces.push_back(text);
   const std::array<uint32_t, 256> byte_cp = bytes_to_unicode();
   for (std::string_view piece : pieces) {
     std::vector<int32_t> symbols;
@@ -545,12 +556,14 @@ void BpeTokenizer::merge_sentencepiece_word(std::string_view normalized, std::ve
       symbols.push_back(id);
       last_was_unk = false;
     } else if (byte_fallback_) {
-      for (size_t i = 0; i < len; ++i) symbols.push_back(byte_fallback_ids_[static_cast<unsigned char>(normalized[pos + i])]);
+      for (size_t i = 0; i < len; ++i)
+        symbols.push_back(byte_fallback_ids_[static_cast<unsigned char>(normalized[pos + i])]);
       last_was_unk = false;
     } else {
       if (unk_id_ < 0) {
-        throw std::invalid_argument("tokenizer: text has a character that is not in the vocabulary, and the "
-                                    "tokenizer has neither byte_fallback nor an unk_token");
+        throw std::invalid_argument(
+            "tokenizer: text has a character that is not in the vocabulary, and the "
+            "tokenizer has neither byte_fallback nor an unk_token");
       }
       if (!(fuse_unk_ && last_was_unk)) symbols.push_back(unk_id_);
       last_was_unk = true;
@@ -562,8 +575,10 @@ void BpeTokenizer::merge_sentencepiece_word(std::string_view normalized, std::ve
 
 std::vector<int32_t> BpeTokenizer::encode(std::string_view text) const {
   std::vector<int32_t> ids;
-  if (kind_ == Kind::kByteLevel) encode_byte_level(text, ids);
-  else encode_sentencepiece(text, ids);
+  if (kind_ == Kind::kByteLevel)
+    encode_byte_level(text, ids);
+  else
+    encode_sentencepiece(text, ids);
   return ids;
 }
 

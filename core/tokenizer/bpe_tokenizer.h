@@ -13,10 +13,11 @@
 // A loaded tokenizer is immutable; const calls are safe from many threads at once.
 #pragma once
 
+#include <nlohmann/json_fwd.hpp>
+
 #include <array>
 #include <cstdint>
 #include <filesystem>
-#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -33,8 +34,7 @@ class BpeTokenizer {
   // (one "left right" merge per line, highest priority first, "#version" line ignored).
   // Throws std::runtime_error if a file cannot be read, std::invalid_argument naming the
   // file and the expectation if its content is malformed.
-  static BpeTokenizer from_gpt2_files(const std::filesystem::path& vocab_json,
-                                      const std::filesystem::path& merges_txt);
+  static BpeTokenizer from_gpt2_files(const std::filesystem::path& vocab_json, const std::filesystem::path& merges_txt);
 
   // A Hugging Face tokenizer.json whose model.type is "BPE": byte-level when its
   // pre_tokenizer is ByteLevel, SentencePiece-style when it has no pre_tokenizer (the
@@ -99,10 +99,10 @@ class BpeTokenizer {
   static void add_metaspace(BpeTokenizer& tok, const nlohmann::json& pre, const std::string& source);
 
   Kind kind_ = Kind::kByteLevel;
-  std::vector<std::string> tokens_;                  // id -> vocabulary entry
-  std::unordered_map<std::string, int32_t> ids_;     // vocabulary entry -> id
-  std::unordered_map<uint64_t, Merge> merges_;       // (left id << 32 | right id) -> merge
-  std::vector<std::string> decoded_;                 // id -> the bytes it decodes to
+  std::vector<std::string> tokens_;               // id -> vocabulary entry
+  std::unordered_map<std::string, int32_t> ids_;  // vocabulary entry -> id
+  std::unordered_map<uint64_t, Merge> merges_;    // (left id << 32 | right id) -> merge
+  std::vector<std::string> decoded_;              // id -> the bytes it decodes to
   // SentencePiece scores: id -> rank of its score among all scores (higher score = lower
   // rank, equal scores = equal rank, so ties go to the leftmost pair). Empty: use merges_.
   std::vector<int32_t> score_rank_;

@@ -12,16 +12,34 @@ namespace {
 
 // GGUF metadata value types (gguf.md, "gguf_metadata_value_type").
 enum GgufType : uint32_t {
-  kU8 = 0, kI8 = 1, kU16 = 2, kI16 = 3, kU32 = 4, kI32 = 5, kF32 = 6, kBool = 7,
-  kString = 8, kArray = 9, kU64 = 10, kI64 = 11, kF64 = 12,
+  kU8 = 0,
+  kI8 = 1,
+  kU16 = 2,
+  kI16 = 3,
+  kU32 = 4,
+  kI32 = 5,
+  kF32 = 6,
+  kBool = 7,
+  kString = 8,
+  kArray = 9,
+  kU64 = 10,
+  kI64 = 11,
+  kF64 = 12,
 };
 
 size_t scalar_size(uint32_t type) {
   switch (type) {
-    case kU8: case kI8: case kBool: return 1;
-    case kU16: case kI16: return 2;
-    case kU32: case kI32: case kF32: return 4;
-    case kU64: case kI64: case kF64: return 8;
+    case kU8:
+    case kI8:
+    case kBool: return 1;
+    case kU16:
+    case kI16: return 2;
+    case kU32:
+    case kI32:
+    case kF32: return 4;
+    case kU64:
+    case kI64:
+    case kF64: return 8;
     default: return 0;
   }
 }
@@ -89,7 +107,8 @@ void skip_value(Reader& r, uint32_t type) {
 uint64_t read_array_of(Reader& r, uint32_t type, uint32_t want_elem, const std::string& key) {
   if (type != kArray) r.fail(key + " is not an array");
   const auto elem = r.read<uint32_t>();
-  if (elem != want_elem) r.fail(key + " has element type " + std::to_string(elem) + ", expected " + std::to_string(want_elem));
+  if (elem != want_elem)
+    r.fail(key + " has element type " + std::to_string(elem) + ", expected " + std::to_string(want_elem));
   const auto count = r.read<uint64_t>();
   const uint64_t min_element_bytes = want_elem == kString ? sizeof(uint64_t) : scalar_size(want_elem);
   if (count > r.remaining() / min_element_bytes)
@@ -140,7 +159,8 @@ GgufVocab read_gguf_vocab(const std::filesystem::path& path) {
   }
   if (!have_model || !have_tokens) r.fail("no tokenizer.ggml.model or tokenizer.ggml.tokens");
   const size_t n = vocab.tokens.size();
-  if ((!vocab.scores.empty() && vocab.scores.size() != n) || (!vocab.token_types.empty() && vocab.token_types.size() != n)) {
+  if ((!vocab.scores.empty() && vocab.scores.size() != n) ||
+      (!vocab.token_types.empty() && vocab.token_types.size() != n)) {
     r.fail("tokenizer.ggml.scores/token_type length differs from tokenizer.ggml.tokens");
   }
   return vocab;

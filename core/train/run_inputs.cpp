@@ -45,8 +45,8 @@ RunInputs preflight(const TrainConfig& c) {
   std::optional<data::TokenDataset> eval_set;
   if (!c.eval_data.empty())
     eval_set = open_checked_dataset(c.eval_data, "--eval-data", seq_len, model.limits.vocab_size);
-  return RunInputs{std::move(model_config), std::move(model), seq_len, device, std::move(train_set),
-                   std::move(eval_set)};
+  return RunInputs{std::move(model_config), std::move(model),   seq_len, device,
+                   std::move(train_set),    std::move(eval_set)};
 }
 
 }  // namespace fsdpp::train

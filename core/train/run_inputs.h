@@ -11,7 +11,6 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
-
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
@@ -25,10 +24,10 @@
 namespace fsdpp::train {
 
 struct RunInputs {
-  nlohmann::json model_config;   // as read: the from-scratch preset or the config.json document
-  models::CausalLmConfig model;  // model_config parsed: its limits, and build()
-  int64_t seq_len = 0;           // --seq-len, or the model's positions
-  at::Device device = at::kCPU;  // --device as given ("cuda" without an index: per rank, trainer.h)
+  nlohmann::json model_config;                 // as read: the from-scratch preset or the config.json document
+  models::CausalLmConfig model;                // model_config parsed: its limits, and build()
+  int64_t seq_len = 0;                         // --seq-len, or the model's positions
+  at::Device device = at::kCPU;                // --device as given ("cuda" without an index: per rank, trainer.h)
   data::TokenDataset train_set;                // --data
   std::optional<data::TokenDataset> eval_set;  // --eval-data, when given
 };

@@ -4,8 +4,8 @@
 #include <torch/torch.h>
 
 #include <cstdio>
-#include <utility>
 #include <stdexcept>
+#include <utility>
 
 #include "core/checkpoint/checkpoint_scan.h"
 #include "core/checkpoint/fsdp_state.h"
@@ -97,8 +97,8 @@ std::string batch_change_note(const nlohmann::json& train_state, const TrainConf
     return "the checkpoint records a batch size, ranks and accumulation steps whose product overflows: cannot tell "
            "whether the batches continue as before";
   auto describe = [](int64_t batch, int64_t world, int64_t accum) {
-    return std::to_string(batch * world * accum) + " windows per step (batch size " + std::to_string(batch) +
-           " x " + std::to_string(world) + " ranks x " + std::to_string(accum) + " accumulation steps)";
+    return std::to_string(batch * world * accum) + " windows per step (batch size " + std::to_string(batch) + " x " +
+           std::to_string(world) + " ranks x " + std::to_string(accum) + " accumulation steps)";
   };
   const int64_t now_global = config.batch_size * world_size * config.grad_accum_steps;
   if (saved_global != now_global)
@@ -120,9 +120,8 @@ using runtime::ms_since;
 // The metrics record of a committed save (core/train/METRICS.md).
 nlohmann::json committed_record(int64_t steps_done, const checkpoint::SavedCheckpoint& saved, bool async,
                                 double blocked_ms, double save_ms) {
-  return {{"kind", "checkpoint"}, {"step", steps_done},        {"dir", saved.dir.string()},
-          {"async", async},       {"blocked_ms", blocked_ms}, {"save_ms", save_ms},
-          {"warnings", saved.warnings}};
+  return {{"kind", "checkpoint"},     {"step", steps_done}, {"dir", saved.dir.string()}, {"async", async},
+          {"blocked_ms", blocked_ms}, {"save_ms", save_ms}, {"warnings", saved.warnings}};
 }
 
 }  // namespace
@@ -178,8 +177,11 @@ void TrainCheckpointer::record(const checkpoint::FinishedSave& finished) {
     const double save_ms = pending_blocked_ms_ - finished.stage_ms + finished.total_ms;
     committed_.push_back(committed_record(pending_step_, *finished.saved, true, pending_blocked_ms_, save_ms));
   } else {
-    committed_.push_back({{"kind", "checkpoint"}, {"step", pending_step_}, {"dir", finished.dir.string()},
-                          {"async", true}, {"error", finished.error}});
+    committed_.push_back({{"kind", "checkpoint"},
+                          {"step", pending_step_},
+                          {"dir", finished.dir.string()},
+                          {"async", true},
+                          {"error", finished.error}});
   }
 }
 

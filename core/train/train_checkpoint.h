@@ -10,9 +10,8 @@
 // training; data order comes from the sampler's own generator).
 #pragma once
 
-#include <torch/optim/adamw.h>
-
 #include <nlohmann/json.hpp>
+#include <torch/optim/adamw.h>
 
 #include <filesystem>
 #include <memory>
@@ -44,8 +43,8 @@ std::optional<std::filesystem::path> resume_checkpoint(comm::Communicator& comm,
                                                        const std::filesystem::path& checkpoints_dir);
 
 struct RestoredTrainState {
-  int64_t step = 0;               // optimizer steps done
-  nlohmann::json train_state;     // the checkpoint's, as saved
+  int64_t step = 0;            // optimizer steps done
+  nlohmann::json train_state;  // the checkpoint's, as saved
 };
 
 // Collective: restores shards, AdamW state, sampler position, scaler and RNG. Throws one

@@ -13,7 +13,8 @@ void require(bool ok, const std::string& message) {
 }  // namespace
 
 void TrainConfig::validate() const {
-  require(from_scratch || !model_dir.empty(), "give --model DIR (a Hugging Face folder) or --from-scratch --model-size SIZE");
+  require(from_scratch || !model_dir.empty(),
+          "give --model DIR (a Hugging Face folder) or --from-scratch --model-size SIZE");
   require(!(from_scratch && !model_dir.empty()), "--model and --from-scratch conflict: choose one");
   require(!from_scratch || !model_size.empty(), "--from-scratch needs --model-size");
   require(from_scratch || model_size.empty(), "--model-size is only meaningful with --from-scratch");
@@ -30,8 +31,8 @@ void TrainConfig::validate() const {
   require(adamw.beta2 >= 0 && adamw.beta2 < 1, "--adam-beta2 must be in [0, 1)");
   require(adamw.eps > 0, "--adam-eps must be > 0");
   require(adamw.weight_decay >= 0, "--weight-decay must be >= 0");
-  require((max_steps > 0) != (num_epochs > 0), max_steps > 0 ? "--max-steps and --num-epochs conflict: choose one"
-                                                              : "give --max-steps N or --num-epochs E");
+  require((max_steps > 0) != (num_epochs > 0),
+          max_steps > 0 ? "--max-steps and --num-epochs conflict: choose one" : "give --max-steps N or --num-epochs E");
   require(max_steps >= 0 && num_epochs >= 0, "--max-steps and --num-epochs must be positive");
   require(grad_clip >= 0, "--grad-clip must be >= 0 (0: off)");
   require(wrap_policy == "block" || wrap_policy == "none" ||

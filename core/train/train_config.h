@@ -20,13 +20,13 @@ struct TrainConfig {
   bool from_scratch = false;
   std::string model_type = "gpt2";
   std::string model_size;
-  int64_t vocab_size = 0;        // from scratch: overrides the preset's (0: keep)
-  std::string tokenizer;         // copied into the exported folder (default: the model folder's)
+  int64_t vocab_size = 0;  // from scratch: overrides the preset's (0: keep)
+  std::string tokenizer;   // copied into the exported folder (default: the model folder's)
 
   // Data.
-  std::string data, eval_data;   // TokenDataset specs
-  int64_t seq_len = 0;           // 0: the model's positions
-  int64_t batch_size = 8;        // windows per rank per micro-step
+  std::string data, eval_data;  // TokenDataset specs
+  int64_t seq_len = 0;          // 0: the model's positions
+  int64_t batch_size = 8;       // windows per rank per micro-step
   int grad_accum_steps = 1;
   bool shuffle = true;
   int64_t eval_max_windows = 0;  // 0: the whole eval set
@@ -36,16 +36,16 @@ struct TrainConfig {
   double min_lr = 0;
   int64_t warmup_steps = 0;
   optim::LrDecay lr_decay = optim::LrDecay::Cosine;
-  int64_t max_steps = 0;         // exactly one of max_steps / num_epochs
+  int64_t max_steps = 0;  // exactly one of max_steps / num_epochs
   double num_epochs = 0;
-  double grad_clip = 0;          // 0: off (the norm is still measured and logged)
+  double grad_clip = 0;  // 0: off (the norm is still measured and logged)
 
   // Parallelism and precision.
   fsdp::FsdpOptions fsdp;
   std::string wrap_policy = "block";  // block | size:N | none
   std::string mixed_precision = "fp32";
   bool activation_checkpointing = false;
-  int ac_freq = 1;               // checkpoint every k-th block (torchtitan's ac_freq)
+  int ac_freq = 1;  // checkpoint every k-th block (torchtitan's ac_freq)
   bool cpu_offload = false;
   bool sync_module_states = false;  // rank 0 builds/loads, broadcasts (else: each rank its rows)
   bool deterministic = false;
@@ -55,16 +55,16 @@ struct TrainConfig {
   // Output.
   std::string save_dir = "runs";
   std::string experiment_name = "run";
-  int64_t ckpt_freq = 0;         // sharded checkpoint every N steps (0: only at the end)
-  int keep_last = 2;             // complete checkpoints kept (0: all)
+  int64_t ckpt_freq = 0;          // sharded checkpoint every N steps (0: only at the end)
+  int keep_last = 2;              // complete checkpoints kept (0: all)
   bool async_checkpoint = false;  // write checkpoints in the background (core/checkpoint/async_saver.h)
   // "auto": continue from the newest complete checkpoint in <run>/checkpoints if there is
   // one; "never": a fresh run (an existing run is an error); else a checkpoint folder.
   std::string resume = "auto";
-  bool loss_scaling = false;     // dynamic loss scaling even without fp16 (always with fp16)
+  bool loss_scaling = false;                  // dynamic loss scaling even without fp16 (always with fp16)
   int64_t loss_scale_growth_interval = 2000;  // overflow-free steps before the scale doubles
   int64_t log_freq = 10;
-  int64_t eval_freq = 0;         // 0: before training and at the end only
+  int64_t eval_freq = 0;  // 0: before training and at the end only
   uint64_t seed = 1234;
 
   // Throws std::invalid_argument naming the flag (as on the command line) and what was

@@ -21,8 +21,8 @@ int64_t peak_rss_bytes() {
 // Bytes this rank sent in each kind of FSDP collective since the last reset_comm_stats.
 nlohmann::json comm_bytes_sent(const fsdp::ShardedModel& sharded) {
   nlohmann::json out;
-  for (auto kind : {comm::CollectiveKind::AllGather, comm::CollectiveKind::ReduceScatter, comm::CollectiveKind::AllReduce,
-                    comm::CollectiveKind::AllToAll})
+  for (auto kind : {comm::CollectiveKind::AllGather, comm::CollectiveKind::ReduceScatter,
+                    comm::CollectiveKind::AllReduce, comm::CollectiveKind::AllToAll})
     out[comm::to_string(kind)] = sharded.comm_stats(kind).bytes_sent;
   return out;
 }
@@ -35,14 +35,21 @@ TrainLogger::TrainLogger(const comm::Communicator& comm, const std::filesystem::
     : lead_(comm.rank() == 0), log_freq_(config.log_freq), total_steps_(run.total_steps), device_(device) {
   if (!lead_) return;
   auto mem = sharded.memory();
-  metrics_ = std::make_unique<MetricsLog>(
-      metrics_path,
-      nlohmann::json{{"kind", "run"}, {"format", "fsdpp.metrics"}, {"version", 1}, {"start_step", run.start_step},
-                     {"world_size", run.world_size}, {"model_type", run.model_type},
-                     {"parameters", run.parameters}, {"shard_bytes", mem.shard_bytes},
-                     {"seq_len", run.seq_len}, {"global_batch", run.global_batch}, {"total_steps", run.total_steps},
-                     {"train_windows", run.train_windows}, {"config", config.to_json()}},
-      append);
+  metrics_ = std::make_unique<MetricsLog>(metrics_path,
+                                          nlohmann::json{{"kind", "run"},
+                                                         {"format", "fsdpp.metrics"},
+                                                         {"version", 1},
+                                                         {"start_step", run.start_step},
+                                                         {"world_size", run.world_size},
+                                                         {"model_type", run.model_type},
+                                                         {"parameters", run.parameters},
+                                                         {"shard_bytes", mem.shard_bytes},
+                                                         {"seq_len", run.seq_len},
+                                                         {"global_batch", run.global_batch},
+                                                         {"total_steps", run.total_steps},
+                                                         {"train_windows", run.train_windows},
+                                                         {"config", config.to_json()}},
+                                          append);
   std::printf("training %s (%lld parameters) on %d rank(s), %s: %lld steps of %lld windows x %lld tokens\n",
               run.model_type.c_str(), static_cast<long long>(run.parameters), run.world_size,
               fsdp::to_string(config.fsdp.strategy).c_str(), static_cast<long long>(run.total_steps),
@@ -58,27 +65,39 @@ void TrainLogger::log_step(const StepLog& s, const fsdp::ShardedModel& sharded) 
   const StepRecord& done = s.record;
   auto mem = sharded.memory();
   const auto device_mem = runtime::device_memory(device_);  // the device training runs on
-  metrics_->write({{"kind", "train"}, {"step", s.steps_done}, {"loss", done.loss}, {"lr", s.lr},
-                   {"grad_norm", done.grad_norm}, {"tokens_per_s", s.tokens_per_s}, {"tokens", s.tokens},
+  metrics_->write({{"kind", "train"},
+                   {"step", s.steps_done},
+                   {"loss", done.loss},
+                   {"lr", s.lr},
+                   {"grad_norm", done.grad_norm},
+                   {"tokens_per_s", s.tokens_per_s},
+                   {"tokens", s.tokens},
                    {"epoch", s.epoch},
-                   {"time_ms", {{"data", done.data_ms}, {"forward", done.forward_ms},
-                                {"backward", done.backward_ms}, {"optimizer", done.optimizer_ms}, {"step", s.step_ms}}},
-                   {"memory", {{"peak_rss_bytes", peak_rss_bytes()}, {"shard_bytes", mem.shard_bytes},
-                               {"peak_unsharded_bytes", mem.peak_unsharded_bytes},
-                               {"allocated_bytes", device_mem.allocated_bytes},
-                               {"reserved_bytes", device_mem.reserved_bytes},
-                               {"window_peak_allocated_bytes", device_mem.peak_allocated_bytes},
-                               {"window_peak_reserved_bytes", device_mem.peak_reserved_bytes}}},
+                   {"time_ms",
+                    {{"data", done.data_ms},
+                     {"forward", done.forward_ms},
+                     {"backward", done.backward_ms},
+                     {"optimizer", done.optimizer_ms},
+                     {"step", s.step_ms}}},
+                   {"memory",
+                    {{"peak_rss_bytes", peak_rss_bytes()},
+                     {"shard_bytes", mem.shard_bytes},
+                     {"peak_unsharded_bytes", mem.peak_unsharded_bytes},
+                     {"allocated_bytes", device_mem.allocated_bytes},
+                     {"reserved_bytes", device_mem.reserved_bytes},
+                     {"window_peak_allocated_bytes", device_mem.peak_allocated_bytes},
+                     {"window_peak_reserved_bytes", device_mem.peak_reserved_bytes}}},
                    {"comm_bytes_sent", comm_bytes_sent(sharded)},
                    {"optimizer_step", done.optimizer_stepped},
                    {"loss_scale", done.loss_scale}});
   if (s.steps_done % log_freq_ == 0 || s.steps_done == total_steps_ || s.steps_done == 1) {
     progress_->clear();
-    std::printf("step %lld/%lld | loss %.4f | lr %.3e | grad_norm %.3f | %.0f tok/s | %.0f ms "
-                "(data %.0f, fwd %.0f, bwd %.0f, opt %.0f) | rss %.0f MiB\n",
-                static_cast<long long>(s.steps_done), static_cast<long long>(total_steps_), done.loss, s.lr,
-                done.grad_norm, s.tokens_per_s, s.step_ms, done.data_ms, done.forward_ms, done.backward_ms,
-                done.optimizer_ms, static_cast<double>(peak_rss_bytes()) / (1 << 20));
+    std::printf(
+        "step %lld/%lld | loss %.4f | lr %.3e | grad_norm %.3f | %.0f tok/s | %.0f ms "
+        "(data %.0f, fwd %.0f, bwd %.0f, opt %.0f) | rss %.0f MiB\n",
+        static_cast<long long>(s.steps_done), static_cast<long long>(total_steps_), done.loss, s.lr, done.grad_norm,
+        s.tokens_per_s, s.step_ms, done.data_ms, done.forward_ms, done.backward_ms, done.optimizer_ms,
+        static_cast<double>(peak_rss_bytes()) / (1 << 20));
     std::fflush(stdout);
     runtime::reset_peak_memory(device_);  // peaks are per logging window, like get_mem_stats
   }
@@ -92,9 +111,10 @@ void TrainLogger::log_checkpoints(const std::vector<nlohmann::json>& records) {
     metrics_->write(record);
     progress_->clear();
     if (record.contains("error")) {
-      std::printf("warning: checkpoint step %lld failed in the background: %s (the next save or the end of "
-                  "training stops the run)\n",
-                  static_cast<long long>(record["step"].get<int64_t>()), record["error"].get<std::string>().c_str());
+      std::printf(
+          "warning: checkpoint step %lld failed in the background: %s (the next save or the end of "
+          "training stops the run)\n",
+          static_cast<long long>(record["step"].get<int64_t>()), record["error"].get<std::string>().c_str());
     } else {
       std::printf("checkpoint step %lld -> %s", static_cast<long long>(record["step"].get<int64_t>()),
                   record["dir"].get<std::string>().c_str());

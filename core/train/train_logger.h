@@ -12,7 +12,6 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
-
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
@@ -46,11 +45,11 @@ struct RunShape {
 struct StepLog {
   int64_t steps_done = 0;  // 1 for the first
   double lr = 0;
-  StepRecord record;       // loss, gradient norm, scaler, phase times
+  StepRecord record;  // loss, gradient norm, scaler, phase times
   double step_ms = 0;
   double tokens_per_s = 0;
-  int64_t tokens = 0;      // target tokens consumed so far
-  double epoch = 0;        // fractional epochs consumed so far
+  int64_t tokens = 0;  // target tokens consumed so far
+  double epoch = 0;    // fractional epochs consumed so far
 };
 
 class TrainLogger {

@@ -21,9 +21,9 @@ using runtime::ms_since;
 
 at::Tensor summed_cross_entropy(const models::CausalLm& lm, const at::Tensor& inputs, const at::Tensor& targets) {
   auto logits = lm.logits(inputs);
-  return torch::nn::functional::cross_entropy(
-      logits.reshape({-1, logits.size(-1)}).to(torch::kFloat), targets.reshape({-1}),
-      torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+  return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}).to(torch::kFloat),
+                                              targets.reshape({-1}),
+                                              torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
 }
 
 TrainStep::TrainStep(comm::Communicator& comm, const models::CausalLm& lm, fsdp::ShardedModel* sharded,
@@ -56,9 +56,8 @@ TrainStep::TrainStep(comm::Communicator& comm, LossFn loss, fsdp::ShardedModel* 
     scaler_options.growth_interval = options.loss_scale_growth_interval;
     scaler_.emplace(scaler_options, &comm);
   }
-  backward_scale_ =
-      1.0 / static_cast<double>(options.rows_per_micro_batch * options.seq_len *
-                                (options.world_size_invariant ? 1 : options.grad_accum_steps));
+  backward_scale_ = 1.0 / static_cast<double>(options.rows_per_micro_batch * options.seq_len *
+                                              (options.world_size_invariant ? 1 : options.grad_accum_steps));
 }
 
 int64_t TrainStep::tokens_per_step() const {

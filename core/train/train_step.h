@@ -47,7 +47,7 @@ struct TrainStepOptions {
   int64_t rows_per_micro_batch = 1;  // batch_size: windows per rank per micro-batch
   int64_t seq_len = 1;
   int grad_accum_steps = 1;
-  double grad_clip = 0;  // max global 2-norm; 0: the norm is measured, nothing is clipped
+  double grad_clip = 0;               // max global 2-norm; 0: the norm is measured, nothing is clipped
   bool world_size_invariant = false;  // --deterministic's arithmetic (trainer.h)
   // Global norm for clipping and the logged gradient norm: p > 0, or infinity.
   double norm_type = 2;
@@ -65,8 +65,8 @@ struct TrainStepOptions {
 
 // What one step did, the same on every rank except the times.
 struct StepRecord {
-  double loss = 0;       // mean next-token cross-entropy over every rank's tokens
-  double grad_norm = 0;  // global norm (norm_type) before clipping (unscaled)
+  double loss = 0;                // mean next-token cross-entropy over every rank's tokens
+  double grad_norm = 0;           // global norm (norm_type) before clipping (unscaled)
   bool optimizer_stepped = true;  // false: the scaler skipped an overflowing step
   double loss_scale = 1;  // the scale after this step's update, the next step's (1 without loss scaling; METRICS.md)
   // Host time of each phase: getting the micro-batches, forwards, backwards, and

@@ -1,7 +1,7 @@
 #include "core/train/trainer.h"
 
-#include <csignal>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -129,9 +129,10 @@ RunStart find_run_start(comm::Communicator& comm, const TrainConfig& c, const st
                                " exists and the run has no complete checkpoint to resume from: choose another "
                                "--experiment-name or --save-dir, or remove that run");
     start.start_over = true;
-    std::printf("note: %s logs no committed checkpoint (the run stopped before its first one): starting over at "
-                "step 0, appending to it\n",
-                metrics_path.string().c_str());
+    std::printf(
+        "note: %s logs no committed checkpoint (the run stopped before its first one): starting over at "
+        "step 0, appending to it\n",
+        metrics_path.string().c_str());
     std::fflush(stdout);
   }
   return start;
@@ -242,8 +243,7 @@ TrainResult train(comm::Communicator& comm, const TrainConfig& c, const RunInput
   TrainStep train_step(comm, lm, sharded.get(), *optimizer, step_options(c, seq_len));
   const auto sampling = sampler_options(c, inputs, comm);
   data::DistributedSampler sampler(sampling);
-  const TrainCheckpointParts checkpoint_parts{*sharded, *optimizer, train_step.scaler(), sampler,
-                                              inputs.model_config};
+  const TrainCheckpointParts checkpoint_parts{*sharded, *optimizer, train_step.scaler(), sampler, inputs.model_config};
   const int64_t start_step = start.checkpoint ? resume_from(comm, *start.checkpoint, checkpoint_parts, c) : 0;
   const int64_t global_batch = sampler.global_batch();
   const int64_t total_steps = total_steps_of(c, sampling.num_windows, global_batch);
@@ -258,8 +258,8 @@ TrainResult train(comm::Communicator& comm, const TrainConfig& c, const RunInput
                      *sharded, device, /*append=*/start.checkpoint.has_value() || start.start_over);
   std::optional<Evaluator> evaluator;
   if (inputs.eval_set)
-    evaluator.emplace(comm, lm, *inputs.eval_set,
-                      EvalOptions{seq_len, c.batch_size, c.eval_max_windows, c.eval_freq}, device, logger);
+    evaluator.emplace(comm, lm, *inputs.eval_set, EvalOptions{seq_len, c.batch_size, c.eval_max_windows, c.eval_freq},
+                      device, logger);
   if (evaluator && start_step == 0) result.eval_before = evaluator->run(0);
   TrainCheckpointer checkpointer(comm, result.run_dir / "checkpoints", c);
 

@@ -39,7 +39,7 @@ struct TrainResult {
   // steps); both 0 when it ran none (it resumed a finished run).
   double first_loss = 0, last_loss = 0;
   std::optional<EvalScore> eval_before, eval_after;
-  double mean_tokens_per_s = 0;  // steps after the first
+  double mean_tokens_per_s = 0;   // steps after the first
   std::filesystem::path run_dir;  // <save_dir>/<experiment_name>
   std::filesystem::path hf_dir;   // <run_dir>/hf
 };

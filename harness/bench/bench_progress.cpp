@@ -74,8 +74,7 @@ BenchProgress BenchProgress::resume(const std::filesystem::path& path, const nlo
   } catch (const std::runtime_error& e) {
     throw std::invalid_argument(e.what());
   }
-  if (!doc.is_object() || doc.value("format", "") != kFormat)
-    fail(path, std::string("not an ") + kFormat + " file");
+  if (!doc.is_object() || doc.value("format", "") != kFormat) fail(path, std::string("not an ") + kFormat + " file");
   if (!doc.contains("version") || doc["version"] != kVersion)
     fail(path, "version " + (doc.contains("version") ? doc["version"].dump() : std::string("(none)")) +
                    " is not understood (expected " + std::to_string(kVersion) + ")");

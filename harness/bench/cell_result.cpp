@@ -253,7 +253,8 @@ std::optional<double> add_compute_and_memory(const CellOutcome& o, const Measure
   std::optional<double> achieved, peak, peak_bytes;
   if (flops_per_token) achieved = *flops_per_token * m.tokens_per_s_median / ranks;
   const auto peak_bytes_per_rep = peak_bytes_per_repetition(o);
-  peak = median_of(per_repetition(o, c.system == System::Fsdpp ? "/matmul_peak_flops_per_s" : "/matmul_peak/flops_per_s"));
+  peak =
+      median_of(per_repetition(o, c.system == System::Fsdpp ? "/matmul_peak_flops_per_s" : "/matmul_peak/flops_per_s"));
   peak_bytes = max_of(peak_bytes_per_rep);
   if (std::all_of(peak_bytes_per_rep.begin(), peak_bytes_per_rep.end(), [](const auto& v) { return v.has_value(); })) {
     std::vector<double> values;
@@ -274,18 +275,17 @@ std::optional<double> add_compute_and_memory(const CellOutcome& o, const Measure
 // per collective kind, communication time and the fraction of it the training thread
 // waited for.
 void add_fsdpp_memory_and_comm(const CellOutcome& o, json& metrics) {
-  metrics["persistent_bytes_per_rank"] = metric(
-      median_of(per_repetition(o, o.device == "cuda" ? "/memory_bytes/max_over_ranks/persistent_between_steps"
-                                                     : "/memory_bytes/max_over_ranks/rss_between_steps")),
-      "bytes", "lower");
+  metrics["persistent_bytes_per_rank"] =
+      metric(median_of(per_repetition(o, o.device == "cuda" ? "/memory_bytes/max_over_ranks/persistent_between_steps"
+                                                            : "/memory_bytes/max_over_ranks/rss_between_steps")),
+             "bytes", "lower");
   metrics["persistent_after_setup_bytes_per_rank"] =
       metric(median_of(per_repetition(o, "/memory_bytes/max_over_ranks/persistent_after_setup")), "bytes", "lower");
   metrics["peak_allocated_bytes_per_rank"] =
       metric(max_of(per_repetition(o, "/memory_bytes/max_over_ranks/peak_allocated")), "bytes", "lower");
   for (const char* kind : {"all_gather", "reduce_scatter", "all_reduce"})
     metrics[std::string("comm_bytes_per_step_") + kind] =
-        metric(median_of(per_repetition(o, std::string("/comm/") + kind + "/bytes_sent_per_step")), "bytes",
-               "lower");
+        metric(median_of(per_repetition(o, std::string("/comm/") + kind + "/bytes_sent_per_step")), "bytes", "lower");
   metrics["comm_ms_per_step"] = metric(median_of(per_repetition(o, "/comm_ms_per_step")), "ms", "lower");
   double busy = 0, exposed = 0;
   for (const auto& r : o.repetitions) {
@@ -339,12 +339,9 @@ void add_comparisons(const CellOutcome& o, const Measured& m, std::optional<doub
 // samples and metrics (a cell that did not run has empty ones and its reason).
 json result_cell(const CellOutcome& o, const std::vector<CellOutcome>& outcomes, const MatrixMeasurements& all) {
   const auto& c = o.cell;
-  json cell = {{"id", c.id()},
-               {"system", to_string(c.system)},
-               {"config", config_of(o, all.parameters(c.model.name()))},
-               {"status", o.status},
-               {"samples", json::object()},
-               {"metrics", json::object()}};
+  json cell = {
+      {"id", c.id()},       {"system", to_string(c.system)}, {"config", config_of(o, all.parameters(c.model.name()))},
+      {"status", o.status}, {"samples", json::object()},     {"metrics", json::object()}};
   if (o.status != "ok") {
     cell["reason"] = o.reason;
     return cell;

@@ -48,8 +48,8 @@ namespace fsdpp::harness {
 
 struct CellOutcome {
   BenchCell cell;
-  std::string status = "ok";  // ok, unavailable, failed
-  std::string reason;         // when not ok
+  std::string status = "ok";                  // ok, unavailable, failed
+  std::string reason;                         // when not ok
   std::vector<RepetitionResult> repetitions;  // every repetition (ok cells)
   // Google Benchmark's manual time of each repetition, seconds (the sum of its step times).
   std::vector<double> repetition_seconds;

@@ -164,23 +164,40 @@ std::vector<std::string> cell_command(const BenchCell& cell, const CellRunSetup&
   if (cell.system == System::Fsdpp) {
     argv = {setup.fsdpp_binary.empty() ? self_executable() : setup.fsdpp_binary,
             "bench-step",
-            "--nproc", n,
-            "--threads", threads,
-            "--budget-s", number(setup.budget_s),
-            "--timeout-s", "600",
-            "--model-type", m.model_type,
-            "--model-size", m.size,
-            "--vocab-size", std::to_string(m.vocab_size),
-            "--batch-size", std::to_string(cell.batch_per_rank),
-            "--seq-len", std::to_string(m.seq_len),
-            "--warmup", std::to_string(m.warmup_steps),
-            "--steps", std::to_string(m.timed_steps),
-            "--device", setup.device,
-            "--mixed-precision", cell.mixed_precision,
-            "--strategy", cell.strategy,
-            "--inject-delay-pct", number(setup.inject_delay_pct),
-            "--seed", "0",
-            "--out", record_file.string()};
+            "--nproc",
+            n,
+            "--threads",
+            threads,
+            "--budget-s",
+            number(setup.budget_s),
+            "--timeout-s",
+            "600",
+            "--model-type",
+            m.model_type,
+            "--model-size",
+            m.size,
+            "--vocab-size",
+            std::to_string(m.vocab_size),
+            "--batch-size",
+            std::to_string(cell.batch_per_rank),
+            "--seq-len",
+            std::to_string(m.seq_len),
+            "--warmup",
+            std::to_string(m.warmup_steps),
+            "--steps",
+            std::to_string(m.timed_steps),
+            "--device",
+            setup.device,
+            "--mixed-precision",
+            cell.mixed_precision,
+            "--strategy",
+            cell.strategy,
+            "--inject-delay-pct",
+            number(setup.inject_delay_pct),
+            "--seed",
+            "0",
+            "--out",
+            record_file.string()};
     if (cell.activation_checkpointing) argv.push_back("--activation-checkpointing");
     if (cell.cpu_offload) argv.push_back("--cpu-offload");
     if (!cell.prefetch && !cell.is_unsharded()) argv.push_back("--no-prefetch");
@@ -198,18 +215,35 @@ std::vector<std::string> cell_command(const BenchCell& cell, const CellRunSetup&
     argv.insert(argv.end(), {"--nproc", n, "--budget-s", number(setup.budget_s)});
     if (binds_cores(setup)) argv.push_back("--bind-cores");
   }
-  argv.insert(argv.end(), {"--model-config", model_config_file.string(),
-                           "--batch-size", std::to_string(cell.batch_per_rank),
-                           "--seq-len", std::to_string(m.seq_len),
-                           "--warmup", std::to_string(m.warmup_steps),
-                           "--steps", std::to_string(m.timed_steps),
-                           "--lr", "3e-4", "--lr-schedule", "constant", "--weight-decay", "0.1", "--grad-clip", "1.0",
-                           "--mixed-precision", cell.mixed_precision,
-                           "--threads", threads,
-                           "--device", setup.device,
-                           "--seed", "0",
+  argv.insert(argv.end(), {"--model-config",
+                           model_config_file.string(),
+                           "--batch-size",
+                           std::to_string(cell.batch_per_rank),
+                           "--seq-len",
+                           std::to_string(m.seq_len),
+                           "--warmup",
+                           std::to_string(m.warmup_steps),
+                           "--steps",
+                           std::to_string(m.timed_steps),
+                           "--lr",
+                           "3e-4",
+                           "--lr-schedule",
+                           "constant",
+                           "--weight-decay",
+                           "0.1",
+                           "--grad-clip",
+                           "1.0",
+                           "--mixed-precision",
+                           cell.mixed_precision,
+                           "--threads",
+                           threads,
+                           "--device",
+                           setup.device,
+                           "--seed",
+                           "0",
                            "--matmul-peak",
-                           "--out", record_file.string()});
+                           "--out",
+                           record_file.string()});
   if (cell.activation_checkpointing) argv.push_back("--activation-checkpointing");
   if (peer_shares_fsdpp_init(cell, setup))
     argv.insert(argv.end(), {"--weights", (model_config_file.parent_path() / "init").string(), "--fixed-batch"});
@@ -223,7 +257,8 @@ std::vector<std::string> cell_command(const BenchCell& cell, const CellRunSetup&
   return argv;
 }
 
-RepetitionResult run_cell_once(const BenchCell& cell, const CellRunSetup& setup, const std::filesystem::path& work_dir) {
+RepetitionResult run_cell_once(const BenchCell& cell, const CellRunSetup& setup,
+                               const std::filesystem::path& work_dir) {
   const auto record_file = work_dir / "record.json", config_file = work_dir / "config.json";
   std::filesystem::remove(record_file);
   if (cell.system != System::Fsdpp) {

@@ -24,13 +24,13 @@
 namespace fsdpp::harness {
 
 struct CellRunSetup {
-  std::string device = "cpu";     // cpu or cuda
-  double inject_delay_pct = 0;    // fsdpp cells only (bench-step --inject-delay-pct)
-  std::string fsdpp_binary;       // empty: this executable
-  std::string python;             // empty: the Python whose torch this build uses (FSDPP_PYTHON)
-  std::string peer_script;        // empty: <source tree>/harness/peers/torch_peer.py
-  double budget_s = 1800;         // wall-clock limit of one repetition (all its ranks)
-  int cores = 0;                  // 0: runtime::available_cores()
+  std::string device = "cpu";   // cpu or cuda
+  double inject_delay_pct = 0;  // fsdpp cells only (bench-step --inject-delay-pct)
+  std::string fsdpp_binary;     // empty: this executable
+  std::string python;           // empty: the Python whose torch this build uses (FSDPP_PYTHON)
+  std::string peer_script;      // empty: <source tree>/harness/peers/torch_peer.py
+  double budget_s = 1800;       // wall-clock limit of one repetition (all its ranks)
+  int cores = 0;                // 0: runtime::available_cores()
   // CPU cells: pin every rank to its own cores and its OpenMP threads to them, fsdpp and
   // PyTorch alike (`--bind-cores`; the single-process cells get OMP_PROC_BIND=close and
   // OMP_PLACES=threads). On this 2-core VM it removes the run-to-run noise of unpinned

@@ -50,10 +50,10 @@ std::vector<BenchCell> smoke_cells() {
   cells.push_back(fs("fp32", true, false, false, false));
   cells.push_back(fs("bf16", true, false, false, false));
   cells.push_back(fs("fp16", true, false, false, false));
-  cells.push_back(fs("fp32", true, true, false, false));   // activation checkpointing
-  cells.push_back(fs("fp32", true, false, true, false));   // CPU offload
+  cells.push_back(fs("fp32", true, true, false, false));    // activation checkpointing
+  cells.push_back(fs("fp32", true, false, true, false));    // CPU offload
   cells.push_back(fs("fp32", false, false, false, false));  // prefetch off
-  cells.push_back(fs("fp32", true, false, false, true));   // deterministic
+  cells.push_back(fs("fp32", true, false, false, true));    // deterministic
   cells.push_back(fsdp_cell(tiny, "shard_grad_op", "fp32", 2, true, false, false, false));
   cells.push_back(fsdp_cell(tiny, "hybrid_shard", "fp32", 4, true, false, false, false));
   cells.push_back(fsdp_cell(tiny, "hybrid_shard_zero2", "fp32", 4, true, false, false, false));
@@ -122,8 +122,8 @@ const std::vector<ModelShape>& model_shapes() {
   // by ~20% one to the next (Gloo over loopback): it times 20, so that a run's median over
   // 3 x 20 steps is uncertain by ~3% (bootstrap, README gate trials), not ~6% as over 3 x 5.
   static const std::vector<ModelShape> shapes = {
-      {"gpt2", "tiny", 2048, 64, 4, 3, 20, ""},     {"gpt2", "mini", 8192, 128, 8, 2, 5, ""},
-      {"gpt2", "mini256", 8192, 128, 8, 2, 5, ""},  {"gpt2", "124M", 50257, 256, 4, 1, 3, ""},
+      {"gpt2", "tiny", 2048, 64, 4, 3, 20, ""},    {"gpt2", "mini", 8192, 128, 8, 2, 5, ""},
+      {"gpt2", "mini256", 8192, 128, 8, 2, 5, ""}, {"gpt2", "124M", 50257, 256, 4, 1, 3, ""},
       {"gpt2", "355M", 50257, 256, 2, 1, 3, ""},
   };
   return shapes;

@@ -24,9 +24,9 @@
 //
 // Cells known to be unavailable (cell_run.h unavailable_reason) are recorded without
 // running; so are the cells in `finished` (their repetition times are the sums of their
-// step times, which Google Benchmark's manual times are checked to equal when they ran). A repetition that fails, or finds its system unavailable (CellUnavailable),
-// settles the cell's status and reason, and its remaining repetitions are skipped
-// (SkipWithError), so a broken cell costs one launch.
+// step times, which Google Benchmark's manual times are checked to equal when they ran). A repetition that fails, or
+// finds its system unavailable (CellUnavailable), settles the cell's status and reason, and its remaining repetitions
+// are skipped (SkipWithError), so a broken cell costs one launch.
 #pragma once
 
 #include <functional>

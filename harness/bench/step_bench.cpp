@@ -59,7 +59,8 @@ namespace {
 // process's resident set. Written to the record as rank 0's and as the maximum over ranks.
 class MemoryFigures {
  public:
-  MemoryFigures(at::Device device, bool count_cpu_tensors) : device_(device), counted_(device.is_cuda() || count_cpu_tensors) {
+  MemoryFigures(at::Device device, bool count_cpu_tensors)
+      : device_(device), counted_(device.is_cuda() || count_cpu_tensors) {
     if (device.is_cpu() && count_cpu_tensors) runtime::CountingCpuAllocator::install();
   }
 
@@ -132,7 +133,8 @@ class BatchSource {
       auto gen = at::detail::createCPUGenerator(c.seed * 1000003 + static_cast<uint64_t>(comm.rank()));
       auto tokens = at::randint(0, vocab_size, {c.batch_size, c.seq_len + 1}, gen, at::TensorOptions().dtype(at::kLong))
                         .to(device);
-      fixed_ = train::MicroBatch{tokens.narrow(1, 0, c.seq_len).contiguous(), tokens.narrow(1, 1, c.seq_len).contiguous()};
+      fixed_ =
+          train::MicroBatch{tokens.narrow(1, 0, c.seq_len).contiguous(), tokens.narrow(1, 1, c.seq_len).contiguous()};
       return;
     }
     dataset_.emplace(data::TokenDataset::open(c.data));
@@ -167,8 +169,8 @@ class BatchSource {
 }  // namespace
 
 nlohmann::json run_step_bench(comm::Communicator& comm, int local_rank, const StepBenchConfig& c) {
-  auto device = runtime::parse_device(c.device.empty() ? (runtime::cuda_available() ? "cuda" : "cpu") : c.device,
-                                      "--device");
+  auto device =
+      runtime::parse_device(c.device.empty() ? (runtime::cuda_available() ? "cuda" : "cpu") : c.device, "--device");
   if (device.is_cuda() && !device.has_index())
     device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(local_rank % runtime::cuda_device_count()));
   runtime::set_current_device(device);
@@ -221,7 +223,8 @@ nlohmann::json run_step_bench(comm::Communicator& comm, int local_rank, const St
   adam.lr = 3e-4;
   adam.weight_decay = 0.1;
   adam.fused = !c.per_tensor_adamw;
-  auto optimizer = optim::make_adamw(sharded ? sharded->named_parameters() : nn::unique_named_parameters(*lm.module), adam);
+  auto optimizer =
+      optim::make_adamw(sharded ? sharded->named_parameters() : nn::unique_named_parameters(*lm.module), adam);
   // The step `fsdpp train` runs (core/train/train_step.h), with the benchmark's fixed
   // choices: one micro-batch, clipping at 1.0, loss scaling with fp16 as in training.
   train::TrainStepOptions step_options;
@@ -281,8 +284,8 @@ nlohmann::json run_step_bench(comm::Communicator& comm, int local_rank, const St
   // on the meta device (the same shapes as lm's, whatever its sharded state).
   const double flops_per_token = plan::model_flops_per_token(plan::ModelShape::of_config(config, source), c.seq_len);
   const double achieved = flops_per_token * tokens_per_s / comm.size();  // per device
-  const double peak = measure_matmul_flops(device.str(), c.mixed_precision, device.is_cuda() ? 8192 : 1024,
-                                           device.is_cuda() ? 10 : 3);
+  const double peak =
+      measure_matmul_flops(device.str(), c.mixed_precision, device.is_cuda() ? 8192 : 1024, device.is_cuda() ? 10 : 3);
   int64_t params = 0;
   std::set<const void*> counted;  // LibTorch's named_parameters lists a tie under each name: count it once
   for (const auto& p : lm.module->named_parameters(true))
@@ -315,7 +318,8 @@ nlohmann::json run_step_bench(comm::Communicator& comm, int local_rank, const St
   const int64_t param_bytes = [&] {
     if (sharded) return sharded->memory().shard_bytes;
     int64_t bytes = 0;
-    for (const auto& p : nn::unique_parameters(*lm.module)) bytes += p.tensor.numel() * static_cast<int64_t>(p.tensor.element_size());
+    for (const auto& p : nn::unique_parameters(*lm.module))
+      bytes += p.tensor.numel() * static_cast<int64_t>(p.tensor.element_size());
     return bytes;
   }();
   memory_json["parameter_bytes"] = param_bytes;

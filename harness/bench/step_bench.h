@@ -26,13 +26,13 @@
 namespace fsdpp::harness {
 
 struct StepBenchConfig {
-  std::string model_type = "gpt2";   // a from-scratch preset family (models/presets)
+  std::string model_type = "gpt2";  // a from-scratch preset family (models/presets)
   std::string model_size = "124M";
-  int64_t vocab_size = 0;            // 0: the preset's
-  int64_t batch_size = 8;            // per rank
+  int64_t vocab_size = 0;  // 0: the preset's
+  int64_t batch_size = 8;  // per rank
   int64_t seq_len = 1024;
   int warmup_steps = 3;
-  int steps = 10;                    // measured
+  int steps = 10;  // measured
   // cpu, cuda, cuda:N (rank r uses cuda:(local_rank % count)); empty: cuda where this
   // build and machine have a GPU, else cpu.
   std::string device;
@@ -41,8 +41,8 @@ struct StepBenchConfig {
   // would give this rank (its sampler, shuffled with `seed`). Empty: one fixed random batch.
   std::string data;
   fsdp::ShardingStrategy strategy = fsdp::ShardingStrategy::FullShard;
-  int hybrid_shard_size = 0;         // hybrid strategies: ranks per shard group (0: FsdpOptions' default)
-  bool unsharded = false;            // the plain model without FSDP (see above); needs a world of 1
+  int hybrid_shard_size = 0;  // hybrid strategies: ranks per shard group (0: FsdpOptions' default)
+  bool unsharded = false;     // the plain model without FSDP (see above); needs a world of 1
   bool activation_checkpointing = false;
   bool cpu_offload = false;
   bool prefetch = true;

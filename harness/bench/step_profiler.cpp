@@ -1,8 +1,7 @@
 #include "harness/bench/step_profiler.h"
 
-#include <torch/csrc/autograd/profiler_kineto.h>
-
 #include <nlohmann/json.hpp>
+#include <torch/csrc/autograd/profiler_kineto.h>
 
 #include <filesystem>
 #include <set>

@@ -15,13 +15,17 @@
 namespace fsdpp::cli {
 
 void BenchCommand::add_to(CLI::App& app) {
-  command_ = app.add_subcommand("bench-step", "Time whole training steps of one model/strategy cell (tokens/s, MFU, memory)");
+  command_ =
+      app.add_subcommand("bench-step", "Time whole training steps of one model/strategy cell (tokens/s, MFU, memory)");
   add_distributed_flags(*command_, dist_);
   auto& c = config_;
-  command_->add_option("--model-type", c.model_type, "gpt2, opt or llama")->check(CLI::IsMember({"gpt2", "opt", "llama"}));
+  command_->add_option("--model-type", c.model_type, "gpt2, opt or llama")
+      ->check(CLI::IsMember({"gpt2", "opt", "llama"}));
   command_->add_option("--model-size", c.model_size, "A from-scratch preset size of that family (e.g. 124M, 1B)");
-  command_->add_option("--vocab-size", c.vocab_size, "Override the preset's vocabulary (0: keep)")->check(CLI::NonNegativeNumber);
-  command_->add_option("--batch-size", c.batch_size, "Sequences per rank per step")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  command_->add_option("--vocab-size", c.vocab_size, "Override the preset's vocabulary (0: keep)")
+      ->check(CLI::NonNegativeNumber);
+  command_->add_option("--batch-size", c.batch_size, "Sequences per rank per step")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   command_->add_option("--seq-len", c.seq_len, "Tokens per sequence")->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   command_->add_option("--warmup", c.warmup_steps, "Untimed steps first")->check(CLI::Range(0, 1000));
   command_->add_option("--steps", c.steps, "Timed steps")->check(CLI::Range(1, 100000));
@@ -29,14 +33,16 @@ void BenchCommand::add_to(CLI::App& app) {
   command_->add_option("--data", c.data,
                        "Train on this token data as fsdpp train --data does (its sampler, shuffled with --seed); "
                        "default: one fixed random batch per rank");
-  command_->add_option("--mixed-precision", c.mixed_precision,
-                       "Compute dtype: fp32 (default, as train), bf16 or fp16 (fp32 masters and reduce; fp16 with "
-                       "dynamic loss scaling)")
+  command_
+      ->add_option("--mixed-precision", c.mixed_precision,
+                   "Compute dtype: fp32 (default, as train), bf16 or fp16 (fp32 masters and reduce; fp16 with "
+                   "dynamic loss scaling)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   command_->add_option("--strategy", strategy_,
                        "full_shard, shard_grad_op, no_shard, hybrid_shard, hybrid_shard_zero2, or unsharded "
                        "(the plain model without FSDP, one rank)");
-  command_->add_option("--hybrid-shard-size", c.hybrid_shard_size, "Hybrid strategies: ranks per shard group (0: default)")
+  command_
+      ->add_option("--hybrid-shard-size", c.hybrid_shard_size, "Hybrid strategies: ranks per shard group (0: default)")
       ->check(CLI::Range(0, 1024));
   command_->add_flag("--activation-checkpointing", c.activation_checkpointing, "Checkpoint every transformer block");
   command_->add_flag("--cpu-offload", c.cpu_offload, "Shards, gradients and optimizer state in host memory");
@@ -44,8 +50,9 @@ void BenchCommand::add_to(CLI::App& app) {
   command_->add_flag("--deterministic", c.deterministic,
                      "Deterministic kernels only (train's --deterministic also folds gradients in a world-size "
                      "invariant order)");
-  command_->add_option("--inject-delay-pct", c.inject_delay_pct,
-                       "Sleep this % of each step's duration inside the timed region (tests regression gates)")
+  command_
+      ->add_option("--inject-delay-pct", c.inject_delay_pct,
+                   "Sleep this % of each step's duration inside the timed region (tests regression gates)")
       ->check(CLI::Range(0.0, 10000.0));
   command_->add_option("--seed", c.seed, "Initial weights and data");
   command_->add_flag("--eager-rms-norm", c.eager_rms_norm,
@@ -63,18 +70,23 @@ void BenchCommand::add_to(CLI::App& app) {
   matrix_command_ = app.add_subcommand(
       "bench", "Run the benchmark matrix (a preset of cells, Google Benchmark underneath) into a results document");
   auto& m = matrix_;
-  matrix_command_->add_option("--preset", preset_, "smoke (CI, minutes), full (the whole product; hours) or gpu (with --device cuda)")
+  matrix_command_
+      ->add_option("--preset", preset_,
+                   "smoke (CI, minutes), full (the whole product; hours) or gpu (with --device cuda)")
       ->check(CLI::IsMember(harness::preset_names()));
   matrix_command_->add_option("--filter", filter_, "Only the cells whose id matches this regex (their baselines too)");
   matrix_command_->add_option("--out", matrix_out_, "Write the fsdpp.results document here");
-  auto* history = matrix_command_->add_option("--history", history_, "Also append the document to this history directory");
-  matrix_command_->add_option("--profile-dir", m.setup.profile_dir,
-                              "Every cell's rank 0 (fsdpp and PyTorch) also writes a profiler trace here, "
-                              "<cell id with / as __>.trace.json (profiled steps are slower: not for the history)")
+  auto* history =
+      matrix_command_->add_option("--history", history_, "Also append the document to this history directory");
+  matrix_command_
+      ->add_option("--profile-dir", m.setup.profile_dir,
+                   "Every cell's rank 0 (fsdpp and PyTorch) also writes a profiler trace here, "
+                   "<cell id with / as __>.trace.json (profiled steps are slower: not for the history)")
       ->excludes(history);
   matrix_command_->add_option("--device", m.setup.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
-  matrix_command_->add_option("--inject-delay-pct", m.setup.inject_delay_pct,
-                              "fsdpp cells sleep this % of each step's duration inside the timed region")
+  matrix_command_
+      ->add_option("--inject-delay-pct", m.setup.inject_delay_pct,
+                   "fsdpp cells sleep this % of each step's duration inside the timed region")
       ->check(CLI::Range(0.0, 10000.0));
   matrix_command_->add_option("--repetitions", m.repetitions, "Launches per cell (each warms up, then times its steps)")
       ->check(CLI::Range(1, 1000));
@@ -122,12 +134,12 @@ int BenchCommand::run_step(const std::vector<std::string>& argv) {
   return run_distributed(argv, dist_, [&](comm::Communicator& comm, const comm::WorldSpec& world) {
     auto cell = harness::run_step_bench(comm, world.local_rank, config_);
     if (comm.rank() == 0) {
-      std::printf("bench-step: %s %s, %s, %d ranks, %s%s: %.1f ms/step (median), %.0f tokens/s, MFU %.1f%%, peak %.2f GB\n",
-                  config_.model_type.c_str(), config_.model_size.c_str(), strategy_.c_str(), comm.size(),
-                  config_.mixed_precision.c_str(), config_.activation_checkpointing ? ", AC" : "",
-                  cell["step_ms_median"].get<double>(), cell["tokens_per_s"].get<double>(),
-                  100 * cell["mfu"].get<double>(),
-                  cell["memory_bytes"].value("peak_allocated", cell["memory_bytes"].value("rss_peak", int64_t{0})) / 1e9);
+      std::printf(
+          "bench-step: %s %s, %s, %d ranks, %s%s: %.1f ms/step (median), %.0f tokens/s, MFU %.1f%%, peak %.2f GB\n",
+          config_.model_type.c_str(), config_.model_size.c_str(), strategy_.c_str(), comm.size(),
+          config_.mixed_precision.c_str(), config_.activation_checkpointing ? ", AC" : "",
+          cell["step_ms_median"].get<double>(), cell["tokens_per_s"].get<double>(), 100 * cell["mfu"].get<double>(),
+          cell["memory_bytes"].value("peak_allocated", cell["memory_bytes"].value("rss_peak", int64_t{0})) / 1e9);
       std::fflush(stdout);
       if (!out_.empty()) io::write_file_atomic(out_, cell.dump(2) + "\n");
     }

@@ -1,9 +1,9 @@
 #include "harness/cli/checkpoint_commands.h"
 
+#include <nlohmann/json.hpp>
+
 #include <cstdio>
 #include <stdexcept>
-
-#include <nlohmann/json.hpp>
 
 #include "core/checkpoint/checkpoint_reader.h"
 #include "core/checkpoint/hf_export.h"
@@ -17,8 +17,9 @@ void CheckpointCommands::add_to(CLI::App& app) {
   export_->add_option("checkpoint", checkpoint_, "Checkpoint folder (<run>/checkpoints/step-NNNNNN)")->required();
   export_->add_option("--out", out_, "Output folder (config.json + model*.safetensors)")->required();
   max_shard_bytes_ = checkpoint::kDefaultMaxShardBytes;
-  export_->add_option("--max-shard-bytes", max_shard_bytes_,
-                      "Split into model-0000i-of-0000n.safetensors above this many bytes (HF default 5e9)")
+  export_
+      ->add_option("--max-shard-bytes", max_shard_bytes_,
+                   "Split into model-0000i-of-0000n.safetensors above this many bytes (HF default 5e9)")
       ->check(CLI::PositiveNumber);
   inspect_ = group->add_subcommand("inspect", "Print what a checkpoint holds and verify every file's sha256");
   inspect_->add_option("checkpoint", checkpoint_, "Checkpoint folder")->required();
@@ -55,8 +56,11 @@ int CheckpointCommands::run(const std::vector<std::string>& /*argv*/) {
       for (int64_t d : entry.shape) numel *= d;
       const int64_t bytes = numel * static_cast<int64_t>(c10::elementSize(entry.dtype));
       total_bytes += bytes;
-      tensors.push_back({{"name", name}, {"shape", entry.shape}, {"dtype", c10::toString(entry.dtype)},
-                         {"bytes", bytes}, {"pieces", entry.pieces.size()}});
+      tensors.push_back({{"name", name},
+                         {"shape", entry.shape},
+                         {"dtype", c10::toString(entry.dtype)},
+                         {"bytes", bytes},
+                         {"pieces", entry.pieces.size()}});
     }
     nlohmann::json files = nlohmann::json::array();
     for (const auto& [name, file] : index.files)

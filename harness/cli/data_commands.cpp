@@ -71,7 +71,8 @@ void DataCommands::add_to(CLI::App& app) {
       ->check(CLI::Range(0.0, 1.0));
   prepare_->add_option("--shard-tokens", options_.shard_tokens, "Most tokens per shard file")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
-  prepare_->add_option("--workers", options_.workers, "Tokenizer threads (0: one per core)")->check(CLI::Range(0, 1024));
+  prepare_->add_option("--workers", options_.workers, "Tokenizer threads (0: one per core)")
+      ->check(CLI::Range(0, 1024));
 }
 
 bool DataCommands::parsed() const { return prepare_ != nullptr && prepare_->parsed(); }
@@ -86,7 +87,8 @@ void DataCommands::check() {
 int DataCommands::run(const std::vector<std::string>& /*argv*/) {
   if (end_idx_ >= 0) options_.end_idx = end_idx_;
   if (!std::filesystem::exists(options_.input))
-    throw UsageError(options_.input.string() + ": no such file or directory (expected a file or a directory of "
+    throw UsageError(options_.input.string() +
+                     ": no such file or directory (expected a file or a directory of "
                      "documents for --input)");
   data::PrepareResult r;
   {
@@ -97,12 +99,13 @@ int DataCommands::run(const std::vector<std::string>& /*argv*/) {
       throw UsageError(e.what());
     }
   }
-  std::printf("prepared %lld documents: train %lld tokens in %zu shards (%lld documents), eval %lld tokens in %zu "
-              "shards (%lld documents), %lld files skipped -> %s\n",
-              static_cast<long long>(r.documents), static_cast<long long>(r.train_tokens), r.train_shards.size(),
-              static_cast<long long>(r.train_documents), static_cast<long long>(r.eval_tokens), r.eval_shards.size(),
-              static_cast<long long>(r.eval_documents), static_cast<long long>(r.skipped_files),
-              options_.output_dir.string().c_str());
+  std::printf(
+      "prepared %lld documents: train %lld tokens in %zu shards (%lld documents), eval %lld tokens in %zu "
+      "shards (%lld documents), %lld files skipped -> %s\n",
+      static_cast<long long>(r.documents), static_cast<long long>(r.train_tokens), r.train_shards.size(),
+      static_cast<long long>(r.train_documents), static_cast<long long>(r.eval_tokens), r.eval_shards.size(),
+      static_cast<long long>(r.eval_documents), static_cast<long long>(r.skipped_files),
+      options_.output_dir.string().c_str());
   return 0;
 }
 

@@ -60,7 +60,8 @@ CoreBinding plan_core_binding(const DistributedFlags& flags, int nproc) {
   // and that thread's mask is the only one there is to slice.
   const char* bind = std::getenv("OMP_PROC_BIND");
   if (bind != nullptr && std::string(bind) != "false")
-    std::fprintf(stderr, "fsdpp: warning: --bind-cores: OMP_PROC_BIND=%s is set for the launcher too; its OpenMP "
+    std::fprintf(stderr,
+                 "fsdpp: warning: --bind-cores: OMP_PROC_BIND=%s is set for the launcher too; its OpenMP "
                  "may have narrowed the CPUs to slice to %s (unset it: the launcher sets it for the ranks)\n",
                  bind, cpus.c_str());
   plan.threads_per_rank = flags.threads > 0 ? flags.threads : runtime::default_threads_per_rank(nproc);
@@ -94,9 +95,12 @@ int launch_local(const std::vector<std::string>& argv, const DistributedFlags& f
       [&](int rank) {
         harness::ProcessSpec spec;
         spec.argv = child_argv;
-        spec.env = {{"RANK", std::to_string(rank)},        {"WORLD_SIZE", std::to_string(n)},
-                    {"LOCAL_RANK", std::to_string(rank)},  {"LOCAL_WORLD_SIZE", std::to_string(n)},
-                    {"MASTER_ADDR", addr},                 {"MASTER_PORT", std::to_string(port)},
+        spec.env = {{"RANK", std::to_string(rank)},
+                    {"WORLD_SIZE", std::to_string(n)},
+                    {"LOCAL_RANK", std::to_string(rank)},
+                    {"LOCAL_WORLD_SIZE", std::to_string(n)},
+                    {"MASTER_ADDR", addr},
+                    {"MASTER_PORT", std::to_string(port)},
                     {"FSDPP_LAUNCH_CHILD", "1"},
                     // Ranks' output is piped through us; rank 0 may still draw a progress
                     // bar on the user's terminal (train/metrics_log.h).

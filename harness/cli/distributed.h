@@ -15,12 +15,12 @@
 namespace fsdpp::cli {
 
 struct DistributedFlags {
-  int nproc = 0;         // >0: spawn this many local ranks running the same command
-  int threads = 0;       // intra-op threads per rank; 0: floor(cores / local ranks)
-  bool bind_cores = false;  // with --nproc: pin each rank to its own `threads` CPUs (launcher.h rank_cpus)
+  int nproc = 0;                     // >0: spawn this many local ranks running the same command
+  int threads = 0;                   // intra-op threads per rank; 0: floor(cores / local ranks)
+  bool bind_cores = false;           // with --nproc: pin each rank to its own `threads` CPUs (launcher.h rank_cpus)
   bool release_host_memory = false;  // glibc's default heap policy, not runtime/host_memory.h's
-  double timeout_s = 300;  // per collective
-  double budget_s = 0;     // whole launch (with --nproc); 0: no limit
+  double timeout_s = 300;            // per collective
+  double budget_s = 0;               // whole launch (with --nproc); 0: no limit
   std::optional<std::string> master_addr;
   std::optional<int> master_port;
 };

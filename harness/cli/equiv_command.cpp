@@ -18,23 +18,27 @@ at::ScalarType equiv_dtype_named(const std::string& name) {
 }  // namespace
 
 void EquivCommand::add_to(CLI::App& app) {
-  auto* eq = command_ = app.add_subcommand("equiv", "Train sharded on N ranks and unsharded in one process; compare every step");
+  auto* eq = command_ =
+      app.add_subcommand("equiv", "Train sharded on N ranks and unsharded in one process; compare every step");
   add_distributed_flags(*eq, dist_);
   eq->add_option("--model", model_, "Built-in model")->check(CLI::IsMember({"tiny_transformer", "toy_mlp"}));
   eq->add_option("--strategy", strategy_, "full_shard, shard_grad_op, no_shard, hybrid_shard, hybrid_shard_zero2")
       ->transform([](std::string s) { return fsdp::to_string(fsdp::parse_strategy(s)); });
   eq->add_option("--steps", steps_, "AdamW steps")->check(CLI::Range(1, 100000));
-  eq->add_flag("--deterministic", deterministic_, "Compare parameters bit for bit against N rank-ordered micro-batches");
+  eq->add_flag("--deterministic", deterministic_,
+               "Compare parameters bit for bit against N rank-ordered micro-batches");
   eq->add_flag("--no-prefetch", no_prefetch_, "Disable forward and backward prefetching");
   eq->add_option("--backward-prefetch", backward_prefetch_, "pre (BACKWARD_PRE), post (BACKWARD_POST) or none")
       ->check(CLI::IsMember({"pre", "post", "none"}));
   eq->add_option("--max-inflight-all-gathers", max_inflight_, "Limit on prefetched all-gathers in flight")
       ->check(CLI::Range(1, 64));
   eq->add_option("--grad-accum-steps", grad_accum_, "Micro-steps per optimizer step")->check(CLI::Range(1, 1000));
-  eq->add_flag("--no-sync-accum", no_sync_accum_, "Accumulate unsharded gradients without communication until the last micro-step");
+  eq->add_flag("--no-sync-accum", no_sync_accum_,
+               "Accumulate unsharded gradients without communication until the last micro-step");
   eq->add_option("--grad-clip", clip_, "Clip the gradient norm to this (0: off)")->check(CLI::Range(0.0, 1e30));
-  eq->add_option("--norm-type", norm_type_, "Norm for clipping: p > 0, or inf")
-      ->check([](const std::string& s) { return s == "inf" || std::stod(s) > 0 ? std::string() : std::string("must be > 0 or inf"); });
+  eq->add_option("--norm-type", norm_type_, "Norm for clipping: p > 0, or inf")->check([](const std::string& s) {
+    return s == "inf" || std::stod(s) > 0 ? std::string() : std::string("must be > 0 or inf");
+  });
   eq->add_option("--adam-eps", adam_eps_, "AdamW epsilon")->check(CLI::PositiveNumber);
   eq->add_option("--lr", lr_, "AdamW learning rate")->check(CLI::PositiveNumber);
   eq->add_option("--seed", seed_, "Seed of the initial weights");

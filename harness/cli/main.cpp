@@ -17,8 +17,8 @@
 #include "harness/cli/data_commands.h"
 #include "harness/cli/equiv_command.h"
 #include "harness/cli/model_commands.h"
-#include "harness/cli/plan_command.h"
 #include "harness/cli/parse_only.h"
+#include "harness/cli/plan_command.h"
 #include "harness/cli/results_commands.h"
 #include "harness/cli/selfcheck_command.h"
 #include "harness/cli/train_command.h"
@@ -49,7 +49,8 @@ int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
   CLI::App app{"fsdpp: fully sharded data parallel training core and its test harness"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", fsdpp::cli::build_info(), "Print fsdpp's version and commit and the LibTorch, CUDA and NCCL it was built with");
+  app.set_version_flag("--version", fsdpp::cli::build_info(),
+                       "Print fsdpp's version and commit and the LibTorch, CUDA and NCCL it was built with");
   std::vector<std::string> args(argv, argv + argc);
 
   const auto commands = all_commands();

@@ -1,8 +1,9 @@
 #include "harness/cli/model_commands.h"
 
+#include <nlohmann/json.hpp>
+
 #include <cstdio>
 #include <filesystem>
-#include <nlohmann/json.hpp>
 #include <stdexcept>
 
 #include "core/data/token_dataset.h"
@@ -26,7 +27,8 @@ void ModelCommands::add_to(CLI::App& app) {
   generate_ = app.add_subcommand("generate", "Continue a prompt with a Hugging Face model folder");
   generate_->add_option("--model", model_dir_, "Model folder (config.json, safetensors, tokenizer)")->required();
   generate_->add_option("--prompt", prompt_, "Text to continue")->required();
-  generate_->add_option("--max-new-tokens", max_new_tokens_, "Tokens to add")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  generate_->add_option("--max-new-tokens", max_new_tokens_, "Tokens to add")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   generate_->add_option("--temperature", temperature_, "0: greedy")->check(CLI::Range(0.0, 100.0));
   generate_->add_option("--top-k", top_k_, "Keep the k most likely tokens (0: off)")->check(CLI::NonNegativeNumber);
   generate_->add_option("--top-p", top_p_, "Nucleus sampling mass (1: off)")->check(CLI::Range(1e-6, 1.0));
@@ -35,12 +37,16 @@ void ModelCommands::add_to(CLI::App& app) {
 
   eval_ = app.add_subcommand("eval", "Mean next-token loss and perplexity of a model folder on token data");
   eval_->add_option("--model", model_dir_, "Model folder (config.json, safetensors)")->required();
-  eval_->add_option("--data", data_path_,
-                    "Token data: a .tok or llm.c .bin file, a directory of them, a pattern (out/eval_*.tok), or a "
-                    "comma-separated list")
+  eval_
+      ->add_option("--data", data_path_,
+                   "Token data: a .tok or llm.c .bin file, a directory of them, a pattern (out/eval_*.tok), or a "
+                   "comma-separated list")
       ->required();
-  eval_->add_option("--seq-len", seq_len_, "Window length T")->required()->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  eval_->add_option("--batch-size", batch_size_, "Windows per forward pass")->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
+  eval_->add_option("--seq-len", seq_len_, "Window length T")
+      ->required()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  eval_->add_option("--batch-size", batch_size_, "Windows per forward pass")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
   eval_->add_option("--dtype", dtype_, "fp32, bf16 or fp16")->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   eval_->add_flag("--json", json_, "Print {\"loss\", \"perplexity\", \"tokens\"} as JSON");
   eval_->add_option("--logits-out", logits_out_,
@@ -99,7 +105,8 @@ int ModelCommands::run(const std::vector<std::string>& /*argv*/) {
     auto r = models::evaluate(lm, dataset.tokens(0, dataset.num_tokens()), seq_len_, batch_size_, !logits_out_.empty());
     if (!logits_out_.empty()) io::write_safetensors(logits_out_, {{"input_ids", r.input_ids}, {"logits", r.logits}});
     if (json_)
-      std::printf("%s\n", nlohmann::json{{"loss", r.loss}, {"perplexity", r.perplexity}, {"tokens", r.tokens}}.dump().c_str());
+      std::printf("%s\n",
+                  nlohmann::json{{"loss", r.loss}, {"perplexity", r.perplexity}, {"tokens", r.tokens}}.dump().c_str());
     else
       std::printf("loss %.6f  perplexity %.4f  tokens %lld\n", r.loss, r.perplexity, static_cast<long long>(r.tokens));
     return 0;

@@ -31,7 +31,8 @@ void PlanCommand::add_to(CLI::App& app) {
   c->add_option("--model-type", model_type_, "A from-scratch family: gpt2, opt, llama or mistral");
   c->add_option("--model-size", model_size_, "A preset size of that family (e.g. 124M, 1B, 70B)");
   c->add_option("--model", model_dir_, "A Hugging Face model folder (its config.json) instead");
-  c->add_option("--vocab-size", vocab_size_, "Presets: vocabulary size instead of the preset's")->check(CLI::NonNegativeNumber);
+  c->add_option("--vocab-size", vocab_size_, "Presets: vocabulary size instead of the preset's")
+      ->check(CLI::NonNegativeNumber);
   c->add_option("--strategy", strategy_, "full_shard, shard_grad_op, no_shard, hybrid_shard, hybrid_shard_zero2");
   c->add_option("--nproc", nproc_, "Ranks (GPUs) per node")->check(CLI::Range(1, 1 << 16));
   c->add_option("--nodes", nodes_, "Nodes")->check(CLI::Range(1, 1 << 16));
@@ -46,14 +47,16 @@ void PlanCommand::add_to(CLI::App& app) {
   c->add_flag("--cpu-offload", cpu_offload_, "Shards, gradients and optimizer state in host memory");
   c->add_flag("--no-prefetch", no_prefetch_, "Without forward and backward prefetching");
   c->add_option("--batch-size", batch_size_, "Windows per rank per micro-step")->check(CLI::PositiveNumber);
-  c->add_option("--seq-len", seq_len_, "Tokens per window (default: the model's positions)")->check(CLI::NonNegativeNumber);
+  c->add_option("--seq-len", seq_len_, "Tokens per window (default: the model's positions)")
+      ->check(CLI::NonNegativeNumber);
   c->add_option("--grad-accum-steps", grad_accum_steps_, "Micro-steps per optimizer step")->check(CLI::PositiveNumber);
   c->add_option("--gpu-memory", gpu_memory_,
                 "Device memory per GPU: bytes with a unit (80GB, 24GiB) or a kind, h100, h200 or a100-80g (its memory "
                 "and rates; a plain size assumes H100 rates)");
   c->add_option("--host-memory", host_memory_, "Host memory per node (with --cpu-offload), e.g. 1TB");
-  c->add_option("--link-bandwidth", link_bandwidth_,
-                "Per-rank collective bandwidth, e.g. 450GB/s or 400Gb/s (default: NVLink 4 on one node, 50 GB/s across)");
+  c->add_option(
+      "--link-bandwidth", link_bandwidth_,
+      "Per-rank collective bandwidth, e.g. 450GB/s or 400Gb/s (default: NVLink 4 on one node, 50 GB/s across)");
   c->add_option("--json", json_out_, "Write the fsdpp.plan document (core/plan/PLAN.md) to this file");
   c->add_flag("--fit", fit_, "Search strategy x AC x offload x micro-batch for the fastest that fits --gpu-memory");
 }
@@ -67,8 +70,8 @@ void PlanCommand::check() {
   if (preset && (model_type_.empty() || model_size_.empty()))
     throw UsageError("plan: --model-type and --model-size go together");
   if (!model_dir_.empty() && vocab_size_ > 0) throw UsageError("plan: --vocab-size applies to presets, not --model");
-  fsdp::parse_strategy(strategy_);                  // throws naming the accepted names
-  plan::compute_element_size(mixed_precision_);     // throws naming --mixed-precision
+  fsdp::parse_strategy(strategy_);               // throws naming the accepted names
+  plan::compute_element_size(mixed_precision_);  // throws naming --mixed-precision
   if (!gpu_memory_.empty()) {
     const bool kind = gpu_memory_ == "h100" || gpu_memory_ == "h200" || gpu_memory_ == "a100-80g";
     if (!kind) plan::parse_bytes(gpu_memory_, "--gpu-memory");
@@ -131,7 +134,8 @@ int PlanCommand::run(const std::vector<std::string>& /*argv*/) {
       frugal.grad_accum_steps = 1;
       const int64_t least = plan::estimate_memory(r.shape, frugal).peak_bytes;
       if (c.device.memory_bytes < least)
-        throw UsageError("--gpu-memory " + gpu_memory_ + ": " + plan::format_bytes(static_cast<double>(c.device.memory_bytes)) +
+        throw UsageError("--gpu-memory " + gpu_memory_ + ": " +
+                         plan::format_bytes(static_cast<double>(c.device.memory_bytes)) +
                          " is below the least any configuration of " + r.model + " on " +
                          std::to_string(c.world_size()) + " ranks needs (" +
                          plan::format_bytes(static_cast<double>(least)) + ": FULL_SHARD, AC, CPU offload, batch 1)");
@@ -143,9 +147,9 @@ int PlanCommand::run(const std::vector<std::string>& /*argv*/) {
     auto result = plan::search_fit(in.model, in.shape, in.config);
     for (const auto& candidate : result.candidates) {
       const auto& c = candidate.plan.config;
-      std::printf("%-19s ac=%d offload=%d micro=%-3lld accum=%-3lld peak %-10s %s\n", fsdp::to_string(c.strategy).c_str(),
-                  c.activation_checkpointing ? 1 : 0, c.cpu_offload ? 1 : 0, static_cast<long long>(c.batch_size),
-                  static_cast<long long>(c.grad_accum_steps),
+      std::printf("%-19s ac=%d offload=%d micro=%-3lld accum=%-3lld peak %-10s %s\n",
+                  fsdp::to_string(c.strategy).c_str(), c.activation_checkpointing ? 1 : 0, c.cpu_offload ? 1 : 0,
+                  static_cast<long long>(c.batch_size), static_cast<long long>(c.grad_accum_steps),
                   plan::format_bytes(static_cast<double>(candidate.plan.memory.peak_bytes)).c_str(),
                   candidate.verdict.c_str());
     }

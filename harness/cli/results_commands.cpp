@@ -22,9 +22,10 @@ void print_error(const std::exception& error) {
 void add_gate_flags(CLI::App& command, results::CompareOptions& options) {
   command.add_option("--alpha", options.alpha, "Mann-Whitney significance level (default 0.01)")
       ->check(CLI::Range(1e-12, 0.5));
-  command.add_option("--min-effect", options.min_effect,
-                     "Smallest relative move of a median that can regress (default 0.05 = 5%); with 2+ "
-                     "baseline runs it must also exceed how far those runs differ (results/README.md)")
+  command
+      .add_option("--min-effect", options.min_effect,
+                  "Smallest relative move of a median that can regress (default 0.05 = 5%); with 2+ "
+                  "baseline runs it must also exceed how far those runs differ (results/README.md)")
       ->check(CLI::Range(0.0, 10.0));
   command.add_flag("--allow-other-machine", options.allow_other_machine,
                    "Compare against documents from another machine fingerprint");
@@ -33,17 +34,21 @@ void add_gate_flags(CLI::App& command, results::CompareOptions& options) {
 }  // namespace
 
 void ResultsCommands::add_to(CLI::App& app) {
-  group_ = app.add_subcommand("results", "Benchmark results documents: validate, compare (regression gate), dashboard; profile traces");
+  group_ = app.add_subcommand(
+      "results", "Benchmark results documents: validate, compare (regression gate), dashboard; profile traces");
   group_->require_subcommand(1);
 
-  validate_ = group_->add_subcommand("validate", "Check fsdpp.results documents against the schema (results/README.md)");
+  validate_ =
+      group_->add_subcommand("validate", "Check fsdpp.results documents against the schema (results/README.md)");
   validate_->add_option("files", files_, "Documents")->required();
 
   compare_ = group_->add_subcommand(
-      "compare", "Regression gate: the new document against a baseline document or a window of history (exit 1 on a regression)");
+      "compare",
+      "Regression gate: the new document against a baseline document or a window of history (exit 1 on a regression)");
   compare_->add_option("new", file_, "The new document")->required();
   auto* baseline = compare_->add_option("--baseline", baseline_, "One baseline document");
-  auto* history = compare_->add_option("--history", history_, "History directory: pool the last --window documents of this machine");
+  auto* history = compare_->add_option("--history", history_,
+                                       "History directory: pool the last --window documents of this machine");
   baseline->excludes(history);
   history->excludes(baseline);
   compare_->add_option("--window", window_, "Documents of history to pool (default 5)")->check(CLI::Range(1, 10000));
@@ -52,15 +57,18 @@ void ResultsCommands::add_to(CLI::App& app) {
   compare_->add_option("--json", json_, "Also write the fsdpp.compare JSON report here");
   compare_->add_option("--confirm", confirm_,
                        "A rerun of the regressed cells (ci/gate.sh): a regression stands only if it regresses too");
-  compare_->add_option("--confirm-alpha", options_.confirm_alpha,
-                       "Level of the rerun's test when it confirms a regression (default 0.1)")
+  compare_
+      ->add_option("--confirm-alpha", options_.confirm_alpha,
+                   "Level of the rerun's test when it confirms a regression (default 0.1)")
       ->check(CLI::Range(0.0, 1.0));
   compare_->add_option("--regressed-filter", regressed_filter_,
                        "Write the fsdpp bench --filter regex of the regressed cells here (empty: none)");
 
-  dashboard_ = group_->add_subcommand("dashboard", "Write one self-contained HTML page: history trends and the latest matrix");
+  dashboard_ =
+      group_->add_subcommand("dashboard", "Write one self-contained HTML page: history trends and the latest matrix");
   dashboard_->add_option("--history", history_, "History directory (<dir>/<fingerprint>/<run_id>.json)")->required();
-  dashboard_->add_option("--baseline", baseline_, "Compare the latest document with this one (default: the --window before it)");
+  dashboard_->add_option("--baseline", baseline_,
+                         "Compare the latest document with this one (default: the --window before it)");
   dashboard_->add_option("--machine", machine_, "Machine fingerprint (default: the machine with the newest document)");
   dashboard_->add_option("--window", window_, "Documents before the latest to pool as its baseline (default 5)")
       ->check(CLI::Range(1, 10000));
@@ -72,8 +80,11 @@ void ResultsCommands::add_to(CLI::App& app) {
   append_->add_option("--history", history_, "History directory")->required();
 
   profile_ = group_->add_subcommand(
-      "profile", "Where profiled steps spend their time: --profile-trace Chrome traces side by side, per step (Markdown)");
-  profile_->add_option("traces", files_, "Traces of fsdpp bench-step or torch_peer.py --profile-trace; ratios are to the first")
+      "profile",
+      "Where profiled steps spend their time: --profile-trace Chrome traces side by side, per step (Markdown)");
+  profile_
+      ->add_option("traces", files_,
+                   "Traces of fsdpp bench-step or torch_peer.py --profile-trace; ratios are to the first")
       ->required();
   profile_->add_option("--category", category_, "Event category to list by name (default: kernel if any, else cpu_op)");
   profile_->add_option("--top", top_, "Names listed (default 30)")->check(CLI::Range(1, 100000));

@@ -10,7 +10,8 @@ namespace fsdpp::cli {
 void SelfcheckCommand::add_to(CLI::App& app) {
   command_ = app.add_subcommand("selfcheck", "Run every collective on N ranks; check and time each");
   add_distributed_flags(*command_, dist_);
-  command_->add_option("--numel", numel_, "Elements per rank per collective")->check(CLI::Range(int64_t{1}, int64_t{1} << 32));
+  command_->add_option("--numel", numel_, "Elements per rank per collective")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 32));
   command_->add_option("--iterations", iterations_, "Timed repetitions per collective")->check(CLI::Range(1, 1000));
   command_->add_option("--json", json_path_, "Also write the results as JSON (format fsdpp.selfcheck v1)");
 }

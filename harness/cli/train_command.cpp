@@ -76,8 +76,9 @@ void TrainCommand::add_to(CLI::App& app) {
   t->add_option("--keep-last", c.keep_last, "Complete checkpoints to keep (0: all)");
   t->add_flag("--async-checkpoint", c.async_checkpoint,
               "Write checkpoints in the background: training waits only for a host copy of the shards");
-  t->add_option("--resume", c.resume,
-                "auto (continue from the newest complete checkpoint of the run, if any), never, or a checkpoint folder");
+  t->add_option(
+      "--resume", c.resume,
+      "auto (continue from the newest complete checkpoint of the run, if any), never, or a checkpoint folder");
   t->add_flag("--loss-scaling", c.loss_scaling, "Dynamic loss scaling (ShardedGradScaler) also without fp16");
   t->add_option("--loss-scale-growth-interval", c.loss_scale_growth_interval,
                 "Overflow-free steps before the loss scale doubles (PyTorch: 2000)");

@@ -38,7 +38,6 @@ class TrainCommand final : public Command {
   int run(const std::vector<std::string>& argv) override;
 
  private:
-
   CLI::App* command_ = nullptr;
   CLI::Option* device_option_ = nullptr;  // unset: the machine's accelerator, else the CPU
   train::TrainConfig config_;

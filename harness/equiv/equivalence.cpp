@@ -106,7 +106,8 @@ torch::Tensor emulated_reduction(const std::vector<torch::Tensor>& per_rank, at:
   const int world = static_cast<int>(per_rank.size());
   std::vector<torch::Tensor> group_means;
   for (int first = 0; first < world; first += shard_size)
-    group_means.push_back(communicator_average({per_rank.begin() + first, per_rank.begin() + first + shard_size}, reduce));
+    group_means.push_back(
+        communicator_average({per_rank.begin() + first, per_rank.begin() + first + shard_size}, reduce));
   auto mean = group_means.size() == 1 ? group_means.front() : communicator_average(group_means, reduce);
   return mean.to(at::kFloat);
 }
@@ -278,8 +279,7 @@ RunTrace run_sharded(comm::Communicator& comm, const EquivModel& model, const Eq
   return trace;
 }
 
-void compare_named(EquivReport& report, const char* kind, int step, const Named& ref, const Named& got,
-                   bool bitwise) {
+void compare_named(EquivReport& report, const char* kind, int step, const Named& ref, const Named& got, bool bitwise) {
   for (const auto& [name, expected] : ref) {
     auto it = got.find(name);
     if (it == got.end()) {
@@ -289,7 +289,8 @@ void compare_named(EquivReport& report, const char* kind, int step, const Named&
     const auto& actual = it->second;
     if (expected.defined() != actual.defined()) {
       report.problems.push_back(std::string(kind) + " '" + name + "' at step " + std::to_string(step) +
-                                " is defined in " + (expected.defined() ? "the reference only" : "the sharded run only"));
+                                " is defined in " +
+                                (expected.defined() ? "the reference only" : "the sharded run only"));
       continue;
     }
     if (!expected.defined()) continue;
@@ -368,7 +369,8 @@ void inject_overflow(const std::vector<torch::Tensor>& params) {
 
 EquivReport run_equivalence(comm::Communicator& comm, const EquivModel& model, const EquivConfig& c) {
   if (c.deterministic && c.grad_accum != 1)
-    throw std::invalid_argument("equivalence: deterministic mode compares against N micro-batches; grad_accum must be 1");
+    throw std::invalid_argument(
+        "equivalence: deterministic mode compares against N micro-batches; grad_accum must be 1");
   EquivReport report;
   report.model = model.name;
   report.strategy = fsdp::to_string(c.fsdp.strategy);
@@ -427,9 +429,10 @@ std::string EquivReport::table() const {
                 "grad_norm", "ok");
   os << line;
   for (const auto& s : steps) {
-    std::snprintf(line, sizeof(line), "%4d %14.8f %14.8f %14.8f %14.8f %s%s\n", s.step, s.ref_loss, s.loss,
-                  s.ref_grad_norm, s.grad_norm, s.ok ? "yes" : "NO",
-                  s.stepped && s.ref_stepped ? "" : (s.stepped == s.ref_stepped ? " (skipped)" : " (skipped on one side)"));
+    std::snprintf(
+        line, sizeof(line), "%4d %14.8f %14.8f %14.8f %14.8f %s%s\n", s.step, s.ref_loss, s.loss, s.ref_grad_norm,
+        s.grad_norm, s.ok ? "yes" : "NO",
+        s.stepped && s.ref_stepped ? "" : (s.stepped == s.ref_stepped ? " (skipped)" : " (skipped on one side)"));
     os << line;
   }
   double worst_abs = 0;
@@ -454,14 +457,29 @@ std::string EquivReport::table() const {
 nlohmann::json EquivReport::to_json() const {
   nlohmann::json steps_json = nlohmann::json::array(), tensors_json = nlohmann::json::array();
   for (const auto& s : steps)
-    steps_json.push_back({{"step", s.step}, {"ref_loss", s.ref_loss}, {"loss", s.loss},
-                          {"ref_grad_norm", s.ref_grad_norm}, {"grad_norm", s.grad_norm}, {"ok", s.ok}});
+    steps_json.push_back({{"step", s.step},
+                          {"ref_loss", s.ref_loss},
+                          {"loss", s.loss},
+                          {"ref_grad_norm", s.ref_grad_norm},
+                          {"grad_norm", s.grad_norm},
+                          {"ok", s.ok}});
   for (const auto& t : tensors)
-    tensors_json.push_back({{"name", t.name}, {"kind", t.kind}, {"step", t.step}, {"max_abs_error", t.max_abs_error},
-                            {"max_rel_error", t.max_rel_error}, {"bitwise_equal", t.bitwise_equal}, {"ok", t.ok}});
-  return {{"format", "fsdpp.equiv"}, {"version", 1},           {"model", model},
-          {"strategy", strategy},    {"world_size", world_size}, {"deterministic", deterministic},
-          {"ok", ok()},              {"steps", steps_json},      {"tensors", tensors_json},
+    tensors_json.push_back({{"name", t.name},
+                            {"kind", t.kind},
+                            {"step", t.step},
+                            {"max_abs_error", t.max_abs_error},
+                            {"max_rel_error", t.max_rel_error},
+                            {"bitwise_equal", t.bitwise_equal},
+                            {"ok", t.ok}});
+  return {{"format", "fsdpp.equiv"},
+          {"version", 1},
+          {"model", model},
+          {"strategy", strategy},
+          {"world_size", world_size},
+          {"deterministic", deterministic},
+          {"ok", ok()},
+          {"steps", steps_json},
+          {"tensors", tensors_json},
           {"problems", problems}};
 }
 

@@ -10,9 +10,8 @@
 // run's rank-order reduce-scatter computes bit for bit.
 #pragma once
 
-#include <torch/torch.h>
-
 #include <nlohmann/json.hpp>
+#include <torch/torch.h>
 
 #include <functional>
 #include <string>
@@ -30,7 +29,7 @@ struct TrainBatch {
 
 struct EquivModel {
   std::string name;
-  std::function<std::shared_ptr<torch::nn::Module>(uint64_t seed)> build;  // same seed, same weights
+  std::function<std::shared_ptr<torch::nn::Module>(uint64_t seed)> build;    // same seed, same weights
   std::function<torch::Tensor(torch::nn::Module&, const TrainBatch&)> loss;  // mean over the batch
   std::function<TrainBatch(int64_t step, int64_t index)> batch;
   std::function<TrainBatch(const std::vector<TrainBatch>&)> concat;
@@ -48,7 +47,7 @@ struct EquivConfig {
   bool accumulate_without_sync = false;  // set_requires_gradient_sync(false) until the last micro-step
   double clip_max_norm = 0;              // 0: no clipping (the norm is still compared)
   double norm_type = 2;
-  bool deterministic = false;            // compare parameters bit for bit
+  bool deterministic = false;  // compare parameters bit for bit
   // AdamW divides by sqrt(v) + eps: for a gradient element near zero its update moves
   // by up to lr / eps times any rounding difference in that element (sharded and
   // unsharded runs sum in different orders). lr 1e-3 / eps 1e-6 (a BERT-style fine-tune
@@ -62,7 +61,7 @@ struct EquivConfig {
   // Where both runs compute (the model and batches are moved there; the reference is the
   // unsharded model on the same device). Records are compared on the CPU.
   at::Device device = at::kCPU;
-  std::vector<int> compare_full_at;      // steps whose grads and params are compared; default first and last
+  std::vector<int> compare_full_at;  // steps whose grads and params are compared; default first and last
   // Dynamic loss scaling (fp16). The sharded run steps through ShardedGradScaler; the
   // reference applies GradScaler's rules by hand: loss * scale, gradients * (1/scale) in
   // fp32, no optimizer step where a gradient is not finite, scale * backoff there and

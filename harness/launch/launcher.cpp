@@ -343,8 +343,8 @@ LaunchReport launch(int num_ranks, const std::function<ProcessSpec(int rank)>& s
                                                     : RankStatus::Killed;
       if (r.status == RankStatus::Crashed) r.message = std::string("killed by signal ") + strsignal(r.signal);
     }
-    if (r.status != RankStatus::Succeeded && r.status != RankStatus::Killed &&
-        r.status != RankStatus::TimedOut && options.kill_all_on_failure && !tearing_down) {
+    if (r.status != RankStatus::Succeeded && r.status != RankStatus::Killed && r.status != RankStatus::TimedOut &&
+        options.kill_all_on_failure && !tearing_down) {
       // Like torchrun's agent: one failure ends the whole group, after stop_grace in
       // which the others may exit on their own (naming the failed rank).
       tearing_down = true;
@@ -377,8 +377,7 @@ LaunchReport launch(int num_ranks, const std::function<ProcessSpec(int rank)>& s
         if (c.running && c.killed_by_us == Child::KillReason::None) {
           c.killed_by_us = Child::KillReason::Budget;
           c.result.message = "had not finished when the " +
-                             std::to_string(options.budget.count() / 1000.0).substr(0, 6) +
-                             " s budget ran out";
+                             std::to_string(options.budget.count() / 1000.0).substr(0, 6) + " s budget ran out";
           ::kill(c.pid, SIGKILL);
         } else if (c.running) {
           ::kill(c.pid, SIGKILL);

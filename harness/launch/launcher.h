@@ -32,8 +32,8 @@ const char* to_string(RankStatus status);
 struct RankResult {
   int rank = 0;
   RankStatus status = RankStatus::TimedOut;
-  int exit_code = -1;  // when it exited
-  int signal = 0;      // when a signal ended it
+  int exit_code = -1;   // when it exited
+  int signal = 0;       // when a signal ended it
   std::string message;  // the rank's own failure message, if it sent one
   // It failed because a collective failed (a peer vanished or timed out): a casualty of
   // another rank's failure rather than its cause, unless every failure is of this kind.

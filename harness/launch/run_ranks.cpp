@@ -1,20 +1,17 @@
 #include "harness/launch/run_ranks.h"
 
+#include <c10/util/Exception.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
 
-#include <c10/util/Exception.h>
-
 #include "core/runtime/threads.h"
 #include "harness/testing/temp_dir.h"
 
 namespace fsdpp::harness {
-namespace {
-
-}  // namespace
+namespace {}  // namespace
 
 std::string exception_message(const std::exception& e) {
   if (auto* c10_error = dynamic_cast<const c10::Error*>(&e)) return c10_error->what_without_backtrace();
@@ -50,8 +47,7 @@ LaunchReport run_ranks(int world_size, const RankBody& body, const RunOptions& o
   TempDir shared("fsdpp-ranks");  // removed when the run is over
   const auto& shared_dir = shared.path();
   int port = reserve_free_port();
-  int threads = options.threads_per_rank > 0 ? options.threads_per_rank
-                                             : runtime::default_threads_per_rank(world_size);
+  int threads = options.threads_per_rank > 0 ? options.threads_per_rank : runtime::default_threads_per_rank(world_size);
   auto spec_for_rank = [&](int rank) {
     ProcessSpec spec;
     spec.child_main = [&, rank](int status_fd) {

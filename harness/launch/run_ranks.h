@@ -25,7 +25,7 @@ struct RunOptions {
   // Per-collective limit inside the ranks: a rank whose peer vanished errors out by
   // itself after this, even without the launcher's help.
   std::chrono::milliseconds comm_timeout{std::chrono::seconds(60)};
-  int threads_per_rank = 0;  // 0: floor(cores / world_size), at least 1
+  int threads_per_rank = 0;               // 0: floor(cores / world_size), at least 1
   std::string master_addr = "127.0.0.1";  // where rank 0 hosts the TCPStore
   // Runs in each rank's process just before it connects (tests of the connect phase: a
   // rank that never arrives, or dies while the others connect).

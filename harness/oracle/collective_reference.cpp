@@ -31,8 +31,8 @@ at::Tensor reference_reduce(const std::vector<at::Tensor>& inputs, comm::ReduceO
   return acc.to(dtype);
 }
 
-at::Tensor reference_all_to_all(const std::vector<at::Tensor>& inputs,
-                                const std::vector<std::vector<int64_t>>& splits, int me) {
+at::Tensor reference_all_to_all(const std::vector<at::Tensor>& inputs, const std::vector<std::vector<int64_t>>& splits,
+                                int me) {
   std::vector<at::Tensor> pieces;
   for (size_t j = 0; j < inputs.size(); ++j) {
     int64_t offset = 0;

@@ -24,7 +24,7 @@ at::Tensor reference_all_gather(const std::vector<at::Tensor>& inputs);
 at::Tensor reference_reduce(const std::vector<at::Tensor>& inputs, comm::ReduceOp op);
 // What rank `me` receives in all_to_all_single of 1-D inputs where rank j sends
 // splits[j][k] elements to rank k.
-at::Tensor reference_all_to_all(const std::vector<at::Tensor>& inputs,
-                                const std::vector<std::vector<int64_t>>& splits, int me);
+at::Tensor reference_all_to_all(const std::vector<at::Tensor>& inputs, const std::vector<std::vector<int64_t>>& splits,
+                                int me);
 
 }  // namespace fsdpp::harness

@@ -18,8 +18,8 @@ Tolerance default_tolerance(at::ScalarType dtype) {
 
 std::string Comparison::describe() const {
   std::ostringstream os;
-  os << (ok ? "ok" : "MISMATCH") << " (max abs err " << max_abs_error << ", max rel err " << max_rel_error
-     << ", " << mismatches << " elements outside tolerance)";
+  os << (ok ? "ok" : "MISMATCH") << " (max abs err " << max_abs_error << ", max rel err " << max_rel_error << ", "
+     << mismatches << " elements outside tolerance)";
   return os.str();
 }
 
@@ -42,7 +42,8 @@ Comparison compare(const at::Tensor& actual, const at::Tensor& expected, Toleran
   c.mismatches = bad.sum().item<int64_t>();
   c.max_abs_error = diff.max().item<double>();
   auto nonzero = e.ne(0);
-  if (nonzero.any().item<bool>()) c.max_rel_error = (diff.masked_select(nonzero) / e.abs().masked_select(nonzero)).max().item<double>();
+  if (nonzero.any().item<bool>())
+    c.max_rel_error = (diff.masked_select(nonzero) / e.abs().masked_select(nonzero)).max().item<double>();
   c.ok = c.mismatches == 0;
   return c;
 }

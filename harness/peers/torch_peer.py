@@ -227,8 +227,10 @@ def choose_rms_norm(choice, device):
     """--rms-norm: auto is fused where this PyTorch has the kernel (CUDA), eager elsewhere."""
     available = device.type == "cuda" and hasattr(torch, "_fused_rms_norm")
     if choice == "fused" and not available:
-        raise PeerError("--rms-norm fused: PyTorch %s on %s has no fused RMSNorm kernel (torch._fused_rms_norm, CUDA)"
-                        % (torch.__version__, device.type))
+        raise PeerError(
+            "--rms-norm fused: PyTorch %s on %s has no fused RMSNorm kernel (torch._fused_rms_norm, CUDA)"
+            % (torch.__version__, device.type)
+        )
     return available if choice == "auto" else choice == "fused"
 
 
@@ -620,7 +622,7 @@ class Checkpoint:
             candidates = [alias]
             for prefix in ("transformer.", "model."):
                 if alias.startswith(prefix):
-                    candidates.append(alias[len(prefix):])
+                    candidates.append(alias[len(prefix) :])
             for c in candidates:
                 if c in self.where:
                     return c
@@ -633,10 +635,14 @@ def load_weights(model, path, model_type):
     for names, p in unique_parameters(model):
         stored = ckpt.find(names)
         if stored is None:
-            raise PeerError("%s: no tensor '%s' (expected shape %s for %s)" % (path, names[0], list(p.shape), model_type))
+            raise PeerError(
+                "%s: no tensor '%s' (expected shape %s for %s)" % (path, names[0], list(p.shape), model_type)
+            )
         t = ckpt.where[stored].tensor(stored)
         if list(t.shape) != list(p.shape):
-            raise PeerError("%s: tensor '%s' has shape %s, the config implies %s" % (path, stored, list(t.shape), list(p.shape)))
+            raise PeerError(
+                "%s: tensor '%s' has shape %s, the config implies %s" % (path, stored, list(t.shape), list(p.shape))
+            )
         p.copy_(t)
 
 
@@ -681,11 +687,17 @@ def open_token_file(path, raw_dtype):
             raise PeerError("%s: truncated fsdpp token shard header" % path)
         version, dtype, count = struct.unpack_from("<IIQ", head, 8)
         if version != 1 or dtype not in (1, 2) or any(head[32:64]):
-            raise PeerError("%s: fsdpp token shard version %d dtype %d is not supported (expected 1, 1|2)" % (path, version, dtype))
+            raise PeerError(
+                "%s: fsdpp token shard version %d dtype %d is not supported (expected 1, 1|2)" % (path, version, dtype)
+            )
         width = 2 if dtype == 1 else 4
         if size != 64 + count * width:
             raise PeerError("%s: header says %d tokens but the file has %d bytes" % (path, count, size))
-        return np.memmap(path, dtype="<u2" if width == 2 else "<u4", mode="r", offset=64, shape=(count,)) if count else np.zeros(0, np.int64)
+        return (
+            np.memmap(path, dtype="<u2" if width == 2 else "<u4", mode="r", offset=64, shape=(count,))
+            if count
+            else np.zeros(0, np.int64)
+        )
     if len(head) >= 12 and struct.unpack_from("<i", head, 0)[0] == _LLMC_MAGIC:
         _, version, count = struct.unpack_from("<iii", head, 0)
         if version != 1:
@@ -694,7 +706,9 @@ def open_token_file(path, raw_dtype):
             raise PeerError("%s: header says %d tokens but the file has %d bytes" % (path, count, size))
         return np.memmap(path, dtype="<u2", mode="r", offset=1024, shape=(count,)) if count else np.zeros(0, np.int64)
     if raw_dtype == "auto":
-        raise PeerError("%s: not an fsdpp .tok or llm.c .bin file; give --tokens-dtype uint16|uint32|int32 for raw tokens" % path)
+        raise PeerError(
+            "%s: not an fsdpp .tok or llm.c .bin file; give --tokens-dtype uint16|uint32|int32 for raw tokens" % path
+        )
     np_dtype = {"uint16": "<u2", "uint32": "<u4", "int32": "<i4"}[raw_dtype]
     width = np.dtype(np_dtype).itemsize
     if size % width:
@@ -715,12 +729,18 @@ def expand_token_spec(spec):
             d = d or "."
             if not os.path.isdir(d):
                 raise PeerError("--tokens %s: no such directory %s" % (entry, d))
-            found = sorted(n for n in os.listdir(d) if fnmatch.fnmatchcase(n, name) and os.path.isfile(os.path.join(d, n)))
+            found = sorted(
+                n for n in os.listdir(d) if fnmatch.fnmatchcase(n, name) and os.path.isfile(os.path.join(d, n))
+            )
             if not found:
                 raise PeerError("--tokens %s: no file matches" % entry)
             files += [os.path.join(d, n) for n in found]
         elif os.path.isdir(entry):
-            found = sorted(n for n in os.listdir(entry) if os.path.splitext(n)[1] in (".tok", ".bin") and os.path.isfile(os.path.join(entry, n)))
+            found = sorted(
+                n
+                for n in os.listdir(entry)
+                if os.path.splitext(n)[1] in (".tok", ".bin") and os.path.isfile(os.path.join(entry, n))
+            )
             if not found:
                 raise PeerError("--tokens %s: no token files in this directory" % entry)
             files += [os.path.join(entry, n) for n in found]
@@ -806,7 +826,14 @@ class Sampler:
     rank r the windows at positions p + r*B .. p + r*B + B - 1."""
 
     def __init__(self, num_windows, batch, world, rank, shuffle, seed):
-        self.n, self.batch, self.world, self.rank, self.shuffle, self.seed = num_windows, batch, world, rank, shuffle, seed
+        self.n, self.batch, self.world, self.rank, self.shuffle, self.seed = (
+            num_windows,
+            batch,
+            world,
+            rank,
+            shuffle,
+            seed,
+        )
         self._perms = {}
 
     def window_at(self, position):
@@ -927,17 +954,31 @@ def parse_args(argv):
     )
     p.add_argument("--mode", choices=["single", "ddp", "fsdp2"], default="single")
     p.add_argument("--nproc", type=int, default=0, help="spawn N local ranks (ddp, fsdp2); else torchrun's env or 1")
-    p.add_argument("--budget-s", type=float, default=0, help="with --nproc: stop the ranks after this many seconds (exit 124)")
+    p.add_argument(
+        "--budget-s", type=float, default=0, help="with --nproc: stop the ranks after this many seconds (exit 124)"
+    )
     p.add_argument("--model-config", help="HF config.json (or its folder); default: the --weights folder's")
-    p.add_argument("--weights", help="model.safetensors, or an HF folder (single file or sharded); default: random init")
-    p.add_argument("--tokens", help="token data: fsdpp .tok / llm.c .bin / raw files, folders, patterns, "
-                   "comma-separated; default: random tokens")
-    p.add_argument("--tokens-dtype", choices=["auto", "uint16", "uint32", "int32"], default="auto",
-                   help="element type of raw token files (fsdpp and llm.c files are recognised by their magic)")
+    p.add_argument(
+        "--weights", help="model.safetensors, or an HF folder (single file or sharded); default: random init"
+    )
+    p.add_argument(
+        "--tokens",
+        help="token data: fsdpp .tok / llm.c .bin / raw files, folders, patterns, "
+        "comma-separated; default: random tokens",
+    )
+    p.add_argument(
+        "--tokens-dtype",
+        choices=["auto", "uint16", "uint32", "int32"],
+        default="auto",
+        help="element type of raw token files (fsdpp and llm.c files are recognised by their magic)",
+    )
     p.add_argument("--no-shuffle", action="store_true", help="windows in file order (fsdpp's --no-shuffle)")
-    p.add_argument("--fixed-batch", action="store_true",
-                   help="train every step on one batch per rank drawn as fsdpp bench-step draws it (with --weights "
-                        "from fsdpp's init, the same run as fsdpp's bench cell)")
+    p.add_argument(
+        "--fixed-batch",
+        action="store_true",
+        help="train every step on one batch per rank drawn as fsdpp bench-step draws it (with --weights "
+        "from fsdpp's init, the same run as fsdpp's bench cell)",
+    )
     p.add_argument("--batch-size", type=int, default=8, help="windows per rank per step")
     p.add_argument("--seq-len", type=int, default=0, help="tokens per window (default: the model's positions)")
     p.add_argument("--steps", type=int, default=10, help="measured steps")
@@ -945,38 +986,75 @@ def parse_args(argv):
     p.add_argument("--lr", type=float, default=3e-4, help="peak learning rate (fsdpp --lr)")
     p.add_argument("--min-lr", type=float, default=0.0)
     p.add_argument("--lr-warmup-steps", type=int, default=0, help="linear LR warmup (fsdpp --warmup-steps)")
-    p.add_argument("--lr-schedule", choices=["cosine", "linear", "constant"], default="cosine",
-                   help="over warmup + steps optimizer steps, as fsdpp with --max-steps warmup+steps")
+    p.add_argument(
+        "--lr-schedule",
+        choices=["cosine", "linear", "constant"],
+        default="cosine",
+        help="over warmup + steps optimizer steps, as fsdpp with --max-steps warmup+steps",
+    )
     p.add_argument("--weight-decay", type=float, default=0.0, help="AdamW decay of 2-D+ parameters")
     p.add_argument("--adam-beta1", type=float, default=0.9)
     p.add_argument("--adam-beta2", type=float, default=0.999)
     p.add_argument("--adam-eps", type=float, default=1e-8)
-    p.add_argument("--adam-impl", choices=["auto", "forloop", "foreach", "fused"], default="auto",
-                   help="torch.optim.AdamW implementation (auto: PyTorch's default)")
-    p.add_argument("--rms-norm", choices=["auto", "eager", "fused"], default="auto",
-                   help="Llama's RMSNorm: PyTorch's fused CUDA kernel or HF's eager formula (auto: fused where "
-                   "this PyTorch has it, on CUDA; as fsdpp's default)")
-    p.add_argument("--grad-clip", type=float, default=0.0, help="clip the global grad 2-norm (0: off; the norm is measured anyway)")
+    p.add_argument(
+        "--adam-impl",
+        choices=["auto", "forloop", "foreach", "fused"],
+        default="auto",
+        help="torch.optim.AdamW implementation (auto: PyTorch's default)",
+    )
+    p.add_argument(
+        "--rms-norm",
+        choices=["auto", "eager", "fused"],
+        default="auto",
+        help="Llama's RMSNorm: PyTorch's fused CUDA kernel or HF's eager formula (auto: fused where "
+        "this PyTorch has it, on CUDA; as fsdpp's default)",
+    )
+    p.add_argument(
+        "--grad-clip", type=float, default=0.0, help="clip the global grad 2-norm (0: off; the norm is measured anyway)"
+    )
     p.add_argument("--mixed-precision", choices=["fp32", "bf16"], default="fp32")
     p.add_argument("--activation-checkpointing", action="store_true")
-    p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (default: cores / local ranks; on CUDA at most 4)")
-    p.add_argument("--bind-cores", action="store_true",
-                   help="with --nproc: pin each rank to its own --threads CPUs and its OpenMP threads to them "
-                   "(OMP_PROC_BIND=close, OMP_PLACES=threads unless set), as fsdpp --bind-cores")
+    p.add_argument(
+        "--threads", type=int, default=0, help="torch.set_num_threads (default: cores / local ranks; on CUDA at most 4)"
+    )
+    p.add_argument(
+        "--bind-cores",
+        action="store_true",
+        help="with --nproc: pin each rank to its own --threads CPUs and its OpenMP threads to them "
+        "(OMP_PROC_BIND=close, OMP_PLACES=threads unless set), as fsdpp --bind-cores",
+    )
     p.add_argument("--device", choices=["cpu", "cuda"], default=None, help="default: cuda if available")
     p.add_argument("--seed", type=int, default=1234, help="init, random tokens and data order (fsdpp --seed)")
     p.add_argument("--init-std", type=float, default=0.02, help="random init: std of 2-D+ weights (fsdpp: 0.02)")
     p.add_argument("--out", help="write the JSON record here (atomically)")
-    p.add_argument("--eval-loss-only", action="store_true",
-                   help="no training: mean cross-entropy of the first windows (file order) with the loaded weights")
-    p.add_argument("--eval-windows", type=int, default=-1,
-                   help="with --eval-loss-only: windows scored (default: --batch-size; 0: all, as fsdpp eval)")
-    p.add_argument("--export-init", metavar="DIR", help="write the initial model as an HF folder (config.json, model.safetensors) and exit")
-    p.add_argument("--matmul-peak", action="store_true", help="also time a large matmul (8192^3 CUDA, 1024^3 CPU) in the run's dtype")
+    p.add_argument(
+        "--eval-loss-only",
+        action="store_true",
+        help="no training: mean cross-entropy of the first windows (file order) with the loaded weights",
+    )
+    p.add_argument(
+        "--eval-windows",
+        type=int,
+        default=-1,
+        help="with --eval-loss-only: windows scored (default: --batch-size; 0: all, as fsdpp eval)",
+    )
+    p.add_argument(
+        "--export-init",
+        metavar="DIR",
+        help="write the initial model as an HF folder (config.json, model.safetensors) and exit",
+    )
+    p.add_argument(
+        "--matmul-peak",
+        action="store_true",
+        help="also time a large matmul (8192^3 CUDA, 1024^3 CPU) in the run's dtype",
+    )
     p.add_argument("--log-freq", type=int, default=0, help="print a line every N steps (rank 0; 0: first and last)")
-    p.add_argument("--profile-trace", metavar="FILE",
-                   help="rank 0 records the measured steps with torch.profiler into this Chrome trace, each step "
-                   "annotated '%s' as fsdpp bench-step --profile-trace (slows them)" % STEP_SCOPE)
+    p.add_argument(
+        "--profile-trace",
+        metavar="FILE",
+        help="rank 0 records the measured steps with torch.profiler into this Chrome trace, each step "
+        "annotated '%s' as fsdpp bench-step --profile-trace (slows them)" % STEP_SCOPE,
+    )
     a = p.parse_args(argv)
     for name in ("batch_size", "steps"):
         if getattr(a, name) < 1:
@@ -1036,8 +1114,15 @@ def launch(argv, nproc, budget_s, bind_threads=0):
     signal.signal(signal.SIGTERM, _raise_terminated)
     deadline = time.monotonic() + budget_s if budget_s > 0 else None
     env = dict(os.environ)
-    env.update({"MASTER_ADDR": env.get("MASTER_ADDR", "127.0.0.1"), "MASTER_PORT": str(free_port()),
-                "WORLD_SIZE": str(nproc), "LOCAL_WORLD_SIZE": str(nproc), LAUNCHED_ENV: "1"})
+    env.update(
+        {
+            "MASTER_ADDR": env.get("MASTER_ADDR", "127.0.0.1"),
+            "MASTER_PORT": str(free_port()),
+            "WORLD_SIZE": str(nproc),
+            "LOCAL_WORLD_SIZE": str(nproc),
+            LAUNCHED_ENV: "1",
+        }
+    )
     children = []
     try:
         if bind_threads > 0:
@@ -1053,8 +1138,9 @@ def launch(argv, nproc, budget_s, bind_threads=0):
                 if cpus:
                     os.sched_setaffinity(0, cpus)
 
-            children.append(subprocess.Popen([sys.executable, os.path.abspath(__file__)] + argv, env=e,
-                                             preexec_fn=start))
+            children.append(
+                subprocess.Popen([sys.executable, os.path.abspath(__file__)] + argv, env=e, preexec_fn=start)
+            )
         code = 0
         running = list(children)
         while running:
@@ -1134,8 +1220,13 @@ def matmul_peak(device, dtype):
     synchronize(device)
     dt = time.perf_counter() - t0
     del a, b, c
-    return {"n": n, "dtype": str(dtype).replace("torch.", ""), "iterations": iters,
-            "seconds": dt, "flops_per_s": 2.0 * n ** 3 * iters / dt}
+    return {
+        "n": n,
+        "dtype": str(dtype).replace("torch.", ""),
+        "iterations": iters,
+        "seconds": dt,
+        "flops_per_s": 2.0 * n**3 * iters / dt,
+    }
 
 
 def matmul_parameters(model):
@@ -1205,8 +1296,10 @@ def open_tokens(args, c, seq_len, min_windows):
     if args.tokens:
         data = TokenData.open(args.tokens, args.tokens_dtype)
         if data.num_windows(seq_len) < 1:
-            raise PeerError("--tokens %s: %d tokens, fewer than one window of seq_len %d (expected at least %d)"
-                            % (args.tokens, data.num_tokens, seq_len, seq_len + 1))
+            raise PeerError(
+                "--tokens %s: %d tokens, fewer than one window of seq_len %d (expected at least %d)"
+                % (args.tokens, data.num_tokens, seq_len, seq_len + 1)
+            )
         return data
     return TokenData.random(min_windows * seq_len + 1, c["vocab_size"], args.seed)
 
@@ -1253,13 +1346,24 @@ def run_eval(args, c):
         check_vocab(x, c["vocab_size"], data.source)
         check_vocab(y, c["vocab_size"], data.source)
         logits = model(torch.from_numpy(x).to(device)).float()
-        total += F.cross_entropy(logits.reshape(-1, logits.shape[-1]), torch.from_numpy(y).to(device).reshape(-1),
-                                 reduction="sum").item()
+        total += F.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), torch.from_numpy(y).to(device).reshape(-1), reduction="sum"
+        ).item()
     tokens = windows * seq_len
-    result = {"format": FORMAT + ".eval", "version": FORMAT_VERSION, "loss": total / tokens,
-              "perplexity": math.exp(min(total / tokens, 700.0)), "tokens": tokens, "windows": windows,
-              "seq_len": seq_len, "torch_version": torch.__version__, "model_type": c["model_type"],
-              "weights": args.weights, "dtype": args.mixed_precision, "device": args.device}
+    result = {
+        "format": FORMAT + ".eval",
+        "version": FORMAT_VERSION,
+        "loss": total / tokens,
+        "perplexity": math.exp(min(total / tokens, 700.0)),
+        "tokens": tokens,
+        "windows": windows,
+        "seq_len": seq_len,
+        "torch_version": torch.__version__,
+        "model_type": c["model_type"],
+        "weights": args.weights,
+        "dtype": args.mixed_precision,
+        "device": args.device,
+    }
     text = json.dumps(result)
     print(text, flush=True)
     if args.out:
@@ -1331,8 +1435,10 @@ def training_device(args, ranks):
         if not torch.cuda.is_available():
             raise PeerError("--device cuda: this PyTorch %s has no CUDA device" % torch.__version__)
         if ranks.distributed and ranks.local_world > torch.cuda.device_count():
-            raise PeerError("%d local ranks but %d CUDA device(s): NCCL needs one GPU per rank"
-                            % (ranks.local_world, torch.cuda.device_count()))
+            raise PeerError(
+                "%d local ranks but %d CUDA device(s): NCCL needs one GPU per rank"
+                % (ranks.local_world, torch.cuda.device_count())
+            )
         torch.cuda.set_device(ranks.local_rank)
         device = torch.device("cuda", ranks.local_rank)
     else:
@@ -1374,8 +1480,9 @@ class Batches:
             self.fixed = bench_step_batch(args.seed, ranks.rank, args.batch_size, seq_len, c["vocab_size"])
         else:
             self.data = open_tokens(args, c, seq_len, total_steps * args.batch_size * ranks.world)
-            self.sampler = Sampler(self.data.num_windows(seq_len), args.batch_size, ranks.world, ranks.rank,
-                                   not args.no_shuffle, args.seed)
+            self.sampler = Sampler(
+                self.data.num_windows(seq_len), args.batch_size, ranks.world, ranks.rank, not args.no_shuffle, args.seed
+            )
 
     def at(self, step, device):
         if self.data is None:
@@ -1383,17 +1490,24 @@ class Batches:
         xs, ys = self.data.windows(self.sampler.step_windows(step), self.seq_len)
         check_vocab(xs, self.c["vocab_size"], self.data.source)
         check_vocab(ys, self.c["vocab_size"], self.data.source)
-        return (torch.from_numpy(xs).to(device, non_blocking=True),
-                torch.from_numpy(ys).to(device, non_blocking=True))
+        return (torch.from_numpy(xs).to(device, non_blocking=True), torch.from_numpy(ys).to(device, non_blocking=True))
 
     def description(self):
         """The record's "data" entry."""
         args, seq_len = self.args, self.seq_len
         if self.data is None:
-            return {"tokens": "fixed batch per rank (fsdpp bench-step's)", "num_tokens": args.batch_size * (seq_len + 1),
-                    "windows": args.batch_size, "shuffle": False}
-        return {"tokens": self.data.source, "num_tokens": self.data.num_tokens,
-                "windows": self.data.num_windows(seq_len), "shuffle": not args.no_shuffle}
+            return {
+                "tokens": "fixed batch per rank (fsdpp bench-step's)",
+                "num_tokens": args.batch_size * (seq_len + 1),
+                "windows": args.batch_size,
+                "shuffle": False,
+            }
+        return {
+            "tokens": self.data.source,
+            "num_tokens": self.data.num_tokens,
+            "windows": self.data.num_windows(seq_len),
+            "shuffle": not args.no_shuffle,
+        }
 
 
 def parallelize(args, model, device, ranks):
@@ -1411,7 +1525,11 @@ def parallelize(args, model, device, ranks):
 
         fully_shard, MixedPrecisionPolicy = fsdp2_import()
         mesh = init_device_mesh(device.type, (ranks.world,))
-        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 else MixedPrecisionPolicy()
+        mp = (
+            MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+            if bf16
+            else MixedPrecisionPolicy()
+        )
         blocks = model.blocks()
         for i, block in enumerate(blocks):
             # torchtitan: the last block stays unsharded after forward (backward needs it at once).
@@ -1426,8 +1544,11 @@ def make_adamw(args, params):
     """AdamW with weight decay on matrices only (dim >= 2), in the implementation --adam-impl names."""
     decay = [p for p in params if p.dim() >= 2]
     no_decay = [p for p in params if p.dim() < 2]
-    groups = [g for g in ({"params": decay, "weight_decay": args.weight_decay},
-                          {"params": no_decay, "weight_decay": 0.0}) if g["params"]]
+    groups = [
+        g
+        for g in ({"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0})
+        if g["params"]
+    ]
     opt_kwargs = {"lr": args.lr, "betas": (args.adam_beta1, args.adam_beta2), "eps": args.adam_eps}
     if args.adam_impl == "foreach":
         opt_kwargs["foreach"] = True
@@ -1493,12 +1614,20 @@ def run_steps(args, device, ranks, batches, train_model, params, optimizer, shar
             steps.losses.append(loss.detach())
             steps.norms.append(norm.detach())
             steps.lrs.append(lr)
-            if ranks.lead and (step == 0 or step + 1 == total_steps or
-                               (args.log_freq and (step + 1) % args.log_freq == 0)):
-                log("step %d/%d | loss%s %.4f | %.1f ms%s" % (step + 1, total_steps,
-                                                           " (rank 0)" if ranks.distributed else "",
-                                                           loss.item(), steps.step_s[-1] * 1e3,
-                                                           " (warmup)" if step < args.warmup else ""))
+            if ranks.lead and (
+                step == 0 or step + 1 == total_steps or (args.log_freq and (step + 1) % args.log_freq == 0)
+            ):
+                log(
+                    "step %d/%d | loss%s %.4f | %.1f ms%s"
+                    % (
+                        step + 1,
+                        total_steps,
+                        " (rank 0)" if ranks.distributed else "",
+                        loss.item(),
+                        steps.step_s[-1] * 1e3,
+                        " (warmup)" if step < args.warmup else "",
+                    )
+                )
     synchronize(device)
     steps.total_s = time.perf_counter() - t_start
     if profiler is not None:
@@ -1515,12 +1644,16 @@ def reduce_across_ranks(args, device, ranks, steps):
     times = torch.tensor(steps.step_s[args.warmup :] + [steps.total_s], dtype=torch.float64, device=red_device)
     loss_t = torch.stack([loss.float() for loss in steps.losses]).to(red_device, torch.float64)
     norm_t = torch.stack([n.float().to(red_device) for n in steps.norms]).to(torch.float64)
-    mem = torch.tensor([
-        torch.cuda.max_memory_allocated(device) if device.type == "cuda" else -1,
-        torch.cuda.max_memory_reserved(device) if device.type == "cuda" else -1,
-        peak_rss_bytes(),
-        (vm_hwm_bytes() or -1) if steps.rss_reset else -1,
-    ], dtype=torch.float64, device=red_device)
+    mem = torch.tensor(
+        [
+            torch.cuda.max_memory_allocated(device) if device.type == "cuda" else -1,
+            torch.cuda.max_memory_reserved(device) if device.type == "cuda" else -1,
+            peak_rss_bytes(),
+            (vm_hwm_bytes() or -1) if steps.rss_reset else -1,
+        ],
+        dtype=torch.float64,
+        device=red_device,
+    )
     mems = [mem]
     if ranks.distributed:
         dist.all_reduce(times, op=dist.ReduceOp.MAX)
@@ -1532,11 +1665,15 @@ def reduce_across_ranks(args, device, ranks, steps):
     per_rank = []
     for r, m in enumerate(mems):
         v = [int(x) for x in m.cpu().tolist()]
-        per_rank.append({"rank": r,
-                         "max_memory_allocated_bytes": v[0] if v[0] >= 0 else None,
-                         "max_memory_reserved_bytes": v[1] if v[1] >= 0 else None,
-                         "peak_rss_bytes": v[2],
-                         "peak_rss_measured_bytes": v[3] if v[3] >= 0 else None})
+        per_rank.append(
+            {
+                "rank": r,
+                "max_memory_allocated_bytes": v[0] if v[0] >= 0 else None,
+                "max_memory_reserved_bytes": v[1] if v[1] >= 0 else None,
+                "peak_rss_bytes": v[2],
+                "peak_rss_measured_bytes": v[3] if v[3] >= 0 else None,
+            }
+        )
     return [t * 1e3 for t in times[:-1]], times[-1], loss_l, norm_l, per_rank
 
 
@@ -1552,20 +1689,31 @@ def train_record(args, c, device, ranks, run):
     tokens_per_s = tokens_per_step * args.steps / total_s
     sorted_ms = sorted(step_ms)
     record = {
-        "format": FORMAT, "version": FORMAT_VERSION, "available": True,
-        "mode": args.mode, "world_size": ranks.world,
-        "torch_version": torch.__version__, "cuda_version": torch.version.cuda,
+        "format": FORMAT,
+        "version": FORMAT_VERSION,
+        "available": True,
+        "mode": args.mode,
+        "world_size": ranks.world,
+        "torch_version": torch.__version__,
+        "cuda_version": torch.version.cuda,
         "python_version": platform.python_version(),
-        "device": device.type, "device_name": device_description(device),
+        "device": device.type,
+        "device_name": device_description(device),
         "threads": torch.get_num_threads(),
         # Rank 0's main thread's CPUs (--bind-cores narrows them to its slice).
         "cpu_affinity": sorted(os.sched_getaffinity(0)),
         "backend": dist.get_backend() if ranks.distributed else None,
-        "model_type": c["model_type"], "parameters": run["parameters"], "model_config": c,
+        "model_type": c["model_type"],
+        "parameters": run["parameters"],
+        "model_config": c,
         "config": vars(args),
-        "seq_len": seq_len, "batch_size_per_rank": args.batch_size,
-        "tokens_per_step": tokens_per_step, "warmup_steps": args.warmup, "steps": args.steps,
-        "precision": run["precision"], "attention": "sdpa" if HAS_SDPA else "explicit masked softmax",
+        "seq_len": seq_len,
+        "batch_size_per_rank": args.batch_size,
+        "tokens_per_step": tokens_per_step,
+        "warmup_steps": args.warmup,
+        "steps": args.steps,
+        "precision": run["precision"],
+        "attention": "sdpa" if HAS_SDPA else "explicit masked softmax",
         "activation_checkpointing": args.activation_checkpointing,
         "tf32_matmul": bool(device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32),
         "data": run["data"],
@@ -1576,12 +1724,16 @@ def train_record(args, c, device, ranks, run):
         "total_s": total_s,
         "tokens_per_s": tokens_per_s,
         "tokens_per_s_per_rank": tokens_per_s / ranks.world,
-        "losses": loss_l[args.warmup :], "warmup_losses": loss_l[: args.warmup],
-        "grad_norms": norm_l[args.warmup :], "lrs": run["lrs"][args.warmup :],
-        "memory": {"per_rank": run["per_rank"],
-                   "note": "CUDA: peaks since the start of the measured steps; peak_rss_bytes: "
-                           "getrusage ru_maxrss of the whole process; peak_rss_measured_bytes: VmHWM "
-                           "since the start of the measured steps (reset via /proc/self/clear_refs)"},
+        "losses": loss_l[args.warmup :],
+        "warmup_losses": loss_l[: args.warmup],
+        "grad_norms": norm_l[args.warmup :],
+        "lrs": run["lrs"][args.warmup :],
+        "memory": {
+            "per_rank": run["per_rank"],
+            "note": "CUDA: peaks since the start of the measured steps; peak_rss_bytes: "
+            "getrusage ru_maxrss of the whole process; peak_rss_measured_bytes: VmHWM "
+            "since the start of the measured steps (reset via /proc/self/clear_refs)",
+        },
         "flops_per_token_estimate": fpt,
         "model_flops_per_s": tokens_per_s * fpt,
         "matmul_peak": peak,
@@ -1595,8 +1747,10 @@ def train_record(args, c, device, ranks, run):
 def report(args, record, losses):
     """One summary line on stderr; the record to --out (with one line of key numbers on
     stdout), else the record on stdout."""
-    log("%.1f tokens/s, step %.1f ms (median of %d), loss %.4f -> %.4f"
-        % (record["tokens_per_s"], record["step_ms_median"], args.steps, losses[0], losses[-1]))
+    log(
+        "%.1f tokens/s, step %.1f ms (median of %d), loss %.4f -> %.4f"
+        % (record["tokens_per_s"], record["step_ms_median"], args.steps, losses[0], losses[-1])
+    )
     if args.out:  # the record to the file, one line of key numbers to stdout
         write_atomic(args.out, (json.dumps(record, indent=1) + "\n").encode("utf-8"))
         keys = ("mode", "world_size", "tokens_per_s", "step_ms_median", "losses", "memory")
@@ -1635,18 +1789,41 @@ def run_train(args, c):
     if device.type == "cuda":
         torch.cuda.empty_cache()
     if ranks.lead:
-        log("%s %s, %d parameters, %d rank(s) on %s, %s, %d+%d steps of %d x %d tokens per rank"
-            % (args.mode, c["model_type"], params_count, ranks.world, device_description(device),
-               args.mixed_precision, args.warmup, args.steps, args.batch_size, seq_len))
+        log(
+            "%s %s, %d parameters, %d rank(s) on %s, %s, %d+%d steps of %d x %d tokens per rank"
+            % (
+                args.mode,
+                c["model_type"],
+                params_count,
+                ranks.world,
+                device_description(device),
+                args.mixed_precision,
+                args.warmup,
+                args.steps,
+                args.batch_size,
+                seq_len,
+            )
+        )
     steps = run_steps(args, device, ranks, batches, train_model, params, optimizer, sharded_group, total_steps)
 
     step_ms, total_s, losses, norms, per_rank = reduce_across_ranks(args, device, ranks, steps)
     if ranks.distributed:
         dist.barrier()
     if ranks.lead:
-        run = {"seq_len": seq_len, "peak": peak, "parameters": params_count, "matmul_parameters": matmul_params, "precision": precision,
-               "data": batches.description(), "step_ms": step_ms, "total_s": total_s, "losses": losses,
-               "norms": norms, "lrs": steps.lrs, "per_rank": per_rank}
+        run = {
+            "seq_len": seq_len,
+            "peak": peak,
+            "parameters": params_count,
+            "matmul_parameters": matmul_params,
+            "precision": precision,
+            "data": batches.description(),
+            "step_ms": step_ms,
+            "total_s": total_s,
+            "losses": losses,
+            "norms": norms,
+            "lrs": steps.lrs,
+            "per_rank": per_rank,
+        }
         report(args, train_record(args, c, device, ranks, run), losses)
     if ranks.distributed:
         # DDP's reducer and FSDP2's state must go while the process group lives: with gloo on
@@ -1666,11 +1843,26 @@ def main(argv):
             if reason:
                 print("torch_peer: fsdp2 not available: " + reason, flush=True)
                 if args.out and os.environ.get("RANK", "0") == "0":
-                    write_atomic(args.out, (json.dumps({"format": FORMAT, "version": FORMAT_VERSION, "available": False,
-                                                        "mode": "fsdp2", "reason": reason,
-                                                        "torch_version": torch.__version__}) + "\n").encode("utf-8"))
+                    write_atomic(
+                        args.out,
+                        (
+                            json.dumps(
+                                {
+                                    "format": FORMAT,
+                                    "version": FORMAT_VERSION,
+                                    "available": False,
+                                    "mode": "fsdp2",
+                                    "reason": reason,
+                                    "torch_version": torch.__version__,
+                                }
+                            )
+                            + "\n"
+                        ).encode("utf-8"),
+                    )
                 return EXIT_FSDP2_UNAVAILABLE
-        c, raw = load_model_config(args.model_config or (args.weights if os.path.isdir(args.weights) else os.path.dirname(args.weights) or "."))
+        c, raw = load_model_config(
+            args.model_config or (args.weights if os.path.isdir(args.weights) else os.path.dirname(args.weights) or ".")
+        )
         if args.export_init:
             return run_export_init(args, c, raw)
         if args.eval_loss_only:

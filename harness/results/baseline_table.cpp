@@ -91,11 +91,11 @@ std::string baseline_table(const json& doc, const BaselineTableSpec& spec) {
       if (config.contains(k) && config[k].is_number_integer()) return std::to_string(config[k].get<int64_t>());
     return std::string("?");
   };
-  out += model.name() + " (" + first_int({"n_layer", "num_hidden_layers"}) + " layers, d=" +
-         first_int({"n_embd", "hidden_size"}) + "): vocab " + std::to_string(model.vocab_size) + ", seq " + std::to_string(model.seq_len) +
-         ", " + std::to_string(model.batch_per_rank) + " sequences per rank (global batch " +
-         std::to_string(spec.world_size * model.batch_per_rank) + "), " + spec.mixed_precision + ", AdamW; " +
-         text(machine, "cpu_model") + ", " +
+  out += model.name() + " (" + first_int({"n_layer", "num_hidden_layers"}) +
+         " layers, d=" + first_int({"n_embd", "hidden_size"}) + "): vocab " + std::to_string(model.vocab_size) +
+         ", seq " + std::to_string(model.seq_len) + ", " + std::to_string(model.batch_per_rank) +
+         " sequences per rank (global batch " + std::to_string(spec.world_size * model.batch_per_rank) + "), " +
+         spec.mixed_precision + ", AdamW; " + text(machine, "cpu_model") + ", " +
          (machine.contains("cpu_cores") && machine["cpu_cores"].is_number()
               ? std::to_string(machine["cpu_cores"].get<int>())
               : std::string("?")) +
@@ -105,9 +105,10 @@ std::string baseline_table(const json& doc, const BaselineTableSpec& spec) {
               ? std::to_string(doc["cells"][0]["config"].value("repetitions", 0))
               : std::string("?")) +
          " repetitions)\n\n";
-  out += "| system | ranks x threads | tokens/s | step ms (median, IQR) | peak memory/rank (MiB) "
-         "| tokens/s vs PyTorch DDP | tokens/s vs PyTorch FSDP2 | tokens/s vs PyTorch single "
-         "| peak memory vs PyTorch DDP | peak memory vs PyTorch FSDP2 | step time vs unsharded |\n";
+  out +=
+      "| system | ranks x threads | tokens/s | step ms (median, IQR) | peak memory/rank (MiB) "
+      "| tokens/s vs PyTorch DDP | tokens/s vs PyTorch FSDP2 | tokens/s vs PyTorch single "
+      "| peak memory vs PyTorch DDP | peak memory vs PyTorch FSDP2 | step time vs unsharded |\n";
   out += "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const auto& row : rows) {
     const json* cell = find_cell(doc, row.cell.id());
@@ -132,8 +133,8 @@ std::string baseline_table(const json& doc, const BaselineTableSpec& spec) {
     auto median = metric_value(cell, "step_ms_median");
     auto iqr = metric_value(cell, "step_ms_iqr");
     auto peak = metric_value(cell, "peak_bytes_per_rank");
-    out += cell_text(tokens, "%.0f") + " | " + cell_text(median, "%.1f") + (iqr ? " (" + format("%.1f", *iqr) + ")" : "") +
-           " | " + cell_text(peak, "%.0f", 1024.0 * 1024.0) + " | " +
+    out += cell_text(tokens, "%.0f") + " | " + cell_text(median, "%.1f") +
+           (iqr ? " (" + format("%.1f", *iqr) + ")" : "") + " | " + cell_text(peak, "%.0f", 1024.0 * 1024.0) + " | " +
            ratio(tokens, metric_value(ddp, "tokens_per_s")) + " | " +
            ratio(tokens, metric_value(fsdp2, "tokens_per_s")) + " | " +
            ratio(tokens, metric_value(single, "tokens_per_s")) + " | " +

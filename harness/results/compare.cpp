@@ -6,8 +6,8 @@
 #include <cstring>
 #include <map>
 #include <set>
-#include <tuple>
 #include <stdexcept>
+#include <tuple>
 #include <utility>
 
 #include "harness/results/results_document.h"
@@ -128,8 +128,8 @@ void test_metric(const MetricSamples& base, const MetricSamples& now, const Comp
     row->note = "baseline has values <= 0: no ratio";
     return;
   }
-  const auto ci = bootstrap_median_ratio(now.values, base.values, options.ci_confidence, options.ci_resamples,
-                                         options.ci_seed);
+  const auto ci =
+      bootstrap_median_ratio(now.values, base.values, options.ci_confidence, options.ci_resamples, options.ci_seed);
   row->ratio = ci.ratio;
   row->ratio_low = ci.low;
   row->ratio_high = ci.high;
@@ -163,9 +163,12 @@ std::string number(const std::optional<double>& v) {
 std::string markdown_cell(std::string text) {
   std::string out;
   for (char c : text) {
-    if (c == '|') out += "\\|";
-    else if (c == '\n' || c == '\r') out += ' ';
-    else out += c;
+    if (c == '|')
+      out += "\\|";
+    else if (c == '\n' || c == '\r')
+      out += ' ';
+    else
+      out += c;
   }
   return out;
 }
@@ -206,7 +209,8 @@ Comparison compare_documents(const SourcedDocument& current, const std::vector<S
     const std::string other = fingerprint_of(doc.doc);
     if (other != fingerprint && !options.allow_other_machine)
       throw std::runtime_error(doc.source + ": machine fingerprint " + other + " differs from " + current.source +
-                               "'s " + fingerprint + " (timings from different machines are not comparable; "
+                               "'s " + fingerprint +
+                               " (timings from different machines are not comparable; "
                                "--allow-other-machine compares anyway)");
     comparison.baseline_sources.push_back(doc.source);
     comparison.baseline_run_ids.push_back(doc.doc.value("run_id", std::string()));
@@ -250,14 +254,20 @@ Comparison compare_documents(const SourcedDocument& current, const std::vector<S
         test_metric(base.metrics.at(name), now.metrics.at(name), options, &row);
       } else if (sides == 1) {
         row.verdict = Verdict::Missing;
-        if (!now.present) row.note = "cell not in the new document";
-        else if (!now.ok) row.note = "new document: status " + now.status + (now.reason.empty() ? "" : ": " + now.reason);
-        else row.note = "no samples in the new document";
+        if (!now.present)
+          row.note = "cell not in the new document";
+        else if (!now.ok)
+          row.note = "new document: status " + now.status + (now.reason.empty() ? "" : ": " + now.reason);
+        else
+          row.note = "no samples in the new document";
       } else {
         row.verdict = Verdict::New;
-        if (!base.present) row.note = "cell not in the baseline";
-        else if (!base.ok) row.note = "baseline: status " + base.status + (base.reason.empty() ? "" : ": " + base.reason);
-        else row.note = "no samples in the baseline";
+        if (!base.present)
+          row.note = "cell not in the baseline";
+        else if (!base.ok)
+          row.note = "baseline: status " + base.status + (base.reason.empty() ? "" : ": " + base.reason);
+        else
+          row.note = "no samples in the baseline";
       }
       rows.push_back(std::move(row));
     }
@@ -409,19 +419,22 @@ json to_json(const Comparison& comparison) {
   return {
       {"format", "fsdpp.compare"},
       {"version", 1},
-      {"new", {{"source", comparison.current.source},
-               {"run_id", comparison.current.doc.value("run_id", std::string())},
-               {"fingerprint", fingerprint_of(comparison.current.doc)}}},
-      {"baseline", {{"sources", comparison.baseline_sources},
-                    {"run_ids", comparison.baseline_run_ids},
-                    {"fingerprints", comparison.baseline_fingerprints}}},
-      {"options", {{"alpha", o.alpha},
-                   {"confirm_alpha", o.confirm_alpha},
-                   {"min_effect", o.min_effect},
-                   {"allow_other_machine", o.allow_other_machine},
-                   {"ci_confidence", o.ci_confidence},
-                   {"ci_resamples", o.ci_resamples},
-                   {"ci_seed", o.ci_seed}}},
+      {"new",
+       {{"source", comparison.current.source},
+        {"run_id", comparison.current.doc.value("run_id", std::string())},
+        {"fingerprint", fingerprint_of(comparison.current.doc)}}},
+      {"baseline",
+       {{"sources", comparison.baseline_sources},
+        {"run_ids", comparison.baseline_run_ids},
+        {"fingerprints", comparison.baseline_fingerprints}}},
+      {"options",
+       {{"alpha", o.alpha},
+        {"confirm_alpha", o.confirm_alpha},
+        {"min_effect", o.min_effect},
+        {"allow_other_machine", o.allow_other_machine},
+        {"ci_confidence", o.ci_confidence},
+        {"ci_resamples", o.ci_resamples},
+        {"ci_seed", o.ci_seed}}},
       {"summary", summary},
       {"regression", comparison.has_regression()},
       {"confirmed_by", comparison.confirmation_sources},

@@ -22,9 +22,9 @@
 namespace fsdpp::results {
 
 struct CompareOptions {
-  double alpha = 0.01;       // Mann-Whitney two-sided significance level
-  double min_effect = 0.05;  // smallest relative move of the median that counts (0.05 = 5%)
-  double confirm_alpha = 0.1;  // a rerun's level when it confirms a regression (--confirm)
+  double alpha = 0.01;               // Mann-Whitney two-sided significance level
+  double min_effect = 0.05;          // smallest relative move of the median that counts (0.05 = 5%)
+  double confirm_alpha = 0.1;        // a rerun's level when it confirms a regression (--confirm)
   bool allow_other_machine = false;  // compare across machine fingerprints anyway
   double ci_confidence = 0.95;       // bootstrap CI of the median ratio (reported, not gated)
   int ci_resamples = 2000;
@@ -43,12 +43,12 @@ struct SourcedDocument {
 // One metric of one cell. Medians, ratio, CI and p are absent where a side has no samples.
 struct MetricComparison {
   std::string cell_id, system, metric, unit;
-  std::string better;                  // "lower", "higher" or "none" (never a regression)
-  size_t baseline_n = 0, new_n = 0;    // finite raw samples on each side
+  std::string better;                // "lower", "higher" or "none" (never a regression)
+  size_t baseline_n = 0, new_n = 0;  // finite raw samples on each side
   std::optional<double> baseline_median, new_median;
-  std::optional<double> ratio;         // new median / baseline median
+  std::optional<double> ratio;                  // new median / baseline median
   std::optional<double> ratio_low, ratio_high;  // bootstrap CI of that ratio
-  std::optional<double> p;             // Mann-Whitney two-sided
+  std::optional<double> p;                      // Mann-Whitney two-sided
   bool p_exact = false;
   // How far the baseline's own runs (documents) sit apart: the largest |run median /
   // median of the run medians - 1|, the farthest run left out when there are 4 or more;
@@ -60,11 +60,11 @@ struct MetricComparison {
   // where no ratio was computed.
   std::optional<double> min_effect_applied;
   Verdict verdict = Verdict::Unchanged;
-  std::string note;                    // why a metric is missing, or empty
+  std::string note;  // why a metric is missing, or empty
 };
 
 struct Comparison {
-  SourcedDocument current;             // the new document
+  SourcedDocument current;  // the new document
   std::vector<std::string> baseline_sources;
   std::vector<std::string> baseline_run_ids;
   std::vector<std::string> baseline_fingerprints;
@@ -102,8 +102,8 @@ std::string regressed_cells_filter(const Comparison& comparison);
 // first, leaving out a document with current's run_id (current may already be appended).
 // Sources read "<history_dir>/<fingerprint>/<run_id>.json". Throws std::runtime_error
 // naming history_dir when no such document exists.
-std::vector<SourcedDocument> history_baseline(const std::filesystem::path& history_dir,
-                                              const nlohmann::json& current, size_t window);
+std::vector<SourcedDocument> history_baseline(const std::filesystem::path& history_dir, const nlohmann::json& current,
+                                              size_t window);
 
 // A Markdown summary line and table: cell, metric, baseline median, new median, ratio
 // (with its CI), p, verdict; rows in Comparison order.

@@ -93,8 +93,10 @@ Axis nice_axis(double lo, double hi) {
 
 std::string tick_text(double v, double step) {
   const char* suffix = "";
-  if (step >= 1e6) v /= 1e6, step /= 1e6, suffix = "M";
-  else if (step >= 1e3) v /= 1e3, step /= 1e3, suffix = "k";
+  if (step >= 1e6)
+    v /= 1e6, step /= 1e6, suffix = "M";
+  else if (step >= 1e3)
+    v /= 1e3, step /= 1e3, suffix = "k";
   const int decimals = step >= 1 ? 0 : static_cast<int>(std::ceil(-std::log10(step) - 1e-9));
   if (std::fabs(v) < step * 1e-9) v = 0;  // no "-0"
   return format("%.*f%s", decimals, v, suffix);
@@ -149,8 +151,10 @@ std::string trend_chart(const std::string& title, const std::string& unit, const
   std::vector<size_t> labelled;
   for (size_t i = 0; i < n; i += label_every) labelled.push_back(i);
   if (labelled.back() != n - 1) {
-    if (n - 1 - labelled.back() < (label_every + 1) / 2) labelled.back() = n - 1;  // too close: move it
-    else labelled.push_back(n - 1);
+    if (n - 1 - labelled.back() < (label_every + 1) / 2)
+      labelled.back() = n - 1;  // too close: move it
+    else
+      labelled.push_back(n - 1);
   }
   for (size_t i : labelled) {
     const double x = x_of(i);
@@ -160,7 +164,8 @@ std::string trend_chart(const std::string& title, const std::string& unit, const
   }
   // axes and their titles
   svg += format("<line class=\"axis\" x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\"/>", ml, mt, ml, mt + ph);
-  svg += format("<line class=\"axis\" x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\"/>", ml, mt + ph, ml + pw, mt + ph);
+  svg +=
+      format("<line class=\"axis\" x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\"/>", ml, mt + ph, ml + pw, mt + ph);
   svg += format("<text class=\"axis-title\" transform=\"translate(14 %.0f) rotate(-90)\" text-anchor=\"middle\">",
                 mt + ph / 2) +
          e(unit) + "</text>";
@@ -210,7 +215,8 @@ CellKey key_of(const json& cell) { return {cell.value("id", std::string()), cell
 // size and batch per rank, pytorch_single the same global batch (one process trains all of it).
 const json* peer_of(const json& doc, const json& cell, const std::string& system) {
   const auto& config = cell.value("config", json::object());
-  std::vector<const char*> fields = {"model_type", "model_size", "mixed_precision", "activation_checkpointing", "device"};
+  std::vector<const char*> fields = {"model_type", "model_size", "mixed_precision", "activation_checkpointing",
+                                     "device"};
   if (system == "pytorch_ddp" || system == "pytorch_fsdp2") {
     if (config.value("strategy", std::string()) == "unsharded") return nullptr;  // its peer is pytorch_single
     fields.insert(fields.end(), {"world_size", "batch_per_rank"});
@@ -319,31 +325,33 @@ std::string render_dashboard(const std::vector<SourcedDocument>& history, const 
     return it == verdicts.end() ? nullptr : it->second;
   };
 
-  std::string html = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-                     "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-                     "<meta name=\"color-scheme\" content=\"light\"><link rel=\"icon\" href=\"data:,\">";
-  html += "<title>fsdpp results: " + e(str(machine, "hostname")) + "</title><style>" + kStyle + "</style></head><body>\n";
+  std::string html =
+      "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+      "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+      "<meta name=\"color-scheme\" content=\"light\"><link rel=\"icon\" href=\"data:,\">";
+  html +=
+      "<title>fsdpp results: " + e(str(machine, "hostname")) + "</title><style>" + kStyle + "</style></head><body>\n";
   html += "<h1>fsdpp benchmark results</h1>\n";
-  html += "<p class=\"meta\">Machine <code>" + e(str(machine, "fingerprint")) + "</code>: " + e(str(machine, "hostname")) +
-          ", " + e(str(machine, "cpu_model")) + " (" + e(str(machine, "cpu_cores")) + " cores), GPU " +
+  html += "<p class=\"meta\">Machine <code>" + e(str(machine, "fingerprint")) +
+          "</code>: " + e(str(machine, "hostname")) + ", " + e(str(machine, "cpu_model")) + " (" +
+          e(str(machine, "cpu_cores")) + " cores), GPU " +
           e(str(machine, "gpu_model").empty() ? "none" : str(machine, "gpu_model")) + ", LibTorch " +
           e(str(machine, "libtorch")) + ", " + e(str(machine, "compiler")) + "</p>\n";
   std::string command;
   for (const auto& arg : latest.value("command", json::array()))
     command += (command.empty() ? "" : " ") + (arg.is_string() ? arg.get<std::string>() : arg.dump());
-  html += "<p class=\"meta\">Latest run <code>" + e(str(latest, "run_id")) + "</code> at " + e(str(latest, "timestamp")) +
-          ", commit <code>" + e(str(latest.value("git", json::object()), "commit")) + "</code>" +
-          (latest.value("git", json::object()).value("dirty", json()) == json(true) ? " (dirty)" : "") + ", preset " +
-          e(str(latest, "preset").empty() ? "none" : str(latest, "preset")) + ": <code>" + e(command) + "</code>; " +
-          std::to_string(history.size()) + " document(s) in the history.</p>\n";
+  html += "<p class=\"meta\">Latest run <code>" + e(str(latest, "run_id")) + "</code> at " +
+          e(str(latest, "timestamp")) + ", commit <code>" + e(str(latest.value("git", json::object()), "commit")) +
+          "</code>" + (latest.value("git", json::object()).value("dirty", json()) == json(true) ? " (dirty)" : "") +
+          ", preset " + e(str(latest, "preset").empty() ? "none" : str(latest, "preset")) + ": <code>" + e(command) +
+          "</code>; " + std::to_string(history.size()) + " document(s) in the history.</p>\n";
 
   // Summary against the baseline.
   if (comparison != nullptr) {
     const size_t regressions = comparison->count(Verdict::Regression);
     html += std::string("<p class=\"summary") + (regressions ? " has-regression" : "") + "\">" +
-            std::to_string(regressions) + " regression(s), " +
-            std::to_string(comparison->count(Verdict::Improvement)) + " improvement(s), " +
-            std::to_string(comparison->count(Verdict::Missing)) + " missing, " +
+            std::to_string(regressions) + " regression(s), " + std::to_string(comparison->count(Verdict::Improvement)) +
+            " improvement(s), " + std::to_string(comparison->count(Verdict::Missing)) + " missing, " +
             std::to_string(comparison->count(Verdict::New)) + " new against " +
             std::to_string(comparison->baseline_sources.size()) + " baseline document(s)" +
             format(" (regression: Mann-Whitney p &lt; %g and the median %g%% or more worse)", comparison->options.alpha,
@@ -354,13 +362,15 @@ std::string render_dashboard(const std::vector<SourcedDocument>& history, const 
   }
 
   // The latest matrix.
-  html += "<h2>Latest matrix</h2>\n<p class=\"meta\"><label><input type=\"checkbox\" id=\"only-problems\"> show only "
-          "regressions, improvements and problems</label></p>\n";
-  html += "<table id=\"matrix\"><thead><tr><th>cell</th><th>system</th><th>ranks</th><th>dtype</th><th>status</th>"
-          "<th>step ms<br>(median)</th><th>tokens/s<br>(median)</th><th>step ms<br>vs baseline</th>"
-          "<th>tokens/s<br>vs baseline</th><th>tokens/s vs<br>pytorch_ddp</th><th>tokens/s vs<br>pytorch_single</th>"
-          "<th>tokens/s vs<br>pytorch_fsdp2</th></tr>"
-          "</thead><tbody>\n";
+  html +=
+      "<h2>Latest matrix</h2>\n<p class=\"meta\"><label><input type=\"checkbox\" id=\"only-problems\"> show only "
+      "regressions, improvements and problems</label></p>\n";
+  html +=
+      "<table id=\"matrix\"><thead><tr><th>cell</th><th>system</th><th>ranks</th><th>dtype</th><th>status</th>"
+      "<th>step ms<br>(median)</th><th>tokens/s<br>(median)</th><th>step ms<br>vs baseline</th>"
+      "<th>tokens/s<br>vs baseline</th><th>tokens/s vs<br>pytorch_ddp</th><th>tokens/s vs<br>pytorch_single</th>"
+      "<th>tokens/s vs<br>pytorch_fsdp2</th></tr>"
+      "</thead><tbody>\n";
   std::set<CellKey> in_latest;
   for (const auto& cell : cells_of(latest)) {
     const CellKey key = key_of(cell);
@@ -374,36 +384,43 @@ std::string render_dashboard(const std::vector<SourcedDocument>& history, const 
       for (const auto& row : comparison->rows)
         if (row.cell_id == key.first && row.system == key.second) seen.insert(row.verdict);
     std::string row_class = "ok";
-    if (seen.count(Verdict::Regression)) row_class = "regression";
-    else if (status != "ok") row_class = status;
-    else if (seen.count(Verdict::Missing)) row_class = "missing";
-    else if (seen.count(Verdict::Improvement)) row_class = "improvement";
+    if (seen.count(Verdict::Regression))
+      row_class = "regression";
+    else if (status != "ok")
+      row_class = status;
+    else if (seen.count(Verdict::Missing))
+      row_class = "missing";
+    else if (seen.count(Verdict::Improvement))
+      row_class = "improvement";
     const auto& config = cell.value("config", json::object());
     std::string status_text = e(status);
     if (!cell.value("reason", std::string()).empty())
       status_text = "<span title=\"" + e(cell.value("reason", std::string())) + "\">" + status_text + "</span>";
     html += "<tr class=\"" + e(row_class) + "\"><td class=\"id\">" + e(key.first) + "</td><td>" + e(key.second) +
             "</td><td class=\"num\">" + e(str(config, "world_size")) + "</td><td>" + e(str(config, "mixed_precision")) +
-            "</td><td>" + status_text + "</td><td class=\"num\">" + value_text(cell_value(cell, "step_ms", "step_ms_median")) +
-            "</td><td class=\"num\">" + value_text(cell_value(cell, "tokens_per_s", "tokens_per_s")) + "</td>" +
-            ratio_cell(step) + ratio_cell(tokens) + peer_cell(latest, cell, "pytorch_ddp") +
-            peer_cell(latest, cell, "pytorch_single") + peer_cell(latest, cell, "pytorch_fsdp2") + "</tr>\n";
+            "</td><td>" + status_text + "</td><td class=\"num\">" +
+            value_text(cell_value(cell, "step_ms", "step_ms_median")) + "</td><td class=\"num\">" +
+            value_text(cell_value(cell, "tokens_per_s", "tokens_per_s")) + "</td>" + ratio_cell(step) +
+            ratio_cell(tokens) + peer_cell(latest, cell, "pytorch_ddp") + peer_cell(latest, cell, "pytorch_single") +
+            peer_cell(latest, cell, "pytorch_fsdp2") + "</tr>\n";
   }
   html += "</tbody></table>\n";
 
   // Every compared metric, as the gate sees it.
   if (comparison != nullptr) {
-    html += "<details><summary>All compared metrics (" + std::to_string(comparison->rows.size()) +
-            ", regressions first)</summary>\n<table id=\"compare\"><thead><tr><th>cell</th><th>system</th><th>metric</th>"
-            "<th>baseline median</th><th>new median</th><th>ratio</th><th>p</th><th>verdict</th></tr></thead><tbody>\n";
+    html +=
+        "<details><summary>All compared metrics (" + std::to_string(comparison->rows.size()) +
+        ", regressions first)</summary>\n<table id=\"compare\"><thead><tr><th>cell</th><th>system</th><th>metric</th>"
+        "<th>baseline median</th><th>new median</th><th>ratio</th><th>p</th><th>verdict</th></tr></thead><tbody>\n";
     for (const auto& row : comparison->rows) {
       const std::string verdict = to_string(row.verdict);
-      html += "<tr class=\"" + std::string(row.verdict == Verdict::Unchanged ? "ok" : verdict) + "\"><td class=\"id\">" +
-              e(row.cell_id) + "</td><td>" + e(row.system) + "</td><td>" + e(row.metric) + " [" + e(row.unit) +
-              "]</td><td class=\"num\">" + value_text(row.baseline_median) + "</td><td class=\"num\">" +
-              value_text(row.new_median) + "</td>" + ratio_cell(&row) + "<td class=\"num\">" +
-              (row.p ? format("%.3g", *row.p) : std::string("&ndash;")) + "</td><td class=\"verdict-" + verdict + "\">" +
-              e(verdict) + (row.note.empty() ? "" : " (" + e(row.note) + ")") + "</td></tr>\n";
+      html += "<tr class=\"" + std::string(row.verdict == Verdict::Unchanged ? "ok" : verdict) +
+              "\"><td class=\"id\">" + e(row.cell_id) + "</td><td>" + e(row.system) + "</td><td>" + e(row.metric) +
+              " [" + e(row.unit) + "]</td><td class=\"num\">" + value_text(row.baseline_median) +
+              "</td><td class=\"num\">" + value_text(row.new_median) + "</td>" + ratio_cell(&row) +
+              "<td class=\"num\">" + (row.p ? format("%.3g", *row.p) : std::string("&ndash;")) +
+              "</td><td class=\"verdict-" + verdict + "\">" + e(verdict) +
+              (row.note.empty() ? "" : " (" + e(row.note) + ")") + "</td></tr>\n";
     }
     html += "</tbody></table></details>\n";
   }
@@ -432,17 +449,19 @@ std::string render_dashboard(const std::vector<SourcedDocument>& history, const 
     html += "<section class=\"cell-trend\"><h3>" + e(key.first) + " <span class=\"meta\">(" + e(key.second) +
             (in_latest.count(key) ? "" : ", not in the latest run") + ")</span></h3><div class=\"trends\">" +
             trend_chart("tokens/s (median)", "tokens/s", tokens, kTokensChartStroke, regressed("tokens_per_s")) +
-            trend_chart("step time (median)", "ms", step, kStepChartStroke, regressed("step_ms")) + "</div></section>\n";
+            trend_chart("step time (median)", "ms", step, kStepChartStroke, regressed("step_ms")) +
+            "</div></section>\n";
   }
 
   // The documents.
-  html += "<h2>History</h2>\n<table id=\"history\"><thead><tr><th>run</th><th>timestamp</th><th>commit</th><th>preset"
-          "</th><th>cells</th></tr></thead><tbody>\n";
+  html +=
+      "<h2>History</h2>\n<table id=\"history\"><thead><tr><th>run</th><th>timestamp</th><th>commit</th><th>preset"
+      "</th><th>cells</th></tr></thead><tbody>\n";
   for (auto it = history.rbegin(); it != history.rend(); ++it)
     html += "<tr><td class=\"id\">" + e(str(it->doc, "run_id")) + "</td><td>" + e(str(it->doc, "timestamp")) +
             "</td><td class=\"id\">" + e(str(it->doc.value("git", json::object()), "commit")) + "</td><td>" +
-            e(str(it->doc, "preset")) + "</td><td class=\"num\">" +
-            std::to_string(cells_of(it->doc).size()) + "</td></tr>\n";
+            e(str(it->doc, "preset")) + "</td><td class=\"num\">" + std::to_string(cells_of(it->doc).size()) +
+            "</td></tr>\n";
   html += "</tbody></table>\n";
   html += std::string("<script>") + kScript + "</script>\n</body></html>\n";
   return html;
@@ -466,11 +485,13 @@ std::string build_dashboard(const DashboardOptions& options) {
       auto candidate = load_history(dir, path.filename().string());
       if (candidate.empty()) continue;
       const std::string stamp = str(candidate.back(), "timestamp") + str(candidate.back(), "run_id");
-      if (docs.empty() || stamp > newest) newest = stamp, docs = std::move(candidate), machine = path.filename().string();
+      if (docs.empty() || stamp > newest)
+        newest = stamp, docs = std::move(candidate), machine = path.filename().string();
     }
   }
   if (docs.empty())
-    throw std::runtime_error(dir.string() + ": no history documents" + (machine.empty() ? "" : " for machine " + machine));
+    throw std::runtime_error(dir.string() + ": no history documents" +
+                             (machine.empty() ? "" : " for machine " + machine));
 
   std::vector<SourcedDocument> history;
   for (auto& doc : docs) {

@@ -28,9 +28,9 @@ constexpr const char* kStepChartStroke = "#e07b00";
 constexpr const char* kChartPlotFill = "#f3f6fb";
 
 struct DashboardOptions {
-  std::filesystem::path history_dir;     // <dir>/<fingerprint>/<run_id>.json (append_to_history)
-  std::string machine;                   // fingerprint; empty: the machine with the newest document
-  std::filesystem::path baseline_file;   // empty: the `window` documents before the latest
+  std::filesystem::path history_dir;    // <dir>/<fingerprint>/<run_id>.json (append_to_history)
+  std::string machine;                  // fingerprint; empty: the machine with the newest document
+  std::filesystem::path baseline_file;  // empty: the `window` documents before the latest
   size_t window = 5;
   CompareOptions compare;
 };

@@ -14,12 +14,12 @@ using nlohmann::json;
 
 // One compiled (sub)schema. Children point into JsonSchema::nodes_, which owns them all.
 struct JsonSchema::Node {
-  std::string path;                  // "#/$defs/cell", for compile errors and messages
-  std::optional<bool> boolean;       // the schema was `true` or `false`
+  std::string path;             // "#/$defs/cell", for compile errors and messages
+  std::optional<bool> boolean;  // the schema was `true` or `false`
   std::string description;
   std::vector<std::string> types;
   std::optional<json> const_value;
-  std::optional<json> enum_values;   // an array
+  std::optional<json> enum_values;  // an array
   std::vector<std::string> required;
   std::vector<std::pair<std::string, const Node*>> properties;
   const Node* additional_properties = nullptr;
@@ -89,8 +89,8 @@ std::string join_quoted(const json& values) {
 }
 
 size_t utf8_length(const std::string& text) {
-  return static_cast<size_t>(std::count_if(text.begin(), text.end(),
-                                           [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
+  return static_cast<size_t>(
+      std::count_if(text.begin(), text.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
 }
 
 }  // namespace
@@ -98,9 +98,12 @@ size_t utf8_length(const std::string& text) {
 std::string json_pointer_token(const std::string& token) {
   std::string out;
   for (char c : token) {
-    if (c == '~') out += "~0";
-    else if (c == '/') out += "~1";
-    else out += c;
+    if (c == '~')
+      out += "~0";
+    else if (c == '/')
+      out += "~1";
+    else
+      out += c;
   }
   return out;
 }
@@ -110,10 +113,30 @@ std::string SchemaViolation::to_string() const {
 }
 
 const std::vector<std::string>& JsonSchema::supported_keywords() {
-  static const std::vector<std::string> keywords = {
-      "$schema", "$id", "$comment", "title", "description", "$defs", "$ref", "type", "enum", "const",
-      "required", "properties", "additionalProperties", "items", "minItems", "maxItems", "minimum",
-      "maximum", "minLength", "pattern", "allOf", "if", "then", "else"};
+  static const std::vector<std::string> keywords = {"$schema",
+                                                    "$id",
+                                                    "$comment",
+                                                    "title",
+                                                    "description",
+                                                    "$defs",
+                                                    "$ref",
+                                                    "type",
+                                                    "enum",
+                                                    "const",
+                                                    "required",
+                                                    "properties",
+                                                    "additionalProperties",
+                                                    "items",
+                                                    "minItems",
+                                                    "maxItems",
+                                                    "minimum",
+                                                    "maximum",
+                                                    "minLength",
+                                                    "pattern",
+                                                    "allOf",
+                                                    "if",
+                                                    "then",
+                                                    "else"};
   return keywords;
 }
 
@@ -170,7 +193,8 @@ struct JsonSchema::Compiler {
     for (const auto& [key, value] : schema.items()) {
       const std::string at = path + "/" + json_pointer_token(key);
       if (std::find(known.begin(), known.end(), key) == known.end())
-        fail(at, "unsupported keyword \"" + key + "\" (this validator supports only: " + join_quoted(json(known)) + ")");
+        fail(at,
+             "unsupported keyword \"" + key + "\" (this validator supports only: " + join_quoted(json(known)) + ")");
       if (key == "$schema" || key == "$id" || key == "$comment" || key == "title" || key == "description") {
         if (!value.is_string()) fail(at, "expected a string");
         // Below the root, $id starts an embedded resource whose "#" is itself (Core 2020-12,
@@ -183,8 +207,9 @@ struct JsonSchema::Compiler {
       } else if (key == "$ref") {
         const std::string ref = value.is_string() ? value.get<std::string>() : "";
         if (ref != "#" && ref.rfind("#/", 0) != 0)
-          fail(at, "expected a JSON pointer into this document (\"#\", \"#/$defs/name\"); other documents, "
-                   "anchors and relative references are not supported");
+          fail(at,
+               "expected a JSON pointer into this document (\"#\", \"#/$defs/name\"); other documents, "
+               "anchors and relative references are not supported");
         node.ref = percent_decoded(ref, at);
       } else if (key == "type") {
         json names = value.is_array() ? value : json::array({value});
@@ -235,7 +260,8 @@ struct JsonSchema::Compiler {
         }
       } else if (key == "allOf") {
         if (!value.is_array() || value.empty()) fail(at, "expected a non-empty array of schemas");
-        for (size_t i = 0; i < value.size(); ++i) node.all_of.push_back(compile(value[i], at + "/" + std::to_string(i)));
+        for (size_t i = 0; i < value.size(); ++i)
+          node.all_of.push_back(compile(value[i], at + "/" + std::to_string(i)));
       } else if (key == "if") {
         node.if_schema = compile(value, at);
       } else if (key == "then") {

@@ -28,8 +28,8 @@ namespace fsdpp::results {
 
 // Where an instance breaks its schema and what was expected there.
 struct SchemaViolation {
-  std::string pointer;   // JSON pointer into the instance ("" is the whole document)
-  std::string message;   // e.g. `expected one of "ok", "failed", got "done"`
+  std::string pointer;  // JSON pointer into the instance ("" is the whole document)
+  std::string message;  // e.g. `expected one of "ok", "failed", got "done"`
   // "<pointer or (document)>: <message>"
   std::string to_string() const;
 };

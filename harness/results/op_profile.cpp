@@ -161,12 +161,14 @@ std::string profile_table(const std::vector<OpProfile>& profiles, const std::str
   out += table_head(category, n, "ms/step (calls)");
   for (const auto& name : names) {
     std::vector<std::string> shown;
-    for (size_t i = 0; i < n; ++i) shown.push_back(format("%.3f", ms[name][i]) + " (" + format("%.0f", calls[name][i]) + ")");
+    for (size_t i = 0; i < n; ++i)
+      shown.push_back(format("%.3f", ms[name][i]) + " (" + format("%.0f", calls[name][i]) + ")");
     out += table_row(cell_text(name), shown, ms[name]);
   }
   out += "\n";
   for (size_t i = 0; i < n; ++i)
-    out += "[" + std::to_string(i + 1) + "] " + profiles[i].source + ": " + std::to_string(profiles[i].steps) + " steps\n";
+    out +=
+        "[" + std::to_string(i + 1) + "] " + profiles[i].source + ": " + std::to_string(profiles[i].steps) + " steps\n";
   return out;
 }
 

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/utsname.h>
+#include <torch/version.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -24,8 +25,6 @@
 #include <stdexcept>
 #include <thread>
 #include <tuple>
-
-#include <torch/version.h>
 
 #include "core/checkpoint/sha256.h"
 #include "core/io/atomic_file.h"
@@ -111,9 +110,8 @@ std::string random_hex8() {
 }
 
 bool is_lower_hex(const std::string& text) {
-  return !text.empty() && std::all_of(text.begin(), text.end(), [](char c) {
-    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
-  });
+  return !text.empty() &&
+         std::all_of(text.begin(), text.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
 }
 
 // ---- the machine ------------------------------------------------------------------------
@@ -222,9 +220,12 @@ json git_info() {
   std::transform(hash.begin(), hash.end(), hash.begin(), [](unsigned char c) { return std::tolower(c); });
   git["commit"] = hash.size() >= 7 && hash.size() <= 40 && is_lower_hex(hash) ? hash : source_tree_commit();
   const char* dirty = std::getenv("FSDPP_DIRTY");
-  if (dirty && std::string(dirty) == "1") git["dirty"] = true;
-  else if (dirty && std::string(dirty) == "0") git["dirty"] = false;
-  else git["dirty"] = nullptr;
+  if (dirty && std::string(dirty) == "1")
+    git["dirty"] = true;
+  else if (dirty && std::string(dirty) == "0")
+    git["dirty"] = false;
+  else
+    git["dirty"] = nullptr;
   return git;
 }
 
@@ -255,13 +256,15 @@ json metric(const json& value, const char* unit, const char* better) {
 }
 
 // Adds metrics[name] from record[key] when the record has it.
-void add_metric(json& metrics, const std::string& name, const json& record, const std::string& key,
-                const char* unit, const char* better) {
+void add_metric(json& metrics, const std::string& name, const json& record, const std::string& key, const char* unit,
+                const char* better) {
   if (record.is_object() && record.contains(key)) metrics[name] = metric(record.at(key), unit, better);
 }
 
 json migrate_machine_v0(const json& v0) {
-  auto text_or_null = [&](const char* key) { return v0.contains(key) && v0[key].is_string() ? v0[key] : json(nullptr); };
+  auto text_or_null = [&](const char* key) {
+    return v0.contains(key) && v0[key].is_string() ? v0[key] : json(nullptr);
+  };
   json machine;
   machine["hostname"] = nullptr;  // version 0 did not record it
   machine["os"] = text_or_null("os");
@@ -302,7 +305,8 @@ json step_samples(const json& record, const V0Reader& v0, const std::string& poi
   json samples;
   samples["step_ms"] = {{"unit", "ms"}, {"better", "lower"}, {"values", v0.need(record, "step_ms", pointer)}};
   if (record.contains("tokens_per_s"))  // version 0 ran one repetition: one value
-    samples["tokens_per_s"] = {{"unit", "tokens/s"}, {"better", "higher"}, {"values", json::array({record["tokens_per_s"]})}};
+    samples["tokens_per_s"] = {
+        {"unit", "tokens/s"}, {"better", "higher"}, {"values", json::array({record["tokens_per_s"]})}};
   return samples;
 }
 
@@ -318,8 +322,8 @@ std::vector<json> migrate_cell_v0(const json& cell, const std::string& pointer, 
   config["model_size"] = v0.get<std::string>(v0_config, "model_size", at);
   // Version 0's fsdpp records counted a tied embedding twice (results/README.md); the
   // PyTorch record's count is right, so it wins when the cell has one.
-  config["parameters"] = peer.is_object() && peer.contains("parameters") ? peer["parameters"]
-                                                                         : ours.value("parameters", json(nullptr));
+  config["parameters"] =
+      peer.is_object() && peer.contains("parameters") ? peer["parameters"] : ours.value("parameters", json(nullptr));
   config["vocab_size"] = v0.get<int64_t>(v0_config, "vocab_size", at);
   config["seq_len"] = v0.get<int64_t>(v0_config, "seq_len", at);
   const auto batch = v0.get<int64_t>(v0_config, "batch_size_per_rank", at);
@@ -327,7 +331,7 @@ std::vector<json> migrate_cell_v0(const json& cell, const std::string& pointer, 
   int64_t global_batch = 0;
   if (__builtin_mul_overflow(batch, world, &global_batch))
     fail(v0.source, at + ": batch_size_per_rank " + std::to_string(batch) + " x world_size " + std::to_string(world) +
-                         " overflows (expected a global batch below 2^63)");
+                        " overflows (expected a global batch below 2^63)");
   config["batch_per_rank"] = batch;
   config["global_batch"] = global_batch;
   config["world_size"] = world;
@@ -344,7 +348,9 @@ std::vector<json> migrate_cell_v0(const json& cell, const std::string& pointer, 
   config["threads_per_rank"] = nullptr;
 
   json fsdpp_cell = {{"id", cell_id(config, "fsdp-" + config["strategy"].get<std::string>())},
-                     {"system", "fsdpp"}, {"config", config}, {"status", "ok"}};
+                     {"system", "fsdpp"},
+                     {"config", config},
+                     {"status", "ok"}};
   fsdpp_cell["samples"] = step_samples(ours, v0, pointer + "/fsdpp");
   json& metrics = fsdpp_cell["metrics"] = json::object();
   add_metric(metrics, "step_ms_median", ours, "step_ms_median", "ms", "lower");
@@ -370,8 +376,11 @@ std::vector<json> migrate_cell_v0(const json& cell, const std::string& pointer, 
   peer_config["strategy"] = "fsdp2";
   if (peer.is_object() && peer.contains("threads") && peer["threads"].is_number_integer())
     peer_config["threads_per_rank"] = peer["threads"];
-  json peer_cell = {{"id", cell_id(config, "pytorch_fsdp2")}, {"system", "pytorch_fsdp2"}, {"config", peer_config},
-                    {"samples", json::object()}, {"metrics", json::object()}};
+  json peer_cell = {{"id", cell_id(config, "pytorch_fsdp2")},
+                    {"system", "pytorch_fsdp2"},
+                    {"config", peer_config},
+                    {"samples", json::object()},
+                    {"metrics", json::object()}};
   if (!peer.is_object()) {
     peer_cell["status"] = "unavailable";
     peer_cell["reason"] = "the version 0 document has no PyTorch FSDP2 record for this cell";
@@ -406,8 +415,7 @@ json migrate_v0(const json& doc, const std::string& source) {
   // Version 0 ids are UUIDs; their first 8 hex digits keep the two ids recognisably related.
   const json old_run_id = doc.value("run_id", json(nullptr));
   std::string run_hex = old_run_id.is_string() ? old_run_id.get<std::string>().substr(0, 8) : "";
-  if (run_hex.size() != 8 || !is_lower_hex(run_hex))
-    run_hex = checkpoint::sha256_hex(old_run_id.dump()).substr(0, 8);
+  if (run_hex.size() != 8 || !is_lower_hex(run_hex)) run_hex = checkpoint::sha256_hex(old_run_id.dump()).substr(0, 8);
   out["run_id"] = utc_time(*when, true) + "-" + run_hex;
   out["migrated_from"] = {{"schema_version", 0}, {"run_id", old_run_id.is_string() ? old_run_id : json(nullptr)}};
 
@@ -448,8 +456,10 @@ nlohmann::json parse_json_lenient(std::string_view text, const std::string& sour
     const char c = text[i];
     if (in_string) {
       cleaned += c;
-      if (c == '\\' && i + 1 < text.size()) cleaned += text[++i];
-      else if (c == '"') in_string = false;
+      if (c == '\\' && i + 1 < text.size())
+        cleaned += text[++i];
+      else if (c == '"')
+        in_string = false;
       ++i;
       continue;
     }

@@ -58,16 +58,14 @@ std::string machine_fingerprint(const nlohmann::json& machine);
 // Stores `doc` (validated) as <history_dir>/<machine.fingerprint>/<run_id>.json, written
 // atomically. Returns that path. Throws std::runtime_error if it exists already: history
 // is append-only.
-std::filesystem::path append_to_history(const std::filesystem::path& history_dir,
-                                        const nlohmann::json& doc);
+std::filesystem::path append_to_history(const std::filesystem::path& history_dir, const nlohmann::json& doc);
 
 // Every *.json under <history_dir>/<fingerprint>/, loaded (migrated, validated), oldest
 // first by timestamp (run_id breaks ties). Empty when the directory does not exist.
 // Throws std::invalid_argument unless `fingerprint` is 16 hex digits, and
 // std::runtime_error naming the file for a document that does not load or whose
 // fingerprint is not its folder's.
-std::vector<nlohmann::json> load_history(const std::filesystem::path& history_dir,
-                                         const std::string& fingerprint);
+std::vector<nlohmann::json> load_history(const std::filesystem::path& history_dir, const std::string& fingerprint);
 
 // A fresh document with no cells: format, schema_version, run_id (UTC timestamp + 8 random
 // hex), timestamp, git, command, machine (machine_info()), preset (null when `preset` is

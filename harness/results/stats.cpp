@@ -122,7 +122,8 @@ MannWhitneyResult mann_whitney_u(const std::vector<double>& x, const std::vector
   pooled.insert(pooled.end(), y.begin(), y.end());
   std::vector<int64_t> tie_sizes;
   const std::vector<int64_t> ranks = doubled_midranks(pooled, &tie_sizes);
-  const int64_t doubled_rx = std::accumulate(ranks.begin(), ranks.begin() + static_cast<std::ptrdiff_t>(nx), int64_t{0});
+  const int64_t doubled_rx =
+      std::accumulate(ranks.begin(), ranks.begin() + static_cast<std::ptrdiff_t>(nx), int64_t{0});
 
   MannWhitneyResult result;
   result.u_x = static_cast<double>(doubled_rx) / 2 - static_cast<double>(nx * (nx + 1)) / 2;
@@ -165,14 +166,13 @@ RatioInterval bootstrap_median_ratio(const std::vector<double>& numerator, const
   require_sample(denominator, "bootstrap_median_ratio (denominator)");
   for (double v : denominator)
     if (!(v > 0)) throw std::invalid_argument("bootstrap_median_ratio: denominator values must be > 0");
-  if (!(confidence > 0 && confidence < 1)) throw std::invalid_argument("bootstrap_median_ratio: confidence must be in (0, 1)");
+  if (!(confidence > 0 && confidence < 1))
+    throw std::invalid_argument("bootstrap_median_ratio: confidence must be in (0, 1)");
   if (resamples < 1) throw std::invalid_argument("bootstrap_median_ratio: resamples must be >= 1");
 
   std::mt19937_64 rng(seed);
   // Uniform index in [0, n) by multiply-shift: the same on every platform.
-  auto draw = [&](size_t n) {
-    return static_cast<size_t>((static_cast<unsigned __int128>(rng()) * n) >> 64);
-  };
+  auto draw = [&](size_t n) { return static_cast<size_t>((static_cast<unsigned __int128>(rng()) * n) >> 64); };
   auto resample_median = [&](const std::vector<double>& sample, std::vector<double>& buffer) {
     buffer.resize(sample.size());
     for (auto& v : buffer) v = sample[draw(sample.size())];

@@ -28,9 +28,9 @@ enum class MannWhitneyMethod {
 };
 
 struct MannWhitneyResult {
-  double u_x = 0;     // U of the first sample: pairs (x_i, y_j) with x_i > y_j, ties count 1/2
-  double p = 1;       // two-sided p-value, in [0, 1]
-  bool exact = false; // which method produced p
+  double u_x = 0;      // U of the first sample: pairs (x_i, y_j) with x_i > y_j, ties count 1/2
+  double p = 1;        // two-sided p-value, in [0, 1]
+  bool exact = false;  // which method produced p
 };
 
 // Largest n_x + n_y for which Auto chooses the exact distribution (its cost grows as

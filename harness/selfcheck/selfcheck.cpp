@@ -165,8 +165,8 @@ SelfcheckResult run_selfcheck(Communicator& comm, const SelfcheckOptions& option
 std::string format_table(const SelfcheckResult& result) {
   std::ostringstream os;
   char line[256];
-  std::snprintf(line, sizeof(line), "%-20s %-9s %10s %9s %12s %-7s %10s %9s %10s\n", "op", "dtype",
-                "elements", "MiB", "sent/rank", "correct", "max_err", "time_ms", "busbw_GB/s");
+  std::snprintf(line, sizeof(line), "%-20s %-9s %10s %9s %12s %-7s %10s %9s %10s\n", "op", "dtype", "elements", "MiB",
+                "sent/rank", "correct", "max_err", "time_ms", "busbw_GB/s");
   os << line;
   for (const auto& r : result.rows) {
     std::snprintf(line, sizeof(line), "%-20s %-9s %10lld %9.2f %12lld %-7s %10.3g %9.3f %10.3f\n", r.op.c_str(),
@@ -179,8 +179,8 @@ std::string format_table(const SelfcheckResult& result) {
   for (const auto& r : result.rows) bad += !r.correct;
   os << (bad == 0 ? "selfcheck: all " + std::to_string(result.rows.size()) + " collectives correct on " +
                         std::to_string(result.world_size) + " ranks"
-                  : "selfcheck: " + std::to_string(bad) + " collectives WRONG on " +
-                        std::to_string(result.world_size) + " ranks")
+                  : "selfcheck: " + std::to_string(bad) + " collectives WRONG on " + std::to_string(result.world_size) +
+                        " ranks")
      << "\n";
   return os.str();
 }
@@ -188,11 +188,20 @@ std::string format_table(const SelfcheckResult& result) {
 nlohmann::json to_json(const SelfcheckResult& result) {
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& r : result.rows)
-    rows.push_back({{"op", r.op}, {"dtype", r.dtype}, {"numel", r.numel}, {"bytes", r.bytes},
-                    {"bytes_sent_per_rank", r.bytes_sent}, {"correct", r.correct},
-                    {"max_abs_error", r.max_abs_error}, {"time_ms", r.time_ms}, {"busbw_gbs", r.busbw_gbs}});
-  return {{"format", "fsdpp.selfcheck"}, {"version", 1}, {"world_size", result.world_size},
-          {"all_correct", result.all_correct()}, {"rows", rows}};
+    rows.push_back({{"op", r.op},
+                    {"dtype", r.dtype},
+                    {"numel", r.numel},
+                    {"bytes", r.bytes},
+                    {"bytes_sent_per_rank", r.bytes_sent},
+                    {"correct", r.correct},
+                    {"max_abs_error", r.max_abs_error},
+                    {"time_ms", r.time_ms},
+                    {"busbw_gbs", r.busbw_gbs}});
+  return {{"format", "fsdpp.selfcheck"},
+          {"version", 1},
+          {"world_size", result.world_size},
+          {"all_correct", result.all_correct()},
+          {"rows", rows}};
 }
 
 }  // namespace fsdpp::harness

@@ -20,13 +20,13 @@ struct SelfcheckOptions {
 struct SelfcheckRow {
   std::string op;
   std::string dtype;
-  int64_t numel = 0;           // elements of the op's "size" (see bytes)
-  int64_t bytes = 0;           // nccl-tests' size: all_gather output, reduce_scatter input, else the tensor
-  int64_t bytes_sent = 0;      // by this rank, one call, from the communicator's accounting
-  bool correct = false;        // on every rank
-  double max_abs_error = 0;    // worst over ranks
-  double time_ms = 0;          // median over iterations of the slowest rank
-  double busbw_gbs = 0;        // nccl-tests' bus bandwidth
+  int64_t numel = 0;         // elements of the op's "size" (see bytes)
+  int64_t bytes = 0;         // nccl-tests' size: all_gather output, reduce_scatter input, else the tensor
+  int64_t bytes_sent = 0;    // by this rank, one call, from the communicator's accounting
+  bool correct = false;      // on every rank
+  double max_abs_error = 0;  // worst over ranks
+  double time_ms = 0;        // median over iterations of the slowest rank
+  double busbw_gbs = 0;      // nccl-tests' bus bandwidth
 };
 
 struct SelfcheckResult {

@@ -7,7 +7,8 @@ namespace fsdpp::harness {
 
 std::filesystem::path test_asset(const std::string& relative) {
   const char* env = std::getenv("FSDPP_ASSETS_DIR");
-  const auto root = env && *env ? std::filesystem::path(env) : std::filesystem::path(FSDPP_SOURCE_DIR) / ".cache" / "assets";
+  const auto root =
+      env && *env ? std::filesystem::path(env) : std::filesystem::path(FSDPP_SOURCE_DIR) / ".cache" / "assets";
   auto path = root / relative;
   if (!std::filesystem::exists(path))
     throw std::runtime_error("missing asset " + path.string() +

@@ -11,19 +11,27 @@ namespace {
 
 // Bytes that readers of text and binary formats treat specially: bounds, signs, JSON and
 // YAML punctuation, NUL and the high bit (libFuzzer's "interesting values" play this part).
-constexpr std::array<uint8_t, 20> kInterestingBytes = {0x00, 0x01, 0x7f, 0x80, 0xff, '0', '9', '-', '"', '\\',
-                                                        '{',  '}',  '[',  ']',  ',',  ':', '\n', ' ', '.', 'e'};
+constexpr std::array<uint8_t, 20> kInterestingBytes = {0x00, 0x01, 0x7f, 0x80, 0xff, '0', '9',  '-', '"', '\\',
+                                                       '{',  '}',  '[',  ']',  ',',  ':', '\n', ' ', '.', 'e'};
 
 // Integers at the edges of the widths headers use (counts, offsets, lengths).
-constexpr std::array<uint64_t, 12> kInterestingIntegers = {0,          1,          0x7f,       0x80,
-                                                           0xff,       0x7fff,     0xffff,     0x7fffffff,
-                                                           0x80000000, 0xffffffff, 1ULL << 62, ~0ULL};
+constexpr std::array<uint64_t, 12> kInterestingIntegers = {
+    0, 1, 0x7f, 0x80, 0xff, 0x7fff, 0xffff, 0x7fffffff, 0x80000000, 0xffffffff, 1ULL << 62, ~0ULL};
 
 // ASCII numbers that a JSON or YAML reader must bound: overflow of every integer width,
 // negatives where counts are expected, and floating-point extremes.
-constexpr std::array<const char*, 12> kInterestingNumbers = {
-    "0", "-1", "1", "2147483648", "4294967296", "9223372036854775807", "18446744073709551616", "-9223372036854775809",
-    "1e308", "1e-320", "nan", "99999999999999999999999"};
+constexpr std::array<const char*, 12> kInterestingNumbers = {"0",
+                                                             "-1",
+                                                             "1",
+                                                             "2147483648",
+                                                             "4294967296",
+                                                             "9223372036854775807",
+                                                             "18446744073709551616",
+                                                             "-9223372036854775809",
+                                                             "1e308",
+                                                             "1e-320",
+                                                             "nan",
+                                                             "99999999999999999999999"};
 
 int hex_digit(char c) {
   if (c >= '0' && c <= '9') return c - '0';
@@ -36,7 +44,8 @@ int hex_digit(char c) {
 std::string parse_dictionary_word(std::string_view line, const std::string& where) {
   const size_t open = line.find('"');
   const size_t close = line.rfind('"');
-  if (open == std::string_view::npos || close == open || line.find_first_not_of(" \t\r", close + 1) != std::string_view::npos)
+  if (open == std::string_view::npos || close == open ||
+      line.find_first_not_of(" \t\r", close + 1) != std::string_view::npos)
     throw std::runtime_error(where + ": expected a quoted word (\"...\" or name=\"...\")");
   std::string word;
   for (size_t i = open + 1; i < close; ++i) {
@@ -109,12 +118,8 @@ void ByteMutator::edit_once(std::string& bytes, std::string_view other) {
     return;
   }
   switch (edit) {
-    case kFlipBit:
-      bytes[below(size)] ^= static_cast<char>(1u << below(8));
-      break;
-    case kSetRandomByte:
-      bytes[below(size)] = static_cast<char>(below(256));
-      break;
+    case kFlipBit: bytes[below(size)] ^= static_cast<char>(1u << below(8)); break;
+    case kSetRandomByte: bytes[below(size)] = static_cast<char>(below(256)); break;
     case kSetInterestingByte:
       bytes[below(size)] = static_cast<char>(kInterestingBytes[below(kInterestingBytes.size())]);
       break;
@@ -149,9 +154,7 @@ void ByteMutator::edit_once(std::string& bytes, std::string_view other) {
         bytes.replace(at, std::min(word.size(), size - at), word);
       break;
     }
-    case kTruncate:
-      bytes.resize(below(size));
-      break;
+    case kTruncate: bytes.resize(below(size)); break;
     case kSplice: {
       // This input's head, then the other's tail from a random point.
       const size_t head = below(size + 1);
@@ -186,8 +189,7 @@ void ByteMutator::edit_once(std::string& bytes, std::string_view other) {
       for (size_t b = 0; b < width; ++b) bytes[at + b] = static_cast<char>((value >> (8 * b)) & 0xff);
       break;
     }
-    case kEditCount:
-      break;
+    case kEditCount: break;
   }
 }
 

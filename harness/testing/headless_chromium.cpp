@@ -30,7 +30,8 @@ ChromiumRun run_chromium(const std::string& chromium, const std::string& mode_fl
   const std::string command = "(timeout 120 " + quoted(chromium) +
                               " --headless=new --no-sandbox --disable-gpu --enable-logging=stderr --v=0"
                               " --no-first-run --no-default-browser-check --disable-extensions --hide-scrollbars"
-                              " --user-data-dir=" + quoted(profile.string()) + " " + mode_flags + " " +
+                              " --user-data-dir=" +
+                              quoted(profile.string()) + " " + mode_flags + " " +
                               quoted("file://" + fs::absolute(page).string()) + " >" + quoted(out.string()) + " 2>" +
                               quoted(log.string()) + ")";
   ChromiumRun run;

@@ -9,13 +9,16 @@ namespace fsdpp::harness {
 using nlohmann::json;
 
 json sample_results_cell(const std::string& id, const std::vector<double>& step_ms) {
-  const json config = {{"model_type", "gpt2"},   {"model_size", "mini"},    {"parameters", 7000000},
-                       {"vocab_size", 8192},     {"seq_len", 128},          {"batch_per_rank", 8},
-                       {"global_batch", 16},     {"world_size", 2},         {"strategy", "full_shard"},
-                       {"mixed_precision", "fp32"}, {"prefetch", true},     {"activation_checkpointing", false},
-                       {"cpu_offload", false},   {"deterministic", false},  {"warmup_steps", 2},
-                       {"timed_steps", static_cast<int64_t>(step_ms.size())}, {"repetitions", 1},
-                       {"device", "cpu"},        {"threads_per_rank", 1}};
+  const json config = {{"model_type", "gpt2"},     {"model_size", "mini"},
+                       {"parameters", 7000000},    {"vocab_size", 8192},
+                       {"seq_len", 128},           {"batch_per_rank", 8},
+                       {"global_batch", 16},       {"world_size", 2},
+                       {"strategy", "full_shard"}, {"mixed_precision", "fp32"},
+                       {"prefetch", true},         {"activation_checkpointing", false},
+                       {"cpu_offload", false},     {"deterministic", false},
+                       {"warmup_steps", 2},        {"timed_steps", static_cast<int64_t>(step_ms.size())},
+                       {"repetitions", 1},         {"device", "cpu"},
+                       {"threads_per_rank", 1}};
   std::vector<double> sorted = step_ms;
   std::sort(sorted.begin(), sorted.end());
   const size_t n = sorted.size();
@@ -32,7 +35,8 @@ json sample_results_cell(const std::string& id, const std::vector<double>& step_
             {"tokens_per_s", {{"unit", "tokens/s"}, {"better", "higher"}, {"values", tokens_per_s}}}}},
           {"metrics",
            {{"step_ms_median", {{"value", median}, {"unit", "ms"}, {"better", "lower"}}},
-            {"tokens_per_s", {{"value", tokens_per_step / (median / 1000.0)}, {"unit", "tokens/s"}, {"better", "higher"}}}}}};
+            {"tokens_per_s",
+             {{"value", tokens_per_step / (median / 1000.0)}, {"unit", "tokens/s"}, {"better", "higher"}}}}}};
 }
 
 json sample_results_document(const std::vector<json>& cells) {

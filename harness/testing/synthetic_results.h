@@ -20,10 +20,10 @@ struct SyntheticCell {
   std::string system = "fsdpp";
   std::string model_size = "mini";
   int world_size = 2;
-  int64_t global_batch = 16;     // batch_per_rank = global_batch / world_size
+  int64_t global_batch = 16;  // batch_per_rank = global_batch / world_size
   std::string mixed_precision = "fp32";
-  std::string status = "ok";     // "ok", "failed", "unavailable" (then reason is set)
-  std::vector<double> step_ms;   // raw samples; medians also go into metrics
+  std::string status = "ok";    // "ok", "failed", "unavailable" (then reason is set)
+  std::vector<double> step_ms;  // raw samples; medians also go into metrics
   std::vector<double> tokens_per_s;
 };
 

@@ -1,12 +1,12 @@
 #include "harness/testing/temp_dir.h"
 
-#include "core/io/file_tree.h"
-
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <stdexcept>
+
+#include "core/io/file_tree.h"
 
 namespace fsdpp::harness {
 

@@ -3,11 +3,11 @@
 // `fsdpp bench-step` records; and that bench-step times the step `fsdpp train` runs.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <cstring>
 #include <fstream>
-#include <nlohmann/json.hpp>
 
 #include "core/data/token_file.h"
 #include "harness/results/results_document.h"
@@ -75,7 +75,8 @@ TEST(BenchStep, StepsAdamWWithTheFusedHostKernelUnlessAskedForThePerTensorStep) 
     auto [code, output] = run_shell(std::string(FSDPP_CLI_PATH) +
                                     " bench-step --model-type gpt2 --model-size tiny --vocab-size 512 --strategy "
                                     "full_shard --nproc 1 --threads 1 --batch-size 2 --seq-len 16 --warmup 2 --steps 3"
-                                    " --device cpu --mixed-precision fp32 --out " + out.string() + extra);
+                                    " --device cpu --mixed-precision fp32 --out " +
+                                    out.string() + extra);
     EXPECT_EQ(code, 0) << output;
     std::ifstream in(out);
     return nlohmann::json::parse(in);
@@ -104,13 +105,14 @@ TEST(BenchStep, TrainsTheSameLossesAsFsdppTrainBitForBit) {
   data::write_llmc_tokens(tokens_path, at::remainder(at::arange(4000, at::kLong) * 7 + 3, 97));
   for (const std::string precision : {"fp32", "fp16"}) {
     SCOPED_TRACE(precision);
-    const std::string common = " --nproc 2 --model-type gpt2 --model-size tiny --vocab-size 97 --seq-len 16"
-                               " --batch-size 2 --seed 5 --mixed-precision " + precision +
-                               " --data " + tokens_path.string();
-    auto [train_code, train_output] =
-        run_shell(std::string(FSDPP_CLI_PATH) + " train --from-scratch --max-steps 5 --lr 3e-4 --weight-decay 0.1"
-                  " --lr-schedule constant --grad-clip 1 --save-dir " + dir.path().string() +
-                  " --experiment-name " + precision + common);
+    const std::string common =
+        " --nproc 2 --model-type gpt2 --model-size tiny --vocab-size 97 --seq-len 16"
+        " --batch-size 2 --seed 5 --mixed-precision " +
+        precision + " --data " + tokens_path.string();
+    auto [train_code, train_output] = run_shell(std::string(FSDPP_CLI_PATH) +
+                                                " train --from-scratch --max-steps 5 --lr 3e-4 --weight-decay 0.1"
+                                                " --lr-schedule constant --grad-clip 1 --save-dir " +
+                                                dir.path().string() + " --experiment-name " + precision + common);
     ASSERT_EQ(train_code, 0) << train_output;
     std::vector<double> train_losses;
     std::ifstream metrics(dir / precision / "metrics.jsonl");
@@ -121,7 +123,8 @@ TEST(BenchStep, TrainsTheSameLossesAsFsdppTrainBitForBit) {
     const auto cell_path = dir / (precision + "-cell.json");
     auto [bench_code, bench_output] = run_shell(std::string(FSDPP_CLI_PATH) +
                                                 " bench-step --device cpu --warmup 0 --steps 5 --strategy full_shard"
-                                                " --out " + cell_path.string() + common);
+                                                " --out " +
+                                                cell_path.string() + common);
     ASSERT_EQ(bench_code, 0) << bench_output;
     std::ifstream cell_file(cell_path);
     const auto bench_losses = nlohmann::json::parse(cell_file)["losses"].get<std::vector<double>>();

@@ -2,13 +2,14 @@
 // killed between cells, rerun with --resume, runs only the cells it lacks and writes the
 // document the uninterrupted run would have; a progress file from another command, or one
 // it does not understand, is refused by name.
+#include "harness/bench/bench_progress.h"
+
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <fstream>
 #include <thread>
 
-#include "harness/bench/bench_progress.h"
 #include "harness/bench/cell_run.h"
 #include "harness/results/results_document.h"
 #include "harness/testing/temp_dir.h"
@@ -35,10 +36,9 @@ TEST(BenchResume, AKilledRunRerunWithResumeRunsOnlyTheCellsItLacks) {
   TempDir dir("bench-resume");
   const auto out = dir / "doc.json", progress = BenchProgress::path_for(out);
   // Killed (SIGKILL, its whole process group) once the first cell is on record.
-  const std::string killed =
-      "setsid " + bench_command(out) + " > " + (dir / "killed.log").string() + " 2>&1 & pid=$!; " +
-      "for i in $(seq 1200); do grep -q '\"id\"' " + progress.string() +
-      " 2>/dev/null && break; sleep 0.1; done; /bin/kill -KILL -- -$pid; wait $pid";
+  const std::string killed = "setsid " + bench_command(out) + " > " + (dir / "killed.log").string() +
+                             " 2>&1 & pid=$!; " + "for i in $(seq 1200); do grep -q '\"id\"' " + progress.string() +
+                             " 2>/dev/null && break; sleep 0.1; done; /bin/kill -KILL -- -$pid; wait $pid";
   auto [kill_code, kill_output] = run_shell(killed);
   ASSERT_NE(kill_code, 0) << kill_output;
   ASSERT_FALSE(fs::exists(out));
@@ -89,8 +89,10 @@ class BenchProgressFile : public ::testing::Test {
     CellOutcome o;
     o.cell = cell;
     o.status = status;
-    if (status == "ok") o.repetitions.push_back({{2.0, 3.0}, {{"format", "fsdpp.bench-cell"}}});
-    else o.reason = "broken";
+    if (status == "ok")
+      o.repetitions.push_back({{2.0, 3.0}, {{"format", "fsdpp.bench-cell"}}});
+    else
+      o.reason = "broken";
     return o;
   }
 
@@ -139,11 +141,15 @@ TEST_F(BenchProgressFile, AnotherCommitMachineOrUnknownFormatIsRefusedByName) {
   EXPECT_NE(resume_error(header).find("version 2 is not understood"), std::string::npos);
   write({{"format", "fsdpp.results"}});
   EXPECT_NE(resume_error(header).find("not an fsdpp.bench-progress file"), std::string::npos);
-  write({{"format", "fsdpp.bench-progress"}, {"version", 1}, {"header", header},
+  write({{"format", "fsdpp.bench-progress"},
+         {"version", 1},
+         {"header", header},
          {"cells", {{{"id", "gpt2-tiny/no-such-cell"}, {"status", "ok"}}}}});
   EXPECT_NE(resume_error(header).find("cell 'gpt2-tiny/no-such-cell' is not one this command selects"),
             std::string::npos);
-  write({{"format", "fsdpp.bench-progress"}, {"version", 1}, {"header", header},
+  write({{"format", "fsdpp.bench-progress"},
+         {"version", 1},
+         {"header", header},
          {"cells", {{{"id", a.id()}, {"status", "ok"}, {"reason", ""}, {"repetitions", nlohmann::json::array()}}}}});
   EXPECT_NE(resume_error(header).find("ok without repetitions"), std::string::npos);
   std::ofstream(path) << "{ not json";

@@ -9,14 +9,13 @@
 // this binary, on one machine.
 //
 //   checkpoint_save_bench [--steps N] [--every K] [--json FILE]
+#include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-
-#include <nlohmann/json.hpp>
 
 #include "core/checkpoint/async_saver.h"
 #include "core/checkpoint/fsdp_state.h"
@@ -137,9 +136,10 @@ int main(int argc, char** argv) {
     io::remove_tree(work);
   }
   const double none_wall = rows[0]["steps_wall_ms"].get<double>();
-  std::printf("FULL_SHARD, 2 ranks x 1 thread, 4 layers d=256 vocab 8192 seq 128 batch 8/rank, fp32: %d steps, "
-              "a save every %d (%.1f MB per rank)\n",
-              steps, every, rows[1]["bytes_per_rank"].get<double>() / 1e6);
+  std::printf(
+      "FULL_SHARD, 2 ranks x 1 thread, 4 layers d=256 vocab 8192 seq 128 batch 8/rank, fp32: %d steps, "
+      "a save every %d (%.1f MB per rank)\n",
+      steps, every, rows[1]["bytes_per_rank"].get<double>() / 1e6);
   std::printf("%-6s %14s %14s %16s %16s %14s\n", "saves", "median_step_ms", "steps_wall_ms", "vs_no_saves",
               "held_per_save_ms", "commit_ms");
   for (auto& r : rows) {

@@ -5,14 +5,13 @@
 // thread waited for (exposed). Overlap = 1 - exposed / busy.
 //
 //   fsdp_overlap_bench [--steps N] [--json FILE]
+#include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-
-#include <nlohmann/json.hpp>
 
 #include "core/fsdp/sharded_model.h"
 #include "core/io/atomic_file.h"
@@ -53,9 +52,9 @@ void measure(harness::RankContext& ctx, bool prefetch, int steps, const std::str
   }
   auto ag = sharded->comm_stats(comm::CollectiveKind::AllGather);
   auto rs = sharded->comm_stats(comm::CollectiveKind::ReduceScatter);
-  auto numbers = torch::tensor({total_ms / steps, ag.busy_ms / steps, ag.blocked_ms / steps, rs.busy_ms / steps,
-                                rs.blocked_ms / steps},
-                               torch::kDouble);
+  auto numbers = torch::tensor(
+      {total_ms / steps, ag.busy_ms / steps, ag.blocked_ms / steps, rs.busy_ms / steps, rs.blocked_ms / steps},
+      torch::kDouble);
   ctx.comm.all_reduce(numbers, comm::ReduceOp::Max);  // the slowest rank is the step
   if (ctx.rank == 0) {
     std::ofstream(out_path) << numbers[0].item<double>() << " " << numbers[1].item<double>() << " "
@@ -89,8 +88,8 @@ int main(int argc, char** argv) {
     harness::RunOptions options;
     options.launch.echo_output = false;
     options.launch.budget = std::chrono::minutes(10);
-    auto report = harness::run_ranks(2, [&](harness::RankContext& ctx) { measure(ctx, prefetch, steps, out); },
-                                     options);
+    auto report = harness::run_ranks(
+        2, [&](harness::RankContext& ctx) { measure(ctx, prefetch, steps, out); }, options);
     if (!report.ok()) {
       std::fprintf(stderr, "%s\n", report.summary().c_str());
       return 1;
@@ -111,14 +110,16 @@ int main(int argc, char** argv) {
     double rs_overlap = r.rs_busy_ms > 0 ? 1 - r.rs_exposed_ms / r.rs_busy_ms : 0;
     std::printf("%-9s %9.1f %12.1f %14.1f %9.0f%% %12.1f %14.1f %9.0f%%\n", r.prefetch ? "on" : "off", r.step_ms,
                 r.ag_busy_ms, r.ag_exposed_ms, 100 * ag_overlap, r.rs_busy_ms, r.rs_exposed_ms, 100 * rs_overlap);
-    rows.push_back({{"prefetch", r.prefetch}, {"step_ms", r.step_ms}, {"all_gather_busy_ms", r.ag_busy_ms},
-                    {"all_gather_exposed_ms", r.ag_exposed_ms}, {"reduce_scatter_busy_ms", r.rs_busy_ms},
+    rows.push_back({{"prefetch", r.prefetch},
+                    {"step_ms", r.step_ms},
+                    {"all_gather_busy_ms", r.ag_busy_ms},
+                    {"all_gather_exposed_ms", r.ag_exposed_ms},
+                    {"reduce_scatter_busy_ms", r.rs_busy_ms},
                     {"reduce_scatter_exposed_ms", r.rs_exposed_ms}});
   }
   if (!json_path.empty())
-    io::write_file_atomic(json_path, nlohmann::json{{"format", "fsdpp.overlap"}, {"version", 1}, {"steps", steps},
-                                                    {"rows", rows}}
-                                             .dump(2) +
-                                         "\n");
+    io::write_file_atomic(
+        json_path,
+        nlohmann::json{{"format", "fsdpp.overlap"}, {"version", 1}, {"steps", steps}, {"rows", rows}}.dump(2) + "\n");
   return 0;
 }

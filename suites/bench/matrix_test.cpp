@@ -1,6 +1,8 @@
 // The benchmark matrix as a specification: ids, presets, filters, the commands a cell
 // runs, the document cells built from measurements, and the README table. Nothing here
 // trains a model (bench.smoke does, see smoke_document_test.cpp).
+#include "harness/bench/matrix.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -11,7 +13,6 @@
 #include "core/runtime/threads.h"
 #include "harness/bench/cell_result.h"
 #include "harness/bench/cell_run.h"
-#include "harness/bench/matrix.h"
 #include "harness/results/baseline_table.h"
 #include "harness/results/results_document.h"
 #include "harness/results/stats.h"
@@ -62,9 +63,8 @@ TEST(MatrixPresets, SmokeHasTheReferenceCellsItsBaselinesAndThePeers) {
   auto smoke = preset_cells("smoke");
   for (const char* id : {"gpt2-mini256/fsdp-full_shard/fp32/n2/pf1-ac0-off0-det0",
                          "gpt2-mini256/fsdp-no_shard/fp32/n2/pf1-ac0-off0-det0",
-                         "gpt2-mini256/unsharded/fp32/n1-gb16/ac0-det0",
-                         "gpt2-mini256/pytorch_single/fp32/n1-gb16/ac0", "gpt2-mini256/pytorch_ddp/fp32/n2/ac0",
-                         "gpt2-mini256/pytorch_fsdp2/fp32/n2/ac0"})
+                         "gpt2-mini256/unsharded/fp32/n1-gb16/ac0-det0", "gpt2-mini256/pytorch_single/fp32/n1-gb16/ac0",
+                         "gpt2-mini256/pytorch_ddp/fp32/n2/ac0", "gpt2-mini256/pytorch_fsdp2/fp32/n2/ac0"})
     EXPECT_TRUE(contains(smoke, id)) << id;
 }
 
@@ -145,7 +145,8 @@ TEST(MatrixPresets, GpuRunsBothGpuModelsInBf16AtEveryWorldSizeBesideFsdp2) {
   // Each fsdpp cell is followed by its FSDP2 peer, so that drift in clocks hits both.
   for (size_t i = 0; i + 1 < gpu.size(); ++i) {
     if (gpu[i].system == System::Fsdpp && !gpu[i].is_unsharded()) {
-      EXPECT_TRUE(gpu[i + 1].system == System::PytorchFsdp2 && gpu[i + 1].world_size == gpu[i].world_size) << gpu[i].id();
+      EXPECT_TRUE(gpu[i + 1].system == System::PytorchFsdp2 && gpu[i + 1].world_size == gpu[i].world_size)
+          << gpu[i].id();
     }
   }
   EXPECT_EQ(model_shape("llama-1B-s2048").seq_len, 2048);
@@ -167,7 +168,7 @@ TEST(MatrixFilter, SelectsExactlyTheCellsWhoseIdMatches) {
   auto smoke = preset_cells("smoke");
   auto selected = filter_cells(smoke, "fsdp-full_shard/fp32/n2/pf1-ac0-off0-det0$");
   EXPECT_EQ(ids_of(selected), (std::set<std::string>{"gpt2-mini256/fsdp-full_shard/fp32/n2/pf1-ac0-off0-det0",
-                                                      "gpt2-tiny/fsdp-full_shard/fp32/n2/pf1-ac0-off0-det0"}));
+                                                     "gpt2-tiny/fsdp-full_shard/fp32/n2/pf1-ac0-off0-det0"}));
   for (const auto& c : filter_cells(smoke, "^gpt2-tiny/")) EXPECT_EQ(c.model.name(), "gpt2-tiny");
   auto n4 = filter_cells(smoke, "/n4/");
   ASSERT_EQ(n4.size(), 2u);
@@ -233,7 +234,8 @@ TEST(MatrixPeers, DdpMatchesSameRanksAndBatchSingleMatchesSameGlobalBatch) {
   EXPECT_FALSE(peer_matches(peer_cell(System::PytorchDdp, ref(), "fp32", 2, true), fs));
   EXPECT_TRUE(peer_matches(single_peer_cell(ref(), "fp32", 16, false), fs));
   EXPECT_FALSE(peer_matches(single_peer_cell(ref(), "fp32", 8, false), fs));
-  EXPECT_TRUE(peer_matches(single_peer_cell(ref(), "fp32", 16, false), unsharded_cell(ref(), "fp32", 16, false, false)));
+  EXPECT_TRUE(
+      peer_matches(single_peer_cell(ref(), "fp32", 16, false), unsharded_cell(ref(), "fp32", 16, false, false)));
 }
 
 // --- The commands a repetition runs -------------------------------------------------
@@ -252,7 +254,8 @@ TEST(CellCommand, FsdppCellsRunBenchStepWithTheirConfiguration) {
   setup.cores = 8;
   setup.fsdpp_binary = "/bin/fsdpp";
   setup.inject_delay_pct = 25;
-  auto argv = cell_command(fsdp_cell(tiny(), "hybrid_shard", "bf16", 4, false, true, true, true), setup, "r.json", "c.json");
+  auto argv =
+      cell_command(fsdp_cell(tiny(), "hybrid_shard", "bf16", 4, false, true, true, true), setup, "r.json", "c.json");
   EXPECT_EQ(argv[0], "/bin/fsdpp");
   EXPECT_EQ(argv[1], "bench-step");
   EXPECT_EQ(flag_value(argv, "--nproc"), "4");
@@ -419,11 +422,12 @@ RepetitionResult fsdpp_repetition(std::vector<double> step_ms, double peak_bytes
 RepetitionResult peer_repetition(std::vector<double> step_ms) {
   RepetitionResult r;
   r.step_ms = step_ms;
-  r.record = {{"parameters", 5000000},
-              {"config", {{"adam_impl", "fused"}}},
-              {"matmul_peak", {{"flops_per_s", 2.0e11}}},
-              {"memory", {{"per_rank", json::array({{{"peak_rss_measured_bytes", 6.0e8}},
-                                                     {{"peak_rss_measured_bytes", 7.0e8}}})}}}};
+  r.record = {
+      {"parameters", 5000000},
+      {"config", {{"adam_impl", "fused"}}},
+      {"matmul_peak", {{"flops_per_s", 2.0e11}}},
+      {"memory",
+       {{"per_rank", json::array({{{"peak_rss_measured_bytes", 6.0e8}}, {{"peak_rss_measured_bytes", 7.0e8}}})}}}};
   return r;
 }
 
@@ -455,7 +459,8 @@ class DocumentCells : public ::testing::Test {
   BenchCell single = single_peer_cell(ref(), "fp32", 16, false);
   BenchCell ddp = peer_cell(System::PytorchDdp, ref(), "fp32", 2, false);
   std::vector<CellOutcome> outcomes = {
-      outcome(fs, {fsdpp_repetition({100, 110, 120, 130, 140}, 9.0e8), fsdpp_repetition({90, 100, 100, 100, 400}, 9.5e8)}),
+      outcome(fs,
+              {fsdpp_repetition({100, 110, 120, 130, 140}, 9.0e8), fsdpp_repetition({90, 100, 100, 100, 400}, 9.5e8)}),
       outcome(base, {fsdpp_repetition({80, 80, 80, 80, 80}, 8.0e8), fsdpp_repetition({80, 80, 80, 80, 80}, 8.0e8)}),
       outcome(single, {peer_repetition({64, 64, 64, 64, 64}), peer_repetition({64, 64, 64, 64, 64})}),
       outcome(ddp, {peer_repetition({200, 200, 200, 200, 200}), peer_repetition({200, 200, 200, 200, 200})}),
@@ -495,7 +500,7 @@ TEST_F(DocumentCells, ComparisonsAreRatiosToTheBaselineAndThePeersMeasuredInTheS
   EXPECT_DOUBLE_EQ(value(c, "tokens_per_s_ratio_vs_pytorch_ddp"), fs_tokens / (16.0 * 128 * 5 / 1.0));
   EXPECT_DOUBLE_EQ(value(c, "tokens_per_s_ratio_vs_pytorch_single"), fs_tokens / (16.0 * 128 * 5 / 0.32));
   const auto& b = cell_with_id(cells, base.id());
-  EXPECT_TRUE(b["metrics"]["overhead_vs_unsharded"]["value"].is_null());  // not its own baseline
+  EXPECT_TRUE(b["metrics"]["overhead_vs_unsharded"]["value"].is_null());              // not its own baseline
   EXPECT_TRUE(b["metrics"]["tokens_per_s_ratio_vs_pytorch_ddp"]["value"].is_null());  // no DDP on one rank
   EXPECT_DOUBLE_EQ(value(b, "tokens_per_s_ratio_vs_pytorch_single"), 64.0 / 80.0);
 }
@@ -503,8 +508,10 @@ TEST_F(DocumentCells, ComparisonsAreRatiosToTheBaselineAndThePeersMeasuredInTheS
 TEST_F(DocumentCells, Fsdp2OnTheSameRanksGivesTokensAndPeakMemoryRatios) {
   EXPECT_TRUE(cell_with_id(results_cells(outcomes), fs.id())["metrics"]["tokens_per_s_ratio_vs_pytorch_fsdp2"]["value"]
                   .is_null());  // no FSDP2 cell ran
-  outcomes.push_back(outcome(peer_cell(System::PytorchFsdp2, ref(), "fp32", 2, false), {peer_repetition({50, 50, 50, 50, 50})}));
-  outcomes.push_back(outcome(peer_cell(System::PytorchFsdp2, ref(), "fp32", 4, false), {peer_repetition({5, 5, 5, 5, 5})}));
+  outcomes.push_back(
+      outcome(peer_cell(System::PytorchFsdp2, ref(), "fp32", 2, false), {peer_repetition({50, 50, 50, 50, 50})}));
+  outcomes.push_back(
+      outcome(peer_cell(System::PytorchFsdp2, ref(), "fp32", 4, false), {peer_repetition({5, 5, 5, 5, 5})}));
   auto cells = results_cells(outcomes);
   const auto& c = cell_with_id(cells, fs.id());
   EXPECT_DOUBLE_EQ(value(c, "tokens_per_s_ratio_vs_pytorch_fsdp2"), value(c, "tokens_per_s") / (16.0 * 128 * 5 / 0.25));
@@ -528,8 +535,9 @@ TEST_F(DocumentCells, LossCurvesOfPeersThatStartedAsFsdppAreComparedStepByStep) 
   auto fsdp2 = peer_cell(System::PytorchFsdp2, ref(), "fp32", 2, false);
   outcomes[0].repetitions[0] = with_losses(outcomes[0].repetitions[0], {10.5, 10.25, 10.0, 9.75, 9.5}, false);
   outcomes[0].repetitions[1] = with_losses(outcomes[0].repetitions[1], {10.5, 10.25, 10.0, 9.75, 9.5}, false);
-  outcomes.push_back(outcome(fsdp2, {with_losses(peer_repetition({50, 50, 50, 50, 50}), {10.5, 10.25, 10.0, 9.75, 9.5 + 2e-6}, true),
-                                     with_losses(peer_repetition({50, 50, 50, 50, 50}), {10.5, 10.25 - 3e-6, 10.0, 9.75, 9.5}, true)}));
+  outcomes.push_back(outcome(
+      fsdp2, {with_losses(peer_repetition({50, 50, 50, 50, 50}), {10.5, 10.25, 10.0, 9.75, 9.5 + 2e-6}, true),
+              with_losses(peer_repetition({50, 50, 50, 50, 50}), {10.5, 10.25 - 3e-6, 10.0, 9.75, 9.5}, true)}));
   // The DDP peer drew its own init and data: no comparison, though it logged losses.
   outcomes[3].repetitions[0] = with_losses(outcomes[3].repetitions[0], {11, 11, 11, 11, 11}, false);
   outcomes[3].repetitions[1] = with_losses(outcomes[3].repetitions[1], {11, 11, 11, 11, 11}, false);
@@ -561,7 +569,7 @@ TEST_F(DocumentCells, MemoryAndCommunicationComeFromTheRecords) {
   // Peers' FLOPs per token are fsdpp's formula for the same model (from its cells).
   EXPECT_DOUBLE_EQ(value(d, "achieved_flops_per_s"), 3.0e7 * (16.0 * 128 * 5 / 1.0) / 2);
   EXPECT_EQ(d["config"]["parameters"], 5000000);
-  EXPECT_EQ(d["config"]["adamw_step"], "fused");  // the peer's --adam-impl
+  EXPECT_EQ(d["config"]["adamw_step"], "fused");       // the peer's --adam-impl
   EXPECT_EQ(c["config"]["adamw_step"], "per-tensor");  // what bench-step's optimizer ran
   EXPECT_EQ(c["config"]["host_heap"], "kept");
   EXPECT_FALSE(d["config"].contains("host_heap"));  // the peers' is glibc's, not ours to report
@@ -600,8 +608,8 @@ TEST_F(DocumentCells, BaselineTableShowsEveryRowWithRatiosFromTheDocument) {
   doc["cells"] = results_cells(outcomes);
   std::string table = results::baseline_table(doc);
   EXPECT_NE(table.find("gpt2-mini256 (4 layers, d=256)"), std::string::npos) << table;
-  for (const char* row : {"| fsdpp FULL_SHARD |", "| fsdpp NO_SHARD |", "| fsdpp unsharded |", "| PyTorch single |",
-                          "| PyTorch DDP |"})
+  for (const char* row :
+       {"| fsdpp FULL_SHARD |", "| fsdpp NO_SHARD |", "| fsdpp unsharded |", "| PyTorch single |", "| PyTorch DDP |"})
     EXPECT_NE(table.find(row), std::string::npos) << row << "\n" << table;
   EXPECT_NE(table.find("not in this document"), std::string::npos);  // no NO_SHARD cell here
   // PyTorch DDP's own row: 1.00 against itself; unsharded fsdpp vs single: 64 / 80 = 0.80.
@@ -621,7 +629,8 @@ TEST_F(DocumentCells, BaselineTableShowsEveryRowWithRatiosFromTheDocument) {
 TEST_F(DocumentCells, BaselineTableHasAnFsdp2RowAndRatiosAgainstIt) {
   auto with_fsdp2 = outcomes;
   BenchCell fsdp2 = peer_cell(System::PytorchFsdp2, ref(), "fp32", 2, false);
-  with_fsdp2.push_back(outcome(fsdp2, {peer_repetition({150, 150, 150, 150, 150}), peer_repetition({150, 150, 150, 150, 150})}));
+  with_fsdp2.push_back(
+      outcome(fsdp2, {peer_repetition({150, 150, 150, 150, 150}), peer_repetition({150, 150, 150, 150, 150})}));
   auto doc = results::new_document({"fsdpp", "bench"}, "smoke");
   doc["cells"] = results_cells(with_fsdp2);
   const std::string table = results::baseline_table(doc);
@@ -634,7 +643,8 @@ TEST_F(DocumentCells, BaselineTableHasAnFsdp2RowAndRatiosAgainstIt) {
   char text[16];
   std::snprintf(text, sizeof(text), "| %.2f |", expected);
   start = table.find("| fsdpp FULL_SHARD |");
-  EXPECT_NE(table.substr(start, table.find('\n', start) - start).find(text), std::string::npos) << text << "\n" << table;
+  EXPECT_NE(table.substr(start, table.find('\n', start) - start).find(text), std::string::npos) << text << "\n"
+                                                                                                << table;
 }
 
 }  // namespace

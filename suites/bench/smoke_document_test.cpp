@@ -37,8 +37,8 @@ const json* smoke_document() {
   return doc.is_null() ? nullptr : &doc;
 }
 
-#define REQUIRE_DOCUMENT()                                                                \
-  const json* doc_ptr = smoke_document();                                                 \
+#define REQUIRE_DOCUMENT()                                                                          \
+  const json* doc_ptr = smoke_document();                                                           \
   if (doc_ptr == nullptr) GTEST_SKIP() << "set FSDPP_BENCH_SMOKE_DOC (the bench.smoke ctest does)"; \
   const json& doc = *doc_ptr
 
@@ -138,8 +138,9 @@ TEST(SmokeDocument, EveryOkFsdppCellHasEveryMetric) {
       ASSERT_TRUE(metric_is_number(c, name)) << name;
       EXPECT_GT(metric(c, name), 0) << name;
     }
-    for (const char* name : {"step_ms_iqr", "step_ms_cv", "comm_bytes_per_step_all_gather",
-                             "comm_bytes_per_step_reduce_scatter", "comm_bytes_per_step_all_reduce", "comm_ms_per_step"}) {
+    for (const char* name :
+         {"step_ms_iqr", "step_ms_cv", "comm_bytes_per_step_all_gather", "comm_bytes_per_step_reduce_scatter",
+          "comm_bytes_per_step_all_reduce", "comm_ms_per_step"}) {
       ASSERT_TRUE(metric_is_number(c, name)) << name;
       EXPECT_GE(metric(c, name), 0) << name;
     }
@@ -238,9 +239,9 @@ TEST(SmokeDocument, FullShardSendsTheAnalyticZero3Volume) {
     ++checked;
     const double all_gather = metric(c, "comm_bytes_per_step_all_gather");
     const double reduce_scatter = metric(c, "comm_bytes_per_step_reduce_scatter");
-    const auto model_config = models::from_scratch_config(config["model_type"].get<std::string>(),
-                                                          config["model_size"].get<std::string>(),
-                                                          config["vocab_size"].get<int64_t>());
+    const auto model_config =
+        models::from_scratch_config(config["model_type"].get<std::string>(), config["model_size"].get<std::string>(),
+                                    config["vocab_size"].get<int64_t>());
     const int64_t gather_bytes = mp == "bf16" ? 2 : 4, reduce_bytes = 4;  // reduce in fp32
     // The units a ShardedModel makes of this model on n ranks, as the benchmark wraps it.
     expect_ranks_pass(n, [&](RankContext& ctx) {

@@ -23,9 +23,9 @@ namespace fsdpp::checkpoint {
 namespace {
 
 namespace fs = std::filesystem;
-using ::testing::HasSubstr;
 using testing::bitwise_equal;
 using testing::error_of;
+using ::testing::HasSubstr;
 using testing::read_text;
 
 std::vector<std::pair<std::string, at::Tensor>> model_tensors() {
@@ -82,8 +82,8 @@ TEST(AsyncSave, WritesTheBytesOfASynchronousSave) {
     EXPECT_GE(finished->total_ms, finished->stage_ms);
     EXPECT_FALSE(saver.wait().has_value());  // reported once
     if (ctx.rank != 0) return;
-    for (const std::string file : {"index.json", "rank-00000.safetensors", "rank-00001.safetensors",
-                                   "rank-00002.safetensors"}) {
+    for (const std::string file :
+         {"index.json", "rank-00000.safetensors", "rank-00001.safetensors", "rank-00002.safetensors"}) {
       const auto a = tmp / "async" / step_dir_name(7) / file, b = tmp / "sync" / step_dir_name(7) / file;
       ASSERT_TRUE(fs::exists(a)) << a;
       EXPECT_EQ(read_text(a), read_text(b)) << file;

@@ -20,7 +20,8 @@ using testing::bitwise_equal;
 using testing::folder_names;
 
 std::vector<std::pair<std::string, at::Tensor>> tensors_at(int64_t step) {
-  return {{"model/w", torch::arange(12, at::kFloat).reshape({4, 3}) * step}, {"model/scale", torch::tensor(0.5 * step)}};
+  return {{"model/w", torch::arange(12, at::kFloat).reshape({4, 3}) * step},
+          {"model/scale", torch::tensor(0.5 * step)}};
 }
 
 fs::path save_step(const fs::path& checkpoints, int64_t step, int keep_last = 0) {
@@ -104,10 +105,10 @@ TEST(FindLatest, SkipsACorruptNewerCheckpointAndSaysWhichFileAndWhy) {
   EXPECT_EQ(latest.dir, tmp / "step-000010");
   ASSERT_EQ(latest.skipped.size(), 1u);
   EXPECT_EQ(latest.skipped[0].path, tmp / "step-000020");
-  EXPECT_EQ(latest.skipped[0].reason, "checkpoint file " + file.string() + ": sha256 is " + sha256_hex(bytes) +
-                                          ", index.json says " +
-                                          load_checkpoint(tmp / "step-000020").index().files.at(file.filename().string()).sha256 +
-                                          " (file corrupt)");
+  EXPECT_EQ(latest.skipped[0].reason,
+            "checkpoint file " + file.string() + ": sha256 is " + sha256_hex(bytes) + ", index.json says " +
+                load_checkpoint(tmp / "step-000020").index().files.at(file.filename().string()).sha256 +
+                " (file corrupt)");
   // Sizes alone cannot see a flipped byte.
   EXPECT_EQ(find_latest_complete(tmp.path(), /*verify_checksums=*/false).dir, tmp / "step-000020");
 }

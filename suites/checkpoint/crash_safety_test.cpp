@@ -29,7 +29,7 @@ std::vector<std::pair<std::string, at::Tensor>> crash_tensors_at(int64_t step) {
 
 struct Crash {
   SavePoint point;
-  int victim;              // the rank that dies there
+  int victim;               // the rank that dies there
   std::string torn_reason;  // "" when the new checkpoint was already committed
   bool async = false;       // saved by AsyncCheckpointSaver (killed in its thread)
 };
@@ -48,25 +48,28 @@ TEST_P(KilledDuringSave, ThePreviousCheckpointStaysCompleteAndTheTornOneIsReport
   harness::RunOptions run;
   run.launch.echo_output = false;
   run.launch.kill_grace = std::chrono::milliseconds(200);
-  auto report = harness::run_ranks_with_gtest(2, [&](harness::RankContext& ctx) {
-    save_checkpoint(ctx.comm, checkpoints / step_dir_name(100), testing::split_like_fsdp(crash_tensors_at(100), 2)[ctx.rank],
-                    {{"step", 100}});
-    SaveOptions options;
-    options.keep_last = 1;
-    options.on_point = [&](SavePoint p) {
-      if (p != crash.point || ctx.rank != crash.victim) return;
-      testing::write_text(reached, "");
-      ::kill(::getpid(), SIGKILL);
-    };
-    const auto content = testing::split_like_fsdp(crash_tensors_at(200), 2)[ctx.rank];
-    if (crash.async) {
-      AsyncCheckpointSaver saver(ctx.comm);
-      saver.save(checkpoints / step_dir_name(200), content, {{"step", 200}}, options);
-      saver.wait();
-    } else {
-      save_checkpoint(ctx.comm, checkpoints / step_dir_name(200), content, {{"step", 200}}, options);
-    }
-  }, run);
+  auto report = harness::run_ranks_with_gtest(
+      2,
+      [&](harness::RankContext& ctx) {
+        save_checkpoint(ctx.comm, checkpoints / step_dir_name(100),
+                        testing::split_like_fsdp(crash_tensors_at(100), 2)[ctx.rank], {{"step", 100}});
+        SaveOptions options;
+        options.keep_last = 1;
+        options.on_point = [&](SavePoint p) {
+          if (p != crash.point || ctx.rank != crash.victim) return;
+          testing::write_text(reached, "");
+          ::kill(::getpid(), SIGKILL);
+        };
+        const auto content = testing::split_like_fsdp(crash_tensors_at(200), 2)[ctx.rank];
+        if (crash.async) {
+          AsyncCheckpointSaver saver(ctx.comm);
+          saver.save(checkpoints / step_dir_name(200), content, {{"step", 200}}, options);
+          saver.wait();
+        } else {
+          save_checkpoint(ctx.comm, checkpoints / step_dir_name(200), content, {{"step", 200}}, options);
+        }
+      },
+      run);
   // The victim died of its own SIGKILL at the point (the launcher may see its peer's
   // failure first and report the victim as stopped by it: either way, signal 9).
   ASSERT_TRUE(fs::exists(reached)) << report.summary();
@@ -99,7 +102,8 @@ TEST_P(KilledDuringSave, ThePreviousCheckpointStaysCompleteAndTheTornOneIsReport
   if (crash.point != SavePoint::Pruning) {
     auto previous = load_checkpoint(checkpoints / step_dir_name(100));
     previous.verify_all();
-    for (const auto& [name, full] : crash_tensors_at(100)) EXPECT_TRUE(bitwise_equal(previous.read(name), full)) << name;
+    for (const auto& [name, full] : crash_tensors_at(100))
+      EXPECT_TRUE(bitwise_equal(previous.read(name), full)) << name;
   }
 
   // The next save commits, then removes the older checkpoints and the torn save.
@@ -114,7 +118,7 @@ const std::string kNotRenamed = "index.json written but the folder was never ren
 
 std::string crash_name(const ::testing::TestParamInfo<Crash>& info) {
   static const std::vector<std::string> names = {"BeforeARankFile", "AfterARankFile", "AfterAllRankFiles",
-                                                 "AfterTheIndex", "AfterTheRename", "WhilePruning"};
+                                                 "AfterTheIndex",   "AfterTheRename", "WhilePruning"};
   return names[static_cast<int>(info.param.point)] + "_rank" + std::to_string(info.param.victim) +
          (info.param.async ? "_async" : "");
 }

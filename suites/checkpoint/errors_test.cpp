@@ -51,9 +51,8 @@ TEST_F(BrokenCheckpoint, AFlippedByteFailsTheChecksumOfThatFileOnly) {
   auto reader = load_checkpoint(dir);  // sizes match: opening succeeds
   auto rows = torch::empty({3, 4});
   EXPECT_EQ(error_of([&] { reader.read_rows("w", 0, rows); }), "");  // rank 0's rows: its file is fine
-  const std::string message =
-      "checkpoint file " + rank1.string() + ": sha256 is " + sha256_hex(bytes) + ", index.json says " + expected_sha +
-      " (file corrupt)";
+  const std::string message = "checkpoint file " + rank1.string() + ": sha256 is " + sha256_hex(bytes) +
+                              ", index.json says " + expected_sha + " (file corrupt)";
   EXPECT_EQ(error_of([&] { reader.read_rows("w", 3, rows); }), message);
   EXPECT_EQ(error_of([&] { load_checkpoint(dir).verify_all(); }), message);
 }
@@ -61,9 +60,9 @@ TEST_F(BrokenCheckpoint, AFlippedByteFailsTheChecksumOfThatFileOnly) {
 TEST_F(BrokenCheckpoint, ATruncatedFileIsRejectedWhenOpening) {
   const auto size = fs::file_size(rank1);
   fs::resize_file(rank1, size - 10);
-  EXPECT_EQ(error_of([&] { load_checkpoint(dir); }),
-            "checkpoint file " + rank1.string() + ": " + std::to_string(size - 10) + " bytes, index.json says " +
-                std::to_string(size) + " (truncated or rewritten)");
+  EXPECT_EQ(error_of([&] { load_checkpoint(dir); }), "checkpoint file " + rank1.string() + ": " +
+                                                         std::to_string(size - 10) + " bytes, index.json says " +
+                                                         std::to_string(size) + " (truncated or rewritten)");
 }
 
 TEST_F(BrokenCheckpoint, AMissingFileIsRejectedWhenOpening) {
@@ -103,7 +102,8 @@ TEST_F(BrokenCheckpoint, AnIndexWithAnUnknownFieldIsRejected) {
 // Version 2's index_sha256 covers the index's own content.
 TEST_F(BrokenCheckpoint, AValueOfIndexJsonChangedIntoAnotherValidValueIsRejectedNamingTheFile) {
   const fs::path step = tmp / "step-000004";
-  write_checkpoint(step, testing::split_like_fsdp({{"w", torch::randn({6, 4})}}, 2), {{"step", 4}, {"data_position", 16}});
+  write_checkpoint(step, testing::split_like_fsdp({{"w", torch::randn({6, 4})}}, 2),
+                   {{"step", 4}, {"data_position", 16}});
   const fs::path index = step / "index.json";
   std::string text = testing::read_text(index);
   const auto at = text.find("\"step\": 4");
@@ -147,9 +147,8 @@ TEST_F(BrokenCheckpoint, AVersion1IndexWithoutItsOwnChecksumIsStillRead) {
 
 TEST_F(BrokenCheckpoint, PiecesThatLeaveRowsUncoveredAreRejected) {
   edit_index([](nlohmann::json& j) { j["tensors"]["w"]["pieces"].erase(1); });
-  EXPECT_EQ(error_of([&] { load_checkpoint(dir); }),
-            "checkpoint index " + (dir / "index.json").string() +
-                ": tensor 'w' pieces cover rows [0, 3), expected [0, 6)");
+  EXPECT_EQ(error_of([&] { load_checkpoint(dir); }), "checkpoint index " + (dir / "index.json").string() +
+                                                         ": tensor 'w' pieces cover rows [0, 3), expected [0, 6)");
 }
 
 // A writer bug, not corruption: the checksum matches, the safetensors header does not.
@@ -186,7 +185,9 @@ TEST_F(BrokenCheckpoint, ReadingRowsOutsideTheTensorNamesTheRange) {
 TEST(SaveErrors, RowsPassedByTwoRanksOrByNoneAreRejected) {
   harness::TempDir tmp("ckpt-save-errors");
   auto w = torch::randn({6, 4});
-  auto rows = [&](int64_t first, int64_t n) { return CheckpointTensor{"w", {6, 4}, at::kFloat, first, w.narrow(0, first, n)}; };
+  auto rows = [&](int64_t first, int64_t n) {
+    return CheckpointTensor{"w", {6, 4}, at::kFloat, first, w.narrow(0, first, n)};
+  };
   std::vector<CheckpointContent> overlap(2), gap(2);
   overlap[0].tensors = {rows(0, 4)};
   overlap[1].tensors = {rows(3, 3)};

@@ -88,8 +88,7 @@ FullOptimizerState gather_optimizer_state(fsdp::ShardedModel& m, torch::optim::A
 }
 
 // Every full parameter and optimizer state of `m` equals the checkpoint's, bit for bit.
-void expect_model_equals_checkpoint(const CheckpointReader& reader, fsdp::ShardedModel& m,
-                                    torch::optim::AdamW& opt) {
+void expect_model_equals_checkpoint(const CheckpointReader& reader, fsdp::ShardedModel& m, torch::optim::AdamW& opt) {
   for (const auto& [name, full] : m.gather_full_parameters())
     EXPECT_TRUE(bitwise_equal(full, reader.read("model/" + name))) << name;
   auto state = gather_optimizer_state(m, opt);
@@ -169,15 +168,12 @@ TEST_P(LoadInto, EveryParameterAndAdamWStateEqualsTheSavedOneBitwise) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(FromFourFullShardRanks, LoadInto,
-                         ::testing::Values(Target{1, ShardingStrategy::FullShard, 0},
-                                           Target{2, ShardingStrategy::FullShard, 0},
-                                           Target{3, ShardingStrategy::FullShard, 0},
-                                           Target{2, ShardingStrategy::NoShard, 0},
-                                           Target{4, ShardingStrategy::HybridShard, 2}),
-                         [](const auto& info) {
-                           return fsdp::to_string(info.param.strategy) + "_on_" + std::to_string(info.param.ranks);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    FromFourFullShardRanks, LoadInto,
+    ::testing::Values(Target{1, ShardingStrategy::FullShard, 0}, Target{2, ShardingStrategy::FullShard, 0},
+                      Target{3, ShardingStrategy::FullShard, 0}, Target{2, ShardingStrategy::NoShard, 0},
+                      Target{4, ShardingStrategy::HybridShard, 2}),
+    [](const auto& info) { return fsdp::to_string(info.param.strategy) + "_on_" + std::to_string(info.param.ranks); });
 
 // Replicas split their rows between them: saved from NO_SHARD, hybrid or ZeRO-2, the
 // checkpoint still holds each row once and equals the model.

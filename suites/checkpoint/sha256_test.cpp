@@ -1,5 +1,7 @@
 // The checkpoint checksum is SHA-256 as FIPS 180-4 defines it, whether the bytes come in
 // one update or many, and checkpoints hashed before libcrypto computed it still verify.
+#include "core/checkpoint/sha256.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,7 +12,6 @@
 #include <vector>
 
 #include "core/checkpoint/checkpoint_reader.h"
-#include "core/checkpoint/sha256.h"
 #include "harness/testing/results_samples.h"
 #include "harness/testing/temp_dir.h"
 

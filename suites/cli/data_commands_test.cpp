@@ -24,7 +24,6 @@ using harness::TempDir;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
-
 fs::path gpt2_assets() { return harness::test_asset("gpt2"); }
 
 void write(const fs::path& p, const std::string& text) {
@@ -35,8 +34,9 @@ void write(const fs::path& p, const std::string& text) {
 // Three documents (one .txt, two JSONL lines) and a file of another type.
 void write_tree(const fs::path& in) {
   write(in / "a.txt", "The quick brown fox jumps over the lazy dog. It was a sunny day and the dog slept.");
-  write(in / "b.jsonl", "{\"text\": \"A second document, long enough for a window or two.\"}\n"
-                        "{\"text\": \"And a third one, shorter.\", \"id\": 3}\n");
+  write(in / "b.jsonl",
+        "{\"text\": \"A second document, long enough for a window or two.\"}\n"
+        "{\"text\": \"And a third one, shorter.\", \"id\": 3}\n");
   write(in / "notes.csv", "x,y\n");
 }
 
@@ -80,8 +80,8 @@ TEST(DataPrepareCommand, ItsShardsAreReadByEvalAsAPatternOrACommaList) {
   models::save_pretrained(models::build_causal_lm(c.to_json(), "gpt2"), dir / "model");
 
   const std::string pattern = (dir / "out" / "train_*.tok").string();
-  auto [code, output] = run_shell(kFsdpp + " eval --model " + (dir / "model").string() + " --data '" + pattern +
-                                  "' --seq-len 8 --json");
+  auto [code, output] =
+      run_shell(kFsdpp + " eval --model " + (dir / "model").string() + " --data '" + pattern + "' --seq-len 8 --json");
   ASSERT_EQ(code, 0) << output;
   auto dataset = data::TokenDataset::open(pattern);
   ASSERT_GT(dataset.files().size(), 1u);
@@ -99,9 +99,9 @@ TEST(DataPrepareCommand, ItsShardsAreReadByEvalAsAPatternOrACommaList) {
 TEST(DataPrepareCommand, MissingTokenizerIsOneErrorLine) {
   TempDir dir;
   write_tree(dir / "in");
-  expect_one_error_line(run_shell(kFsdpp + " data prepare --input " + (dir / "in").string() + " --output " +
-                                  (dir / "out").string()),
-                        "--tokenizer is required");
+  expect_one_error_line(
+      run_shell(kFsdpp + " data prepare --input " + (dir / "in").string() + " --output " + (dir / "out").string()),
+      "--tokenizer is required");
 }
 
 TEST(DataPrepareCommand, NonexistentInputIsOneErrorLineNamingThePath) {

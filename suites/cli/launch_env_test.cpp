@@ -1,7 +1,12 @@
 // The fsdpp binary itself: started by hand under torchrun-style and SLURM-style
 // environments it forms the same world; --nproc launches ranks itself; bad flags fail.
+#include <ATen/ATen.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sched.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <csignal>
@@ -9,15 +14,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <sched.h>
-#include <sys/resource.h>
-#include <sys/wait.h>
-#include <unistd.h>
 #include <fstream>
 #include <regex>
 #include <sstream>
-
-#include <ATen/ATen.h>
 
 #include "core/data/token_file.h"
 #include "core/runtime/host_memory.h"
@@ -30,7 +29,6 @@ namespace fsdpp {
 namespace {
 
 using ::testing::HasSubstr;
-
 
 // Runs one fsdpp process per rank with the given environment and returns the report.
 harness::LaunchReport run_fsdpp(int n, const std::vector<std::string>& args,
@@ -70,16 +68,17 @@ TEST(LaunchEnvironment, TorchrunAndSlurmVariablesFormTheSameWorld) {
   int port = harness::reserve_free_port();
   auto torchrun = run_fsdpp(n, kQuickSelfcheck, [&](int rank) {
     return std::vector<std::pair<std::string, std::string>>{
-        {"RANK", std::to_string(rank)}, {"WORLD_SIZE", std::to_string(n)},    {"LOCAL_RANK", std::to_string(rank)},
-        {"LOCAL_WORLD_SIZE", std::to_string(n)}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}};
+        {"RANK", std::to_string(rank)},       {"WORLD_SIZE", std::to_string(n)},
+        {"LOCAL_RANK", std::to_string(rank)}, {"LOCAL_WORLD_SIZE", std::to_string(n)},
+        {"MASTER_ADDR", "127.0.0.1"},         {"MASTER_PORT", std::to_string(port)}};
   });
   ASSERT_TRUE(torchrun.ok()) << torchrun.summary();
   int port2 = harness::reserve_free_port();
   auto slurm = run_fsdpp(n, kQuickSelfcheck, [&](int rank) {
     return std::vector<std::pair<std::string, std::string>>{
-        {"SLURM_PROCID", std::to_string(rank)}, {"SLURM_NTASKS", std::to_string(n)},
+        {"SLURM_PROCID", std::to_string(rank)},  {"SLURM_NTASKS", std::to_string(n)},
         {"SLURM_LOCALID", std::to_string(rank)}, {"SLURM_TASKS_PER_NODE", std::to_string(n)},
-        {"SLURM_JOB_NODELIST", "127.0.0.1"},   {"MASTER_PORT", std::to_string(port)}};
+        {"SLURM_JOB_NODELIST", "127.0.0.1"},     {"MASTER_PORT", std::to_string(port)}};
   });
   ASSERT_TRUE(slurm.ok()) << slurm.summary();
   (void)port2;
@@ -110,10 +109,10 @@ TEST(LaunchCommand, NprocSpawnsRanksThatPassTheSelfcheck) {
 TEST(CoreBinding, RanksGetConsecutiveSlicesOfTheCpusAndShareThemOnlyWhenTheyRunOut) {
   EXPECT_EQ(harness::rank_cpus({0, 1, 2, 3}, 0, 2), (std::vector<int>{0, 1}));
   EXPECT_EQ(harness::rank_cpus({0, 1, 2, 3}, 1, 2), (std::vector<int>{2, 3}));
-  EXPECT_EQ(harness::rank_cpus({4, 6}, 1, 1), (std::vector<int>{6}));     // the allowed CPUs, not 0..n
-  EXPECT_EQ(harness::rank_cpus({0, 1}, 2, 1), (std::vector<int>{0}));     // a third rank on 2 CPUs wraps
+  EXPECT_EQ(harness::rank_cpus({4, 6}, 1, 1), (std::vector<int>{6}));        // the allowed CPUs, not 0..n
+  EXPECT_EQ(harness::rank_cpus({0, 1}, 2, 1), (std::vector<int>{0}));        // a third rank on 2 CPUs wraps
   EXPECT_EQ(harness::rank_cpus({0, 1, 2}, 1, 2), (std::vector<int>{0, 2}));  // wraps mid-slice
-  EXPECT_EQ(harness::rank_cpus({0, 1}, 0, 4), (std::vector<int>{0, 1}));  // more threads than CPUs: all
+  EXPECT_EQ(harness::rank_cpus({0, 1}, 0, 4), (std::vector<int>{0, 1}));     // more threads than CPUs: all
   EXPECT_THROW(harness::rank_cpus({}, 0, 1), std::invalid_argument);
   EXPECT_THROW(harness::rank_cpus({0}, 0, 0), std::invalid_argument);
   EXPECT_EQ(runtime::cpu_list_text({0, 1, 2, 3, 6, 8, 9}), "0-3,6,8-9");
@@ -151,8 +150,7 @@ TEST(CoreBinding, ALaunchedRankRunsOnlyOnItsCpusAndOneItCannotUseFailsTheRankNam
   auto impossible = launch_pinned({CPU_SETSIZE - 1});  // no such CPU online
   ASSERT_FALSE(impossible.ok());
   EXPECT_EQ(impossible.ranks[0].status, harness::RankStatus::Failed);
-  EXPECT_THAT(impossible.ranks[0].message,
-              HasSubstr("cannot pin rank 0 to CPUs " + std::to_string(CPU_SETSIZE - 1)));
+  EXPECT_THAT(impossible.ranks[0].message, HasSubstr("cannot pin rank 0 to CPUs " + std::to_string(CPU_SETSIZE - 1)));
 }
 
 // The "world: ..." line rank `rank` printed through the launcher, or "<none>".
@@ -167,7 +165,8 @@ std::string rank_world_line(const std::string& output, int rank) {
 TEST(CoreBinding, NprocWithBindCoresGivesEveryRankItsOwnSliceAndWithoutItNone) {
   const auto allowed = runtime::affinity_cpus();
   ASSERT_FALSE(allowed.empty());
-  auto [code, output] = run_shell(kFsdpp + " selfcheck --nproc 2 --threads 1 --bind-cores --numel 101 --iterations 1 2>&1");
+  auto [code, output] =
+      run_shell(kFsdpp + " selfcheck --nproc 2 --threads 1 --bind-cores --numel 101 --iterations 1 2>&1");
   ASSERT_EQ(code, 0) << output;
   for (int rank : {0, 1}) {
     const std::string cpus = runtime::cpu_list_text(harness::rank_cpus(allowed, rank, 1));
@@ -214,10 +213,24 @@ TEST(LaunchCommand, WhenRankZeroFailsItsPeerNamesItInEveryLaunchMode) {
   const auto tokens = dir.path() / "tokens.bin";
   data::write_llmc_tokens(tokens, at::randint(0, 32, {2000}, at::kLong));
   std::ofstream(dir.path() / "not_a_dir") << "a file where --save-dir needs a folder\n";
-  const std::vector<std::string> args = {
-      "train", "--from-scratch", "--model-size", "tiny", "--vocab-size", "32", "--seq-len", "16", "--max-steps", "2",
-      "--timeout-s", "60", "--data", tokens.string(), "--save-dir", (dir.path() / "not_a_dir").string(),
-      "--experiment-name", "x"};
+  const std::vector<std::string> args = {"train",
+                                         "--from-scratch",
+                                         "--model-size",
+                                         "tiny",
+                                         "--vocab-size",
+                                         "32",
+                                         "--seq-len",
+                                         "16",
+                                         "--max-steps",
+                                         "2",
+                                         "--timeout-s",
+                                         "60",
+                                         "--data",
+                                         tokens.string(),
+                                         "--save-dir",
+                                         (dir.path() / "not_a_dir").string(),
+                                         "--experiment-name",
+                                         "x"};
   const std::string rank0_said = "not_a_dir";
   // Each peer's own error line (its last stderr line with "fsdpp: error:").
   auto error_line = [](const harness::RankResult& r) {
@@ -245,8 +258,9 @@ TEST(LaunchCommand, WhenRankZeroFailsItsPeerNamesItInEveryLaunchMode) {
                    2, args,
                    [&](int rank) {
                      return std::vector<std::pair<std::string, std::string>>{
-                         {"RANK", std::to_string(rank)}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", std::to_string(rank)},
-                         {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}};
+                         {"RANK", std::to_string(rank)},       {"WORLD_SIZE", "2"},
+                         {"LOCAL_RANK", std::to_string(rank)}, {"LOCAL_WORLD_SIZE", "2"},
+                         {"MASTER_ADDR", "127.0.0.1"},         {"MASTER_PORT", std::to_string(port)}};
                    },
                    observe),
                "torchrun variables");
@@ -255,9 +269,9 @@ TEST(LaunchCommand, WhenRankZeroFailsItsPeerNamesItInEveryLaunchMode) {
                    2, args,
                    [&](int rank) {
                      return std::vector<std::pair<std::string, std::string>>{
-                         {"SLURM_PROCID", std::to_string(rank)}, {"SLURM_NTASKS", "2"},
+                         {"SLURM_PROCID", std::to_string(rank)},  {"SLURM_NTASKS", "2"},
                          {"SLURM_LOCALID", std::to_string(rank)}, {"SLURM_NTASKS_PER_NODE", "2"},
-                         {"SLURM_JOB_NODELIST", "localhost"}, {"MASTER_PORT", std::to_string(port)}};
+                         {"SLURM_JOB_NODELIST", "localhost"},     {"MASTER_PORT", std::to_string(port)}};
                    },
                    observe),
                "SLURM variables");

@@ -26,7 +26,6 @@ namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
-
 using harness::TempDir;
 
 using harness::run_shell;
@@ -43,15 +42,15 @@ TEST(EvalCommand, PrintsTheLossOfTheLoadedModelAsJson) {
   TempDir dir;
   write_llama_folder(dir.path());
   auto [code, output] = run_shell(kFsdpp + " eval --model " + dir.path().string() + " --data " +
-                              (dir.path() / "tokens.bin").string() + " --seq-len 8 --json");
+                                  (dir.path() / "tokens.bin").string() + " --seq-len 8 --json");
   ASSERT_EQ(code, 0) << output;
   auto json = nlohmann::json::parse(output);
-  auto expected = models::evaluate(models::load_pretrained(dir.path()), data::read_token_file(dir.path() / "tokens.bin"), 8);
+  auto expected =
+      models::evaluate(models::load_pretrained(dir.path()), data::read_token_file(dir.path() / "tokens.bin"), 8);
   EXPECT_NEAR(json["loss"].get<double>(), expected.loss, 1e-6);
   EXPECT_NEAR(json["perplexity"].get<double>(), std::exp(expected.loss), 1e-4);
   EXPECT_EQ(json["tokens"].get<int64_t>(), 12 * 8);  // 99 targets fill 12 windows of 8
 }
-
 
 TEST(GenerateCommand, ContinuesAPromptWithTheFoldersGpt2Tokenizer) {
   TempDir dir;
@@ -62,7 +61,7 @@ TEST(GenerateCommand, ContinuesAPromptWithTheFoldersGpt2Tokenizer) {
   fs::copy_file(harness::test_asset("gpt2/encoder.json"), dir.path() / "vocab.json");
   fs::copy_file(harness::test_asset("gpt2/vocab.bpe"), dir.path() / "merges.txt");
   auto [code, output] = run_shell(kFsdpp + " generate --model " + dir.path().string() +
-                              " --prompt 'Hello world' --max-new-tokens 4 --temperature 0");
+                                  " --prompt 'Hello world' --max-new-tokens 4 --temperature 0");
   EXPECT_EQ(code, 0) << output;
   EXPECT_THAT(output, StartsWith("Hello world"));
 }
@@ -95,8 +94,7 @@ std::vector<BadCase> bad_cases() {
          std::ofstream(d / "config.json") << j.dump();
        },
        "eval", "unknown model_type 'bloom'"},
-      {"MissingTensor",
-       [](const fs::path& d) { harness::drop_tensor(d / "model.safetensors", "model.norm.weight"); },
+      {"MissingTensor", [](const fs::path& d) { harness::drop_tensor(d / "model.safetensors", "model.norm.weight"); },
        "eval", "no tensor 'model.norm.weight'"},
       {"WrongShape",
        [](const fs::path& d) {
@@ -124,10 +122,9 @@ TEST_P(BadInput, GivesOneClearErrorLineAndANonZeroExit) {
   TempDir dir;
   write_llama_folder(dir.path());
   GetParam().spoil(dir.path());
-  std::string args = GetParam().command == "eval"
-                         ? " eval --model " + dir.path().string() + " --data " + (dir.path() / "tokens.bin").string() +
-                               " --seq-len 8"
-                         : " generate --model " + dir.path().string() + " --prompt hi";
+  std::string args = GetParam().command == "eval" ? " eval --model " + dir.path().string() + " --data " +
+                                                        (dir.path() / "tokens.bin").string() + " --seq-len 8"
+                                                  : " generate --model " + dir.path().string() + " --prompt hi";
   auto [code, output] = run_shell(kFsdpp + args);
   EXPECT_EQ(code, 2) << output;
   EXPECT_THAT(output, StartsWith("fsdpp: error: "));

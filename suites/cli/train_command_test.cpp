@@ -40,7 +40,7 @@ using ::testing::StartsWith;
 struct TrainRun {
   int code = -1;
   std::string output;
-  nlohmann::json run;                      // the "run" record
+  nlohmann::json run;                                    // the "run" record
   std::vector<nlohmann::json> train, eval, checkpoints;  // records by kind, in file order
   std::vector<double> losses() const {
     std::vector<double> out;
@@ -52,8 +52,8 @@ struct TrainRun {
 // Runs `fsdpp train` into <dir>/<name> and reads its metrics.jsonl.
 TrainRun train(const TempDir& dir, const std::string& name, const std::string& flags) {
   TrainRun r;
-  std::tie(r.code, r.output) = run_shell(kFsdpp + " train --save-dir " + dir.path().string() +
-                                         " --experiment-name " + name + " " + flags);
+  std::tie(r.code, r.output) =
+      run_shell(kFsdpp + " train --save-dir " + dir.path().string() + " --experiment-name " + name + " " + flags);
   std::ifstream in(dir.path() / name / "metrics.jsonl");
   for (std::string line; std::getline(in, line);) {
     auto record = nlohmann::json::parse(line);
@@ -108,8 +108,9 @@ TEST(TrainCommand, FineTuningOnARealCorpusLowersHeldOutPerplexityAndExportsAnHfF
   TempDir dir;
   const auto tok = harness::test_asset("gpt2").string();
   auto prepare = [&](const std::string& corpus, const std::string& slice, const std::string& out) {
-    auto [code, output] = run_shell(kFsdpp + " data prepare --input " + harness::test_asset("corpora/" + corpus).string() +
-                                    " --output " + (dir / out).string() + " --tokenizer " + tok + " " + slice);
+    auto [code, output] =
+        run_shell(kFsdpp + " data prepare --input " + harness::test_asset("corpora/" + corpus).string() + " --output " +
+                  (dir / out).string() + " --tokenizer " + tok + " " + slice);
     ASSERT_EQ(code, 0) << output;
   };
   // Pretraining on the Old Testament's first 150 chapters, fine-tuning on the New Testament's first 60.
@@ -133,11 +134,12 @@ TEST(TrainCommand, FineTuningOnARealCorpusLowersHeldOutPerplexityAndExportsAnHfF
 
   // The exported folder is what `fsdpp eval` and `fsdpp generate` load.
   const auto hf = (dir / "finetune" / "hf").string();
-  auto [code, json] = run_shell(kFsdpp + " eval --json --seq-len 64 --model " + hf + " --data " +
-                                quoted(dir / "new" / "eval_*.tok"));
+  auto [code, json] =
+      run_shell(kFsdpp + " eval --json --seq-len 64 --model " + hf + " --data " + quoted(dir / "new" / "eval_*.tok"));
   ASSERT_EQ(code, 0) << json;
   EXPECT_NEAR(nlohmann::json::parse(json)["loss"].get<double>(), tuned.eval.back()["eval_loss"].get<double>(), 1e-4);
-  auto [gen_code, text] = run_shell(kFsdpp + " generate --max-new-tokens 8 --temperature 0 --prompt 'And Jesus said' --model " + hf);
+  auto [gen_code, text] =
+      run_shell(kFsdpp + " generate --max-new-tokens 8 --temperature 0 --prompt 'And Jesus said' --model " + hf);
   ASSERT_EQ(gen_code, 0) << text;
   EXPECT_THAT(text, StartsWith("And Jesus said"));
   EXPECT_GT(text.size(), std::string("And Jesus said\n").size());
@@ -177,7 +179,8 @@ TEST_P(TrainEquivalence, LossCurveIsTheSameOnOneTwoAndFourRanks) {
   // another order on N ranks) by up to lr/eps, past fp32 tolerance within a few steps.
   const std::string common = "--from-scratch --model-type " + GetParam() +
                              " --model-size tiny --vocab-size 32 --seq-len 16 --max-steps 10 --lr 3e-3 --adam-eps 1e-6 "
-                             "--seed 5 --data " + data;
+                             "--seed 5 --data " +
+                             data;
   // Global batch 4 windows in every run: 1x4, 2x2, 4x1, and 2 ranks x 1 x 2 micro-steps.
   auto one = train(dir, "n1", common + " --batch-size 4");
   auto two = train(dir, "n2", common + " --nproc 2 --batch-size 2");
@@ -196,8 +199,8 @@ TEST_P(TrainEquivalence, LossCurveIsTheSameOnOneTwoAndFourRanks) {
       max_diff = std::max(max_diff, std::abs(r->losses()[s] - one.losses()[s]));
     }
   }
-  std::printf("%s: loss %.4f -> %.4f, largest difference from 1 rank %.3g\n", GetParam().c_str(),
-              one.losses().front(), one.losses().back(), max_diff);
+  std::printf("%s: loss %.4f -> %.4f, largest difference from 1 rank %.3g\n", GetParam().c_str(), one.losses().front(),
+              one.losses().back(), max_diff);
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, TrainEquivalence, ::testing::Values("gpt2", "opt", "llama"));
@@ -221,7 +224,8 @@ TEST(TrainCommand, FirstStepLossIsTheInitialModelsMeanLossOnTheSamplersFirstGlob
     const std::string name = shuffle ? "shuffled" : "ordered";
     auto r = train(dir, name,
                    "--nproc 2 --from-scratch --model-size tiny --vocab-size 256 --seq-len 16 --batch-size 3 "
-                   "--max-steps 1 --seed 9 --data " + data.string() + (shuffle ? "" : " --no-shuffle"));
+                   "--max-steps 1 --seed 9 --data " +
+                       data.string() + (shuffle ? "" : " --no-shuffle"));
     ASSERT_EQ(r.code, 0) << r.output;
     data::SamplerOptions o;
     o.num_windows = dataset.num_windows(seq);
@@ -243,10 +247,11 @@ TEST(TrainCommand, FirstStepLossIsTheInitialModelsMeanLossOnTheSamplersFirstGlob
 TEST(TrainCommand, MetricsRecordEveryStepAndEvalWithTheDocumentedKeys) {
   TempDir dir;
   const auto data = write_markov_tokens(dir, 3000, 256).string();
-  auto r = train(dir, "m", "--nproc 2 --from-scratch --model-type llama --model-size tiny --vocab-size 256 "
-                           "--seq-len 16 --batch-size 2 --max-steps 4 --warmup-steps 1 --lr 1e-3 --min-lr 1e-4 "
-                           "--lr-schedule linear --eval-freq 2 --eval-max-windows 8 --data " + data +
-                           " --eval-data " + data);
+  auto r = train(dir, "m",
+                 "--nproc 2 --from-scratch --model-type llama --model-size tiny --vocab-size 256 "
+                 "--seq-len 16 --batch-size 2 --max-steps 4 --warmup-steps 1 --lr 1e-3 --min-lr 1e-4 "
+                 "--lr-schedule linear --eval-freq 2 --eval-max-windows 8 --data " +
+                     data + " --eval-data " + data);
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_EQ(r.run["format"], "fsdpp.metrics");
   EXPECT_EQ(r.run["version"], 1);
@@ -263,7 +268,7 @@ TEST(TrainCommand, MetricsRecordEveryStepAndEvalWithTheDocumentedKeys) {
     EXPECT_GT(t["memory"]["peak_rss_bytes"].get<int64_t>(), 0);
     EXPECT_GT(t["memory"]["allocated_bytes"].get<int64_t>(), 0);
     EXPECT_GE(t["memory"]["window_peak_allocated_bytes"].get<int64_t>(), t["memory"]["allocated_bytes"].get<int64_t>());
-    EXPECT_GT(t["comm_bytes_sent"]["all_gather"].get<int64_t>(), 0);      // FULL_SHARD on 2 ranks
+    EXPECT_GT(t["comm_bytes_sent"]["all_gather"].get<int64_t>(), 0);  // FULL_SHARD on 2 ranks
     EXPECT_GT(t["comm_bytes_sent"]["reduce_scatter"].get<int64_t>(), 0);
     EXPECT_DOUBLE_EQ(t["lr"].get<double>(), schedule.at(static_cast<int64_t>(i)));
     EXPECT_GT(t["grad_norm"].get<double>(), 0.0);
@@ -280,8 +285,10 @@ TEST(TrainCommand, MetricsRecordEveryStepAndEvalWithTheDocumentedKeys) {
 TEST(TrainCommand, NumEpochsSetsTheStepsAndCkptFreqKeepsTheLastCheckpoints) {
   TempDir dir;
   const auto data = write_markov_tokens(dir, 1000, 256).string();  // 999 targets: 62 windows of 16
-  auto r = train(dir, "e", "--nproc 2 --from-scratch --model-size tiny --vocab-size 256 --seq-len 16 --batch-size 4 "
-                           "--num-epochs 1 --ckpt-freq 3 --keep-last 2 --data " + data);
+  auto r = train(dir, "e",
+                 "--nproc 2 --from-scratch --model-size tiny --vocab-size 256 --seq-len 16 --batch-size 4 "
+                 "--num-epochs 1 --ckpt-freq 3 --keep-last 2 --data " +
+                     data);
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_EQ(r.run["train_windows"], 62);
   EXPECT_EQ(r.train.size(), 8u);  // ceil(62 / (4 x 2))
@@ -292,8 +299,8 @@ TEST(TrainCommand, NumEpochsSetsTheStepsAndCkptFreqKeepsTheLastCheckpoints) {
   std::sort(kept.begin(), kept.end());
   EXPECT_EQ(kept, (std::vector<std::string>{"step-000006", "step-000008"}));
   for (const auto& name : kept) EXPECT_TRUE(fs::exists(dir / "e" / "checkpoints" / name / "index.json")) << name;
-  auto [code, output] = run_shell(kFsdpp + " eval --json --seq-len 16 --model " + (dir / "e" / "hf").string() +
-                                  " --data " + data);
+  auto [code, output] =
+      run_shell(kFsdpp + " eval --json --seq-len 16 --model " + (dir / "e" / "hf").string() + " --data " + data);
   EXPECT_EQ(code, 0) << output;
 }
 
@@ -318,10 +325,12 @@ TEST_P(Resume, AKilledRunRerunWithTheSameCommandContinuesBitwise) {
   TempDir dir;
   const auto data = write_markov_tokens(dir, 4000, 64).string();
   const auto& c = GetParam();
-  const std::string flags = "--nproc " + std::to_string(c.nproc) + " --strategy " + c.strategy +
-                            " --from-scratch --model-size tiny --vocab-size 64 --seq-len 16 --batch-size 2 "
-                            "--grad-accum-steps 2 --max-steps 6 --ckpt-freq 3 --loss-scaling --loss-scale-growth-interval 2 "
-                            "--lr 3e-3 --data " + data + (c.async ? " --async-checkpoint" : "");
+  const std::string flags =
+      "--nproc " + std::to_string(c.nproc) + " --strategy " + c.strategy +
+      " --from-scratch --model-size tiny --vocab-size 64 --seq-len 16 --batch-size 2 "
+      "--grad-accum-steps 2 --max-steps 6 --ckpt-freq 3 --loss-scaling --loss-scale-growth-interval 2 "
+      "--lr 3e-3 --data " +
+      data + (c.async ? " --async-checkpoint" : "");
   auto straight = train(dir, "straight", flags);
   ASSERT_EQ(straight.code, 0) << straight.output;
   auto [killed_code, killed_output] = run_shell("FSDPP_KILL_AFTER_STEP=4 " + kFsdpp + " train --save-dir " +
@@ -357,8 +366,10 @@ TEST_P(Resume, AKilledRunRerunWithTheSameCommandContinuesBitwise) {
 TEST(TrainCommand, ARunKilledBeforeItsFirstCheckpointStartsOverWithTheSameCommand) {
   TempDir dir;
   const auto data = write_markov_tokens(dir, 4000, 64).string();
-  const std::string flags = "--nproc 2 --from-scratch --model-size tiny --vocab-size 64 --seq-len 16 --batch-size 2 "
-                            "--max-steps 4 --ckpt-freq 3 --lr 3e-3 --data " + data;
+  const std::string flags =
+      "--nproc 2 --from-scratch --model-size tiny --vocab-size 64 --seq-len 16 --batch-size 2 "
+      "--max-steps 4 --ckpt-freq 3 --lr 3e-3 --data " +
+      data;
   auto straight = train(dir, "straight", flags);
   ASSERT_EQ(straight.code, 0) << straight.output;
   auto [killed_code, killed_output] = run_shell("FSDPP_KILL_AFTER_STEP=2 " + kFsdpp + " train --save-dir " +
@@ -399,8 +410,10 @@ INSTANTIATE_TEST_SUITE_P(Strategies, Resume,
 TEST(TrainCommand, AsyncCheckpointsHoldTheBytesOfSynchronousOnesAndAreLogged) {
   TempDir dir;
   const auto data = write_markov_tokens(dir, 4000, 64).string();
-  const std::string flags = "--nproc 2 --from-scratch --model-size tiny --vocab-size 64 --seq-len 16 --batch-size 2 "
-                            "--max-steps 6 --ckpt-freq 2 --keep-last 0 --lr 3e-3 --data " + data;
+  const std::string flags =
+      "--nproc 2 --from-scratch --model-size tiny --vocab-size 64 --seq-len 16 --batch-size 2 "
+      "--max-steps 6 --ckpt-freq 2 --keep-last 0 --lr 3e-3 --data " +
+      data;
   auto sync = train(dir, "sync", flags);
   ASSERT_EQ(sync.code, 0) << sync.output;
   auto async = train(dir, "async", flags + " --async-checkpoint");
@@ -463,7 +476,7 @@ void expect_valid_safetensors(const fs::path& path) {
   ASSERT_LE(8 + n, bytes.size()) << path;
   auto header = nlohmann::json::parse(bytes.substr(8, n));
   const std::map<std::string, int> sizes = {{"F64", 8}, {"F32", 4}, {"BF16", 2}, {"F16", 2}, {"I64", 8},
-                                            {"I32", 4}, {"I16", 2}, {"I8", 1}, {"U8", 1}, {"BOOL", 1}};
+                                            {"I32", 4}, {"I16", 2}, {"I8", 1},   {"U8", 1},  {"BOOL", 1}};
   std::vector<std::pair<uint64_t, uint64_t>> spans;
   for (const auto& [name, entry] : header.items()) {
     if (name == "__metadata__") continue;
@@ -490,8 +503,10 @@ void expect_valid_safetensors(const fs::path& path) {
 TEST(CheckpointCommands, ExportIsTheTrainedModelBitwiseAndValidSafetensors) {
   TempDir dir;
   const auto data = write_markov_tokens(dir, 3000, 64).string();
-  auto r = train(dir, "run", "--nproc 2 --from-scratch --model-size tiny --vocab-size 64 --seq-len 16 "
-                             "--batch-size 2 --max-steps 3 --data " + data);
+  auto r = train(dir, "run",
+                 "--nproc 2 --from-scratch --model-size tiny --vocab-size 64 --seq-len 16 "
+                 "--batch-size 2 --max-steps 3 --data " +
+                     data);
   ASSERT_EQ(r.code, 0) << r.output;
   const auto ckpt = dir / "run" / "checkpoints" / "step-000003";
   const auto single = dir / "single", split = dir / "split";
@@ -509,10 +524,10 @@ TEST(CheckpointCommands, ExportIsTheTrainedModelBitwiseAndValidSafetensors) {
     for (const auto& name : trained.names())
       EXPECT_TRUE(torch::equal(exported.tensor(name), trained.tensor(name))) << folder << " " << name;
     for (const auto& shard : exported.shard_paths()) expect_valid_safetensors(shard);
-    auto [eval_code, eval_out] = run_shell(kFsdpp + " eval --json --seq-len 16 --model " + folder.string() +
-                                           " --data " + data);
-    auto [ref_code, ref_out] = run_shell(kFsdpp + " eval --json --seq-len 16 --model " +
-                                         (dir / "run" / "hf").string() + " --data " + data);
+    auto [eval_code, eval_out] =
+        run_shell(kFsdpp + " eval --json --seq-len 16 --model " + folder.string() + " --data " + data);
+    auto [ref_code, ref_out] =
+        run_shell(kFsdpp + " eval --json --seq-len 16 --model " + (dir / "run" / "hf").string() + " --data " + data);
     ASSERT_EQ(eval_code, 0) << eval_out;
     EXPECT_EQ(eval_out, ref_out);
   }
@@ -542,12 +557,16 @@ TEST(CheckpointCommands, ExportIsTheTrainedModelBitwiseAndValidSafetensors) {
 TEST(Resharding, ACheckpointOfFourRanksContinuesOnTwoThreeAndOne) {
   TempDir dir;
   const auto data = write_markov_tokens(dir, 6000, 64).string();
-  const std::string common = "--from-scratch --model-size tiny --vocab-size 64 --seq-len 16 --max-steps 4 "
-                             "--ckpt-freq 2 --lr 3e-3 --adam-eps 1e-6 --data " + data;
+  const std::string common =
+      "--from-scratch --model-size tiny --vocab-size 64 --seq-len 16 --max-steps 4 "
+      "--ckpt-freq 2 --lr 3e-3 --adam-eps 1e-6 --data " +
+      data;
   auto straight = train(dir, "straight", "--nproc 4 --batch-size 3 " + common);
   ASSERT_EQ(straight.code, 0) << straight.output;
-  for (const auto& [nproc, layout] : std::vector<std::pair<int, std::string>>{
-           {2, "--batch-size 3 --grad-accum-steps 2"}, {3, "--batch-size 4"}, {1, "--batch-size 3 --grad-accum-steps 4"}}) {
+  for (const auto& [nproc, layout] :
+       std::vector<std::pair<int, std::string>>{{2, "--batch-size 3 --grad-accum-steps 2"},
+                                                {3, "--batch-size 4"},
+                                                {1, "--batch-size 3 --grad-accum-steps 4"}}) {
     SCOPED_TRACE(std::to_string(nproc) + " ranks");
     const std::string name = "on" + std::to_string(nproc);
     auto [code, output] = run_shell("FSDPP_KILL_AFTER_STEP=2 " + kFsdpp + " train --save-dir " + dir.path().string() +
@@ -584,9 +603,11 @@ std::map<int64_t, std::pair<double, double>> loss_and_norm_by_step(const TrainRu
 TEST(Resharding, InDeterministicModeACheckpointOfFourRanksContinuesBitwiseOnTwoThreeAndOne) {
   TempDir dir;
   const auto data = write_markov_tokens(dir, 6000, 64).string();
-  const std::string common = "--deterministic --from-scratch --model-size tiny --vocab-size 64 --seq-len 16 "
-                             "--batch-size 1 --max-steps 4 --ckpt-freq 2 --lr 3e-3 --adam-eps 1e-6 --grad-clip 0.5 "
-                             "--data " + data;
+  const std::string common =
+      "--deterministic --from-scratch --model-size tiny --vocab-size 64 --seq-len 16 "
+      "--batch-size 1 --max-steps 4 --ckpt-freq 2 --lr 3e-3 --adam-eps 1e-6 --grad-clip 0.5 "
+      "--data " +
+      data;
   const std::string four = "--nproc 4 --grad-accum-steps 3 " + common;
   auto straight = train(dir, "straight", four);
   ASSERT_EQ(straight.code, 0) << straight.output;
@@ -597,8 +618,8 @@ TEST(Resharding, InDeterministicModeACheckpointOfFourRanksContinuesBitwiseOnTwoT
     auto [code, output] = run_shell("FSDPP_KILL_AFTER_STEP=2 " + kFsdpp + " train --save-dir " + dir.path().string() +
                                     " --experiment-name " + name + " " + four);
     ASSERT_NE(code, 0) << output;
-    auto resumed = train(dir, name, "--nproc " + std::to_string(nproc) + " --grad-accum-steps " +
-                                        std::to_string(accum) + " " + common);
+    auto resumed = train(
+        dir, name, "--nproc " + std::to_string(nproc) + " --grad-accum-steps " + std::to_string(accum) + " " + common);
     ASSERT_EQ(resumed.code, 0) << resumed.output;
     EXPECT_EQ(resumed.run["start_step"], 2);
     EXPECT_EQ(loss_and_norm_by_step(resumed), loss_and_norm_by_step(straight));
@@ -613,8 +634,10 @@ TEST(Resharding, InDeterministicModeACheckpointOfFourRanksContinuesBitwiseOnTwoT
 TEST(TrainCommand, InDeterministicModeFourRanksOfEveryStrategyGiveTheOneRankBits) {
   TempDir dir;
   const auto data = write_markov_tokens(dir, 4000, 64).string();
-  const std::string common = "--deterministic --from-scratch --model-size tiny --vocab-size 64 --seq-len 16 "
-                             "--batch-size 2 --max-steps 3 --lr 3e-3 --grad-clip 0.5 --data " + data;
+  const std::string common =
+      "--deterministic --from-scratch --model-size tiny --vocab-size 64 --seq-len 16 "
+      "--batch-size 2 --max-steps 3 --lr 3e-3 --grad-clip 0.5 --data " +
+      data;
   auto one = train(dir, "one", "--nproc 1 --grad-accum-steps 4 " + common);
   ASSERT_EQ(one.code, 0) << one.output;
   ASSERT_EQ(one.train.size(), 3u);
@@ -624,7 +647,8 @@ TEST(TrainCommand, InDeterministicModeFourRanksOfEveryStrategyGiveTheOneRankBits
     auto four = train(dir, name, "--nproc 4 --strategy " + strategy + " " + common);
     ASSERT_EQ(four.code, 0) << four.output;
     EXPECT_EQ(loss_and_norm_by_step(four), loss_and_norm_by_step(one));
-    EXPECT_EQ(file_bytes(dir / name / "hf" / "model.safetensors"), file_bytes(dir / "one" / "hf" / "model.safetensors"));
+    EXPECT_EQ(file_bytes(dir / name / "hf" / "model.safetensors"),
+              file_bytes(dir / "one" / "hf" / "model.safetensors"));
     // The gradient slices travel as one all-to-all per unit and micro-step, no reduce-scatter.
     EXPECT_GT(four.train[0]["comm_bytes_sent"]["all_to_all"].get<int64_t>(), 0);
     EXPECT_EQ(four.train[0]["comm_bytes_sent"]["reduce_scatter"].get<int64_t>(), 0);
@@ -638,8 +662,10 @@ TEST(TrainCommand, CudaDeviceTrainsLikeTheCpuAndResumesBitwise) {
   if (!runtime::cuda_available()) GTEST_SKIP() << "needs a CUDA build and a GPU (this build/machine has none)";
   TempDir dir;
   const auto data = write_markov_tokens(dir, 4000, 64).string();
-  const std::string flags = "--from-scratch --model-size tiny --vocab-size 64 --seq-len 16 --batch-size 4 "
-                            "--max-steps 4 --ckpt-freq 2 --lr 3e-3 --adam-eps 1e-6 --data " + data;
+  const std::string flags =
+      "--from-scratch --model-size tiny --vocab-size 64 --seq-len 16 --batch-size 4 "
+      "--max-steps 4 --ckpt-freq 2 --lr 3e-3 --adam-eps 1e-6 --data " +
+      data;
   auto cpu = train(dir, "cpu", flags);
   auto cuda = train(dir, "cuda", flags + " --device cuda");
   ASSERT_EQ(cpu.code, 0) << cpu.output;
@@ -651,9 +677,9 @@ TEST(TrainCommand, CudaDeviceTrainsLikeTheCpuAndResumesBitwise) {
   EXPECT_GT(cuda.train.back()["memory"]["allocated_bytes"].get<int64_t>(), 0);
   EXPECT_LT(cuda.train.back()["memory"]["allocated_bytes"].get<int64_t>(),
             cuda.train.back()["memory"]["peak_rss_bytes"].get<int64_t>());
-  auto [killed_code, killed_output] = run_shell("FSDPP_KILL_AFTER_STEP=3 " + kFsdpp + " train --save-dir " +
-                                                dir.path().string() + " --experiment-name resumed " + flags +
-                                                " --device cuda");
+  auto [killed_code, killed_output] =
+      run_shell("FSDPP_KILL_AFTER_STEP=3 " + kFsdpp + " train --save-dir " + dir.path().string() +
+                " --experiment-name resumed " + flags + " --device cuda");
   ASSERT_NE(killed_code, 0) << killed_output;
   auto resumed = train(dir, "resumed", flags + " --device cuda");
   ASSERT_EQ(resumed.code, 0) << resumed.output;
@@ -667,8 +693,10 @@ TEST(TrainCommand, CudaDeviceTrainsLikeTheCpuAndResumesBitwise) {
 TEST(TrainCommand, Bf16OffloadAndActivationCheckpointingRuns) {
   TempDir dir;
   const auto data = write_markov_tokens(dir, 3000, 32).string();
-  const std::string flags = "--nproc 2 --from-scratch --model-size tiny --vocab-size 32 --seq-len 16 --batch-size 2 "
-                            "--max-steps 8 --lr 1e-3 --lr-schedule constant --data " + data;
+  const std::string flags =
+      "--nproc 2 --from-scratch --model-size tiny --vocab-size 32 --seq-len 16 --batch-size 2 "
+      "--max-steps 8 --lr 1e-3 --lr-schedule constant --data " +
+      data;
   auto fp32 = train(dir, "fp32", flags);
   auto bf16 = train(dir, "bf16", flags + " --mixed-precision bf16 --cpu-offload");
   auto ac = train(dir, "ac", flags + " --activation-checkpointing --ac-freq 2");
@@ -688,8 +716,10 @@ TEST(TrainCommand, Bf16OffloadAndActivationCheckpointingRuns) {
 TEST(TrainCommand, DeterministicRunsGiveIdenticalBits) {
   TempDir dir;
   const auto data = write_markov_tokens(dir, 3000, 256).string();
-  const std::string flags = "--nproc 2 --deterministic --from-scratch --model-size tiny --vocab-size 256 --seq-len 16 "
-                            "--batch-size 2 --max-steps 3 --data " + data;
+  const std::string flags =
+      "--nproc 2 --deterministic --from-scratch --model-size tiny --vocab-size 256 --seq-len 16 "
+      "--batch-size 2 --max-steps 3 --data " +
+      data;
   auto a = train(dir, "a", flags), b = train(dir, "b", flags);
   ASSERT_EQ(a.code, 0) << a.output;
   ASSERT_EQ(b.code, 0) << b.output;
@@ -705,7 +735,8 @@ TEST(TrainCommand, ConfigFileGivesOptionsAndFlagsOverrideThem) {
   TempDir dir;
   const auto data = write_markov_tokens(dir, 2000, 256).string();
   std::ofstream(dir / "train.yaml") << "from_scratch: true\nmodel-size: tiny\nvocab_size: 256\nseq_len: 16\n"
-                                       "batch_size: 2\nmax_steps: 5\nlr: 0.002\nno_shuffle: true\ndata: " << data << "\n";
+                                       "batch_size: 2\nmax_steps: 5\nlr: 0.002\nno_shuffle: true\ndata: "
+                                    << data << "\n";
   auto r = train(dir, "cfg", "--config " + (dir / "train.yaml").string() + " --max-steps 2");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_EQ(r.train.size(), 2u);  // the flag beat the file's 5
@@ -764,11 +795,13 @@ TEST(TrainCommand, RunTimeFailureWithoutNprocIsOneLineAndExitOne) {
   const auto data = write_markov_tokens(dir, 500, 32).string();
   fs::create_directories(dir / "taken");
   // A run directory already used, whose checkpoints are gone: never overwritten.
-  std::ofstream(dir / "taken" / "metrics.jsonl") << R"({"kind": "checkpoint", "step": 2, "async": false})" << "\n";
+  std::ofstream(dir / "taken" / "metrics.jsonl") << R"({"kind": "checkpoint", "step": 2, "async": false})"
+                                                 << "\n";
   std::ofstream(dir / "not_a_dir") << "a file where --save-dir needs a folder\n";
   const std::string base = "timeout 60 " + kFsdpp +
                            " train --from-scratch --model-size tiny --vocab-size 32 --seq-len 16 --max-steps 2 "
-                           "--data " + data + " ";
+                           "--data " +
+                           data + " ";
   const std::vector<std::pair<std::string, std::string>> cases = {
       // Fails right after the world's communicator is connected, before the model is sharded.
       {base + "--save-dir " + dir.path().string() + " --experiment-name taken", "metrics.jsonl exists"},

@@ -55,8 +55,7 @@ TEST_P(Collectives, ReduceScatterEqualsThisRanksSliceOfTheReduction) {
           ctx.comm.reduce_scatter(out, harness::rank_input(ctx.rank, k * n, dt, 11), op);
           auto full = harness::reference_reduce(harness::all_rank_inputs(n, k * n, dt, 11), op);
           auto cmp = harness::compare(out, full.narrow(0, ctx.rank * k, k));
-          EXPECT_TRUE(cmp.ok) << label("reduce_scatter", dt, k) << " " << comm::to_string(op) << ": "
-                              << cmp.describe();
+          EXPECT_TRUE(cmp.ok) << label("reduce_scatter", dt, k) << " " << comm::to_string(op) << ": " << cmp.describe();
         }
       }
   });
@@ -72,8 +71,7 @@ TEST_P(Collectives, AllReduceEqualsTheReductionEvenWhenShorterThanTheWorld) {
           ctx.comm.all_reduce(t, op);
           auto expected = harness::reference_reduce(harness::all_rank_inputs(n, numel, dt, 13), op);
           auto cmp = harness::compare(t, expected);
-          EXPECT_TRUE(cmp.ok) << label("all_reduce", dt, numel) << " " << comm::to_string(op) << ": "
-                              << cmp.describe();
+          EXPECT_TRUE(cmp.ok) << label("all_reduce", dt, numel) << " " << comm::to_string(op) << ": " << cmp.describe();
         }
   });
 }
@@ -124,10 +122,10 @@ TEST_P(Collectives, AsyncCollectivesCompleteInIssueOrderWhileTheCallerComputes) 
       works.push_back(ctx.comm.all_reduce_async(tensors.back(), ReduceOp::Sum));
     }
     auto busy = at::mm(at::ones({64, 64}), at::ones({64, 64}));  // compute while they run
-    for (int i = 5; i >= 0; --i) works[i].wait();               // waiting out of order is fine
+    for (int i = 5; i >= 0; --i) works[i].wait();                // waiting out of order is fine
     for (int i = 0; i < 6; ++i) {
-      auto expected = harness::reference_reduce(harness::all_rank_inputs(n, 4096 + i, at::kFloat, 100 + i),
-                                                ReduceOp::Sum);
+      auto expected =
+          harness::reference_reduce(harness::all_rank_inputs(n, 4096 + i, at::kFloat, 100 + i), ReduceOp::Sum);
       EXPECT_TRUE(harness::compare(tensors[i], expected).ok) << "async all_reduce #" << i;
       EXPECT_TRUE(works[i].completed());
     }
@@ -160,15 +158,14 @@ TEST(HybridMesh, RowsShardAndColumnsReplicateOnA2x2World) {
     auto column_sum = at::full({3}, static_cast<int64_t>(ctx.rank));
     mesh.replicate->all_reduce(column_sum, ReduceOp::Sum);
     int row = ctx.rank / 2, column = ctx.rank % 2;
-    EXPECT_EQ(row_sum[0].item<int64_t>(), 4 * row + 1);    // {0,1} -> 1, {2,3} -> 5
+    EXPECT_EQ(row_sum[0].item<int64_t>(), 4 * row + 1);        // {0,1} -> 1, {2,3} -> 5
     EXPECT_EQ(column_sum[0].item<int64_t>(), 2 + 2 * column);  // {0,2} -> 2, {1,3} -> 4
   });
 }
 
 TEST(HybridMesh, ShardSizeThatDoesNotDivideTheWorldIsRejected) {
-  harness::expect_ranks_pass(3, [](RankContext& ctx) {
-    EXPECT_THROW(comm::make_hybrid_mesh(ctx.comm, 2), std::invalid_argument);
-  });
+  harness::expect_ranks_pass(
+      3, [](RankContext& ctx) { EXPECT_THROW(comm::make_hybrid_mesh(ctx.comm, 2), std::invalid_argument); });
 }
 
 // Single-process communicator (world size 1): argument errors need no peers.

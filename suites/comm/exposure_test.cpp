@@ -56,8 +56,8 @@ std::vector<Listener> listeners_of_this_process() {
       row >> slot >> local >> remote >> state >> queues >> timer >> retransmits >> uid >> timeout >> inode;
       if (state != "0A" || inodes.count(inode) == 0) continue;
       auto colon = local.find(':');
-      found.push_back({std::string(table).back() == '6', local.substr(0, colon),
-                       std::stoi(local.substr(colon + 1), nullptr, 16)});
+      found.push_back(
+          {std::string(table).back() == '6', local.substr(0, colon), std::stoi(local.substr(colon + 1), nullptr, 16)});
     }
   }
   return found;

@@ -1,10 +1,10 @@
 // Rendezvous from the environment: torchrun's and SLURM's variables, their precedence,
 // SLURM host lists, and clear errors for bad values.
+#include "core/comm/rendezvous.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
-
-#include "core/comm/rendezvous.h"
 
 namespace fsdpp::comm {
 namespace {
@@ -12,8 +12,11 @@ namespace {
 using ::testing::HasSubstr;
 
 TEST(Rendezvous, TorchrunVariablesDescribeTheWorld) {
-  auto w = resolve_world(env_from_map({{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"},
-                                       {"LOCAL_WORLD_SIZE", "4"}, {"MASTER_ADDR", "10.0.0.7"},
+  auto w = resolve_world(env_from_map({{"RANK", "5"},
+                                       {"WORLD_SIZE", "8"},
+                                       {"LOCAL_RANK", "1"},
+                                       {"LOCAL_WORLD_SIZE", "4"},
+                                       {"MASTER_ADDR", "10.0.0.7"},
                                        {"MASTER_PORT", "29400"}}));
   EXPECT_EQ(w.rank, 5);
   EXPECT_EQ(w.world_size, 8);
@@ -25,9 +28,12 @@ TEST(Rendezvous, TorchrunVariablesDescribeTheWorld) {
 }
 
 TEST(Rendezvous, SlurmVariablesDescribeTheSameWorld) {
-  auto w = resolve_world(env_from_map({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "1"},
+  auto w = resolve_world(env_from_map({{"SLURM_PROCID", "5"},
+                                       {"SLURM_NTASKS", "8"},
+                                       {"SLURM_LOCALID", "1"},
                                        {"SLURM_TASKS_PER_NODE", "4(x2)"},
-                                       {"SLURM_JOB_NODELIST", "gpu[007-008]"}, {"MASTER_PORT", "29400"}}));
+                                       {"SLURM_JOB_NODELIST", "gpu[007-008]"},
+                                       {"MASTER_PORT", "29400"}}));
   EXPECT_EQ(w.rank, 5);
   EXPECT_EQ(w.world_size, 8);
   EXPECT_EQ(w.local_rank, 1);
@@ -38,7 +44,9 @@ TEST(Rendezvous, SlurmVariablesDescribeTheSameWorld) {
 }
 
 TEST(Rendezvous, TorchrunsAgentStoreIsUsedOnlyWhenItSaysSoAndNotUnderAnOwnMasterPort) {
-  std::map<std::string, std::string> vars = {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "29400"},
+  std::map<std::string, std::string> vars = {{"RANK", "1"},
+                                             {"WORLD_SIZE", "2"},
+                                             {"MASTER_PORT", "29400"},
                                              {"TORCHELASTIC_USE_AGENT_STORE", "True"},
                                              {"TORCHELASTIC_RESTART_COUNT", "3"}};
   auto w = resolve_world(env_from_map(vars));

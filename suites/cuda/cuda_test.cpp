@@ -7,7 +7,6 @@
 // not survive fork), so whether a GPU exists is read from /dev/nvidia*, and CUDA itself is
 // only used inside the ranks.
 #include <gtest/gtest.h>
-
 #include <torch/torch.h>
 
 #include <filesystem>
@@ -46,12 +45,12 @@ int gpus_without_cuda_init() {
 #endif
 }
 
-#define REQUIRE_GPUS(n)                                                                                   \
-  do {                                                                                                    \
-    int have_ = gpus_without_cuda_init();                                                                 \
-    if (have_ < (n))                                                                                      \
+#define REQUIRE_GPUS(n)                                                                                          \
+  do {                                                                                                           \
+    int have_ = gpus_without_cuda_init();                                                                        \
+    if (have_ < (n))                                                                                             \
       GTEST_SKIP() << "needs " << (n) << " CUDA device(s), this " << (FSDPP_WITH_CUDA ? "machine" : "CPU build") \
-                   << " has " << have_;                                                                   \
+                   << " has " << have_;                                                                          \
   } while (0)
 
 harness::RunOptions with_env(std::map<std::string, std::string> env = {}) {
@@ -92,27 +91,28 @@ void check_collectives_on_gpu(harness::RankContext& ctx) {
   auto a2a_in = torch::full({2 * n, 3}, static_cast<double>(r), torch::TensorOptions().device(gpu()));
   auto a2a_out = torch::empty({2 * n, 3}, a2a_in.options());
   comm.all_to_all_single(a2a_out, a2a_in);
-  for (int j = 0; j < n; ++j) EXPECT_TRUE(torch::equal(a2a_out.narrow(0, 2 * j, 2).cpu(), torch::full({2, 3}, double(j))));
+  for (int j = 0; j < n; ++j)
+    EXPECT_TRUE(torch::equal(a2a_out.narrow(0, 2 * j, 2).cpu(), torch::full({2, 3}, double(j))));
 }
 
 }  // namespace
 
 TEST(CudaComm, NcclCollectivesAreCorrectOnOneRank) {
   REQUIRE_GPUS(1);
-  harness::expect_ranks_pass(1, [](harness::RankContext& ctx) { check_collectives_on_gpu(ctx); },
-                             with_env({{"FSDPP_CUDA_COMM", "nccl"}}));
+  harness::expect_ranks_pass(
+      1, [](harness::RankContext& ctx) { check_collectives_on_gpu(ctx); }, with_env({{"FSDPP_CUDA_COMM", "nccl"}}));
 }
 
 TEST(CudaComm, NcclCollectivesAreCorrectOnTwoGpus) {
   REQUIRE_GPUS(2);
-  harness::expect_ranks_pass(2, [](harness::RankContext& ctx) { check_collectives_on_gpu(ctx); },
-                             with_env({{"FSDPP_CUDA_COMM", "nccl"}}));
+  harness::expect_ranks_pass(
+      2, [](harness::RankContext& ctx) { check_collectives_on_gpu(ctx); }, with_env({{"FSDPP_CUDA_COMM", "nccl"}}));
 }
 
 TEST(CudaComm, RanksSharingOneGpuGoThroughHostStagedGloo) {
   REQUIRE_GPUS(1);
-  harness::expect_ranks_pass(3, [](harness::RankContext& ctx) { check_collectives_on_gpu(ctx); },
-                             with_env({{"FSDPP_CUDA_COMM", "gloo"}}));
+  harness::expect_ranks_pass(
+      3, [](harness::RankContext& ctx) { check_collectives_on_gpu(ctx); }, with_env({{"FSDPP_CUDA_COMM", "gloo"}}));
 }
 
 // Stream semantics: the all-gather reads its input only after the kernels queued before it
@@ -120,20 +120,23 @@ TEST(CudaComm, RanksSharingOneGpuGoThroughHostStagedGloo) {
 // its output after wait() without any host synchronisation in between.
 TEST(CudaComm, NcclWorkIsOrderedWithTheCallersStreamWithoutHostSync) {
   REQUIRE_GPUS(1);
-  harness::expect_ranks_pass(1, [](harness::RankContext& ctx) {
-    runtime::set_current_device(gpu());
-    auto x = torch::ones({1 << 22}, torch::TensorOptions().device(gpu()));
-    for (int i = 0; i < 200; ++i) x = x * 1.0001 + 0.0001;  // queued, not finished
-    auto expected = x.clone();
-    auto out = torch::empty_like(x);
-    auto work = ctx.comm.all_gather_into_async(out, x);
-    x = torch::Tensor();  // the input may be freed at once: its memory is recorded on the NCCL stream
-    auto filler = torch::full({1 << 22}, 7.0, torch::TensorOptions().device(gpu()));  // may reuse freed blocks
-    work.wait();
-    auto y = out * 2;
-    EXPECT_TRUE(torch::equal(y.cpu(), expected.cpu() * 2));
-    EXPECT_EQ(filler.sum().item<double>(), 7.0 * (1 << 22));
-  }, with_env({{"FSDPP_CUDA_COMM", "nccl"}}));
+  harness::expect_ranks_pass(
+      1,
+      [](harness::RankContext& ctx) {
+        runtime::set_current_device(gpu());
+        auto x = torch::ones({1 << 22}, torch::TensorOptions().device(gpu()));
+        for (int i = 0; i < 200; ++i) x = x * 1.0001 + 0.0001;  // queued, not finished
+        auto expected = x.clone();
+        auto out = torch::empty_like(x);
+        auto work = ctx.comm.all_gather_into_async(out, x);
+        x = torch::Tensor();  // the input may be freed at once: its memory is recorded on the NCCL stream
+        auto filler = torch::full({1 << 22}, 7.0, torch::TensorOptions().device(gpu()));  // may reuse freed blocks
+        work.wait();
+        auto y = out * 2;
+        EXPECT_TRUE(torch::equal(y.cpu(), expected.cpu() * 2));
+        EXPECT_EQ(filler.sum().item<double>(), 7.0 * (1 << 22));
+      },
+      with_env({{"FSDPP_CUDA_COMM", "nccl"}}));
 }
 
 namespace {
@@ -165,7 +168,8 @@ TEST(CudaFsdp, Fp32FullShardMatchesTheUnshardedCudaReference) {
   REQUIRE_GPUS(1);
   for (int n : {1, 2}) {
     SCOPED_TRACE("ranks " + std::to_string(n));
-    harness::expect_equivalent(n, [] { return harness::tiny_transformer_case(); }, cuda_equiv(std::nullopt));
+    harness::expect_equivalent(
+        n, [] { return harness::tiny_transformer_case(); }, cuda_equiv(std::nullopt));
   }
 }
 
@@ -173,7 +177,8 @@ TEST(CudaFsdp, Bf16FullShardMatchesTheCastEmulatingCudaReference) {
   REQUIRE_GPUS(1);
   for (int n : {1, 2}) {
     SCOPED_TRACE("ranks " + std::to_string(n));
-    harness::expect_equivalent(n, [] { return harness::tiny_transformer_case(); }, cuda_equiv(at::kBFloat16));
+    harness::expect_equivalent(
+        n, [] { return harness::tiny_transformer_case(); }, cuda_equiv(at::kBFloat16));
   }
 }
 
@@ -181,7 +186,8 @@ TEST(CudaFsdp, CpuOffloadKeepsPinnedHostShardsAndMatchesTheReference) {
   REQUIRE_GPUS(1);
   auto config = cuda_equiv(std::nullopt);
   config.fsdp.cpu_offload = true;
-  harness::expect_equivalent(1, [] { return harness::tiny_transformer_case(); }, config);
+  harness::expect_equivalent(
+      1, [] { return harness::tiny_transformer_case(); }, config);
   harness::expect_ranks_pass(1, [](harness::RankContext& ctx) {
     runtime::set_current_device(gpu());
     auto model = harness::tiny_transformer_case();
@@ -291,8 +297,8 @@ TEST(CudaModels, FusedRmsNormMatchesTheEagerFormula) {
         bound_dw = static_cast<double>(n) * u * dw_terms;
       } else {
         bound_y = 3 * u * eager[0].to(torch::kDouble).abs();
-        bound_dx = 3 * u * rstd * (wg + xhat.abs() * (wg * xhat.abs()).mean(-1, true)) +
-                   u * eager[1].to(torch::kDouble).abs();
+        bound_dx =
+            3 * u * rstd * (wg + xhat.abs() * (wg * xhat.abs()).mean(-1, true)) + u * eager[1].to(torch::kDouble).abs();
         bound_dw = 3 * u * dw_terms + u * eager[2].to(torch::kDouble).abs();
       }
       EXPECT_TRUE((diff(fused[0], eager[0]) <= bound_y).all().item<bool>()) << "output, " << dtype;

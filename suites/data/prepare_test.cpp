@@ -5,6 +5,8 @@
 //
 // The tokenizer is an asset from `bash ci/fetch_assets.sh` ($FSDPP_ASSETS_DIR, default
 // <source>/.cache/assets); a missing asset fails the tests.
+#include "core/data/prepare.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -13,7 +15,6 @@
 #include <iterator>
 
 #include "core/data/data_manifest.h"
-#include "core/data/prepare.h"
 #include "core/data/token_dataset.h"
 #include "core/data/token_shard.h"
 #include "core/tokenizer/load.h"
@@ -51,11 +52,17 @@ std::string read_file_bytes(const fs::path& p) {
 
 // One file of each type, an ignored .csv and a subdirectory. The documents, in order:
 const std::vector<std::string> kDocuments = {
-    "Hello world.\nSecond line.",                      // a.txt
-    "First title", "Nested text", "tag one",           // b.json (numbers, booleans, null, "" skipped)
-    "line one", "line two",                            // c.jsonl
-    "Yaml title", "plain words", "42", "doc two",      // d.yaml (plain 42 and true are not text)
-    "In a subdirectory.",                              // sub/f.txt
+    "Hello world.\nSecond line.",  // a.txt
+    "First title",
+    "Nested text",
+    "tag one",  // b.json (numbers, booleans, null, "" skipped)
+    "line one",
+    "line two",  // c.jsonl
+    "Yaml title",
+    "plain words",
+    "42",
+    "doc two",             // d.yaml (plain 42 and true are not text)
+    "In a subdirectory.",  // sub/f.txt
 };
 
 void write_tree(const fs::path& root) {
@@ -64,7 +71,8 @@ void write_tree(const fs::path& root) {
         R"({"title": "First title", "count": 3, "ok": true,
             "nested": {"text": "Nested text", "tags": ["tag one", 7, null]}, "empty": ""})");
   write(root / "c.jsonl", "{\"text\": \"line one\", \"id\": 1}\n\n{\"text\": \"line two\"}\n");
-  write(root / "d.yaml", "title: Yaml title\nitems:\n  - plain words\n  - 42\n  - \"42\"\n  - true\n---\nsecond: doc two\n");
+  write(root / "d.yaml",
+        "title: Yaml title\nitems:\n  - plain words\n  - 42\n  - \"42\"\n  - true\n---\nsecond: doc two\n");
   write(root / "e.csv", "a,b\n1,2\n");
   write(root / "sub" / "f.txt", kDocuments[10]);
 }
@@ -182,7 +190,8 @@ TEST(PrepareData, OneWorkerAndFourWorkersWriteIdenticalFiles) {
 
   ASSERT_EQ(one.train_shards.size(), four.train_shards.size());
   ASSERT_EQ(one.eval_shards.size(), four.eval_shards.size());
-  for (const auto& name : {std::string("manifest.json"), std::string("train_000000.tok"), std::string("eval_000000.tok")})
+  for (const auto& name :
+       {std::string("manifest.json"), std::string("train_000000.tok"), std::string("eval_000000.tok")})
     EXPECT_EQ(read_file_bytes(dir / "one" / name), read_file_bytes(dir / "four" / name)) << name;
   EXPECT_EQ(all_tokens(one.train_shards), all_tokens(four.train_shards));
   EXPECT_EQ(all_tokens(one.eval_shards), all_tokens(four.eval_shards));
@@ -221,8 +230,9 @@ TEST(PrepareData, ManifestDescribesTheShardsAndReadsBack) {
 
   auto j = m.to_json();
   j["version"] = 2;
-  EXPECT_THAT([&] { DataManifest::from_json(j, "m.json"); },
-              ::testing::ThrowsMessage<std::invalid_argument>(HasSubstr("m.json: manifest version 2 is not supported")));
+  EXPECT_THAT(
+      [&] { DataManifest::from_json(j, "m.json"); },
+      ::testing::ThrowsMessage<std::invalid_argument>(HasSubstr("m.json: manifest version 2 is not supported")));
 }
 
 TEST(PrepareData, ARerunRemovesShardsItNoLongerWrites) {

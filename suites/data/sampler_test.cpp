@@ -1,6 +1,8 @@
 // DistributedSampler: the documented --no-shuffle order, every window once per epoch
 // across all ranks and micro-steps, a deterministic shuffle, exact resumption (also with
 // another world size and the same global batch), disjoint rank batches, and named errors.
+#include "core/data/sampler.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
@@ -9,8 +11,6 @@
 #include <map>
 #include <numeric>
 #include <set>
-
-#include "core/data/sampler.h"
 
 namespace fsdpp::data {
 namespace {
@@ -65,8 +65,8 @@ void expect_each_window_once_per_complete_epoch(const Shape& s, const std::map<i
 }
 
 const std::vector<Shape> kShapes = {
-    {12, 2, 3, 2}, {10, 1, 2, 2}, {7, 2, 2, 1}, {5, 3, 2, 2},  // W = G, W % G != 0, G > W
-    {100, 4, 1, 3}, {1, 1, 1, 1}, {33, 2, 4, 1},
+    {12, 2, 3, 2},  {10, 1, 2, 2}, {7, 2, 2, 1},  {5, 3, 2, 2},  // W = G, W % G != 0, G > W
+    {100, 4, 1, 3}, {1, 1, 1, 1},  {33, 2, 4, 1},
 };
 
 TEST(DistributedSampler, NoShuffleStepSRankRMicroMRowBIsTheDocumentedWindow) {
@@ -80,7 +80,8 @@ TEST(DistributedSampler, NoShuffleStepSRankRMicroMRowBIsTheDocumentedWindow) {
           const auto rows = sampler.micro_batch(m);
           ASSERT_EQ(rows.size(), static_cast<size_t>(s.batch_per_rank));
           for (int64_t b = 0; b < s.batch_per_rank; ++b)
-            ASSERT_EQ(rows[static_cast<size_t>(b)], (step * g + (m * s.world_size + r) * s.batch_per_rank + b) % s.windows)
+            ASSERT_EQ(rows[static_cast<size_t>(b)],
+                      (step * g + (m * s.world_size + r) * s.batch_per_rank + b) % s.windows)
                 << "W=" << s.windows << " step " << step << " rank " << r << " micro " << m << " row " << b;
         }
     }
@@ -146,7 +147,8 @@ TEST(DistributedSampler, ResumingMidEpochContinuesTheUninterruptedSequence) {
       for (int m = 0; m < s.grad_accum; ++m) {
         const auto& g = uninterrupted[static_cast<size_t>(step)];
         const auto offset = (m * s.world_size + r) * s.batch_per_rank;
-        ASSERT_EQ(resumed.micro_batch(m), std::vector<int64_t>(g.begin() + offset, g.begin() + offset + s.batch_per_rank));
+        ASSERT_EQ(resumed.micro_batch(m),
+                  std::vector<int64_t>(g.begin() + offset, g.begin() + offset + s.batch_per_rank));
       }
     }
   }
@@ -200,7 +202,8 @@ TEST(DistributedSampler, InvalidOptionsThrowNamingTheField) {
 
   DistributedSampler sampler(options_for({10, 2, 2, 1}, 0, true));
   EXPECT_THAT([&] { sampler.micro_batch(1); }, ::testing::ThrowsMessage<std::invalid_argument>(HasSubstr("micro")));
-  EXPECT_THAT([&] { sampler.set_position(-1); }, ::testing::ThrowsMessage<std::invalid_argument>(HasSubstr("position")));
+  EXPECT_THAT([&] { sampler.set_position(-1); },
+              ::testing::ThrowsMessage<std::invalid_argument>(HasSubstr("position")));
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 // fsdpp token shards (core/data/TOKENS.md) round-trip both widths, and every way a shard
 // or an llm.c file can be malformed is rejected with the file's name and the expectation.
+#include "core/data/token_shard.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -9,7 +11,6 @@
 
 #include "core/data/token_dataset.h"
 #include "core/data/token_file.h"
-#include "core/data/token_shard.h"
 #include "harness/testing/temp_dir.h"
 
 namespace fsdpp::data {
@@ -27,7 +28,9 @@ std::string read_bytes(const fs::path& p) {
 
 void write_bytes(const fs::path& p, const std::string& bytes) { std::ofstream(p, std::ios::binary) << bytes; }
 
-std::vector<int64_t> shard_values(const at::Tensor& t) { return std::vector<int64_t>(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + t.numel()); }
+std::vector<int64_t> shard_values(const at::Tensor& t) {
+  return std::vector<int64_t>(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + t.numel());
+}
 
 TEST(TokenShard, RoundTripsUint16Tokens) {
   TempDir dir;
@@ -91,8 +94,9 @@ TEST_P(CorruptShard, IsRejectedNamingTheFileAndTheExpectation) {
   GetParam().spoil(bytes);
   write_bytes(path, bytes);
 
-  EXPECT_THAT([&] { TokenDataset::open(path.string()); },
-              ::testing::ThrowsMessage<std::runtime_error>(AllOf(HasSubstr(path.string()), HasSubstr(GetParam().expected))));
+  EXPECT_THAT(
+      [&] { TokenDataset::open(path.string()); },
+      ::testing::ThrowsMessage<std::runtime_error>(AllOf(HasSubstr(path.string()), HasSubstr(GetParam().expected))));
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -100,12 +104,14 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         Corruption{"BadMagic", [](std::string& b) { b[0] = 'X'; }, "not a token file (expected an fsdpp shard"},
         Corruption{"Version2", [](std::string& b) { b[8] = 2; }, "version 2 is not supported (expected 1)"},
-        Corruption{"Dtype7", [](std::string& b) { b[12] = 7; }, "unknown token dtype code 7 (expected 1 = uint16 or 2 = uint32)"},
+        Corruption{"Dtype7", [](std::string& b) { b[12] = 7; },
+                   "unknown token dtype code 7 (expected 1 = uint16 or 2 = uint32)"},
         Corruption{"ReservedNonzero", [](std::string& b) { b[40] = 1; }, "reserved header byte 40 is nonzero"},
         Corruption{"Truncated", [](std::string& b) { b.pop_back(); }, "header says 4 uint16 tokens (72 bytes"},
         Corruption{"ExtraBytes", [](std::string& b) { b += "xy"; }, "but the file has 74 bytes"},
         Corruption{"CountBeyondTheFile", [](std::string& b) { b[23] = 0x7f; }, "but the file has 72 bytes"},
-        Corruption{"HeaderCut", [](std::string& b) { b.resize(40); }, "truncated fsdpp token shard (expected a 64-byte header"},
+        Corruption{"HeaderCut", [](std::string& b) { b.resize(40); },
+                   "truncated fsdpp token shard (expected a 64-byte header"},
         Corruption{"Empty", [](std::string& b) { b.clear(); }, "not a token file"}),
     [](const auto& info) { return info.param.name; });
 
@@ -132,17 +138,17 @@ TEST(LlmcTokenFile, SizeDisagreeingWithTheHeaderIsRejected) {
   write_llmc_tokens(dir / "a.bin", torch::tensor({1, 2}));
   write_bytes(dir / "a.bin", read_bytes(dir / "a.bin") + "z");
   EXPECT_THAT([&] { read_token_file(dir / "a.bin"); },
-              ::testing::ThrowsMessage<std::runtime_error>(
-                  AllOf(HasSubstr("a.bin"), HasSubstr("header says 2 tokens (1028 bytes) but the file has 1029 bytes"))));
+              ::testing::ThrowsMessage<std::runtime_error>(AllOf(
+                  HasSubstr("a.bin"), HasSubstr("header says 2 tokens (1028 bytes) but the file has 1029 bytes"))));
 }
 
 TEST(LlmcTokenFile, HeaderCutShortIsRejected) {
   TempDir dir;
   write_llmc_tokens(dir / "a.bin", torch::tensor({1, 2}));
   write_bytes(dir / "a.bin", read_bytes(dir / "a.bin").substr(0, 100));
-  EXPECT_THAT([&] { read_token_file(dir / "a.bin"); },
-              ::testing::ThrowsMessage<std::runtime_error>(
-                  AllOf(HasSubstr("a.bin"), HasSubstr("truncated llm.c token file"))));
+  EXPECT_THAT(
+      [&] { read_token_file(dir / "a.bin"); },
+      ::testing::ThrowsMessage<std::runtime_error>(AllOf(HasSubstr("a.bin"), HasSubstr("truncated llm.c token file"))));
 }
 
 }  // namespace

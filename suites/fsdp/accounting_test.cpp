@@ -39,8 +39,7 @@ std::vector<int64_t> padded_unit_bytes(fsdp::ShardedModel& m, int n) {
 }
 
 // Runs two training steps, measuring the second.
-void train_two_steps(fsdp::ShardedModel& sharded, torch::nn::Module& net, const harness::EquivModel& model,
-                     int rank) {
+void train_two_steps(fsdp::ShardedModel& sharded, torch::nn::Module& net, const harness::EquivModel& model, int rank) {
   torch::optim::AdamW opt(sharded.parameters(), torch::optim::AdamWOptions(1e-3));
   for (int step = 0; step < 2; ++step) {
     if (step == 1) sharded.reset_comm_stats();

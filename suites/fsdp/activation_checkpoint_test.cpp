@@ -91,7 +91,7 @@ TEST(ActivationCheckpointing, RecomputesUnderTheForwardsAutocast) {
   EXPECT_EQ(plain.loss, checkpointed.loss);
   expect_bitwise_equal(plain.grads, checkpointed.grads);
   EXPECT_NE(plain.loss, forward_backward(nullptr).loss);  // autocast did change the computation
-  EXPECT_FALSE(compat::autocast_state().any());            // and ended with its scope
+  EXPECT_FALSE(compat::autocast_state().any());           // and ended with its scope
 }
 
 TEST(ActivationCheckpointing, PolicySelectsEveryKthMatchingModuleAndRejectsBadInput) {
@@ -243,8 +243,8 @@ INSTANTIATE_TEST_SUITE_P(
                     fsdp::BackwardPrefetch::Post},
         // The root unit itself (token ids in), alone and around checkpointed blocks.
         ShardedCase{"N2_full_shard_whole_model", 2, ShardingStrategy::FullShard, {{kWholeModel}, 1}, 3},
-        ShardedCase{"N2_shard_grad_op_whole_model_and_blocks", 2, ShardingStrategy::ShardGradOp,
-                    {{kWholeModel, kBlock}, 1}, 6},
+        ShardedCase{
+            "N2_shard_grad_op_whole_model_and_blocks", 2, ShardingStrategy::ShardGradOp, {{kWholeModel, kBlock}, 1}, 6},
         ShardedCase{"N3_full_shard", 3, ShardingStrategy::FullShard},
         ShardedCase{"N2_shard_grad_op", 2, ShardingStrategy::ShardGradOp},
         ShardedCase{"N2_no_shard_no_sync", 2, ShardingStrategy::NoShard, every_kth_block(1), 3, true},
@@ -283,10 +283,11 @@ ActivationBytes measure_activations(bool checkpointed) {
   ActivationBytes out;
   int64_t base = 0;
   auto sample = [&] { out.peak = std::max(out.peak, heap_bytes_in_use() - base); };
-  for (auto& block : transformer.block_list) nn::set_forward_hooks(block.get(), {nullptr, [&](at::Tensor y) {
-                                                                                  sample();
-                                                                                  return y;
-                                                                                }});
+  for (auto& block : transformer.block_list)
+    nn::set_forward_hooks(block.get(), {nullptr, [&](at::Tensor y) {
+                                          sample();
+                                          return y;
+                                        }});
   base = heap_bytes_in_use();
   auto loss = model.loss(*net, batch);
   out.after_forward = heap_bytes_in_use() - base;
@@ -300,13 +301,13 @@ TEST(ActivationCheckpointing, KeepsFarFewerActivationsBetweenForwardAndBackward)
   measure_activations(false);  // warm-up: thread pools and allocator arenas
   auto plain = measure_activations(false);
   auto checkpointed = measure_activations(true);
-  std::printf("activation bytes, tiny transformer d64 h4 s128 L6 batch 8, every block checkpointed:\n"
-              "  after forward: %lld without AC, %lld with AC (%.3fx)\n"
-              "  peak at block boundaries: %lld without AC, %lld with AC (%.3fx)\n",
-              static_cast<long long>(plain.after_forward), static_cast<long long>(checkpointed.after_forward),
-              static_cast<double>(checkpointed.after_forward) / plain.after_forward,
-              static_cast<long long>(plain.peak), static_cast<long long>(checkpointed.peak),
-              static_cast<double>(checkpointed.peak) / plain.peak);
+  std::printf(
+      "activation bytes, tiny transformer d64 h4 s128 L6 batch 8, every block checkpointed:\n"
+      "  after forward: %lld without AC, %lld with AC (%.3fx)\n"
+      "  peak at block boundaries: %lld without AC, %lld with AC (%.3fx)\n",
+      static_cast<long long>(plain.after_forward), static_cast<long long>(checkpointed.after_forward),
+      static_cast<double>(checkpointed.after_forward) / plain.after_forward, static_cast<long long>(plain.peak),
+      static_cast<long long>(checkpointed.peak), static_cast<double>(checkpointed.peak) / plain.peak);
   // Without AC each block keeps its attention probabilities and MLP activations (tens of
   // times its input); with AC it keeps its input only. In backward AC holds one block's
   // recomputed activations plus the inputs, so with 6 blocks its peak is well under 0.7x.

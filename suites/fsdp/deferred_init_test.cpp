@@ -2,6 +2,8 @@
 // sharded, each rank materialising only its own rows (seed-deterministic init, or rows of
 // a safetensors checkpoint), or from rank 0 unit by unit (sync_module_states). The shards
 // equal those of a full initialisation, and a rank's peak memory stays near one shard.
+#include "core/nn/deferred_init.h"
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -12,7 +14,6 @@
 #include "core/models/hf_checkpoint.h"
 #include "core/models/llama.h"
 #include "core/models/presets.h"
-#include "core/nn/deferred_init.h"
 #include "harness/equiv/equivalence.h"
 #include "harness/testing/multirank.h"
 #include "harness/testing/temp_dir.h"
@@ -75,15 +76,17 @@ TEST_P(DeferredInit, PerRankRowsFromTheSeedEqualTheShardsOfAFullInit) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Families, DeferredInit,
-    ::testing::Values(InitCase{"gpt2", 2, ShardingStrategy::FullShard}, InitCase{"opt", 3, ShardingStrategy::FullShard},
-                      InitCase{"llama", 2, ShardingStrategy::ShardGradOp}, InitCase{"gpt2", 2, ShardingStrategy::NoShard},
-                      InitCase{"llama", 4, ShardingStrategy::HybridShard}, InitCase{"gpt2", 1, ShardingStrategy::FullShard}),
-    [](const auto& info) {
-      return std::get<0>(info.param) + "_N" + std::to_string(std::get<1>(info.param)) + "_" +
-             fsdp::to_string(std::get<2>(info.param));
-    });
+INSTANTIATE_TEST_SUITE_P(Families, DeferredInit,
+                         ::testing::Values(InitCase{"gpt2", 2, ShardingStrategy::FullShard},
+                                           InitCase{"opt", 3, ShardingStrategy::FullShard},
+                                           InitCase{"llama", 2, ShardingStrategy::ShardGradOp},
+                                           InitCase{"gpt2", 2, ShardingStrategy::NoShard},
+                                           InitCase{"llama", 4, ShardingStrategy::HybridShard},
+                                           InitCase{"gpt2", 1, ShardingStrategy::FullShard}),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_N" + std::to_string(std::get<1>(info.param)) + "_" +
+                                  fsdp::to_string(std::get<2>(info.param));
+                         });
 
 TEST(DeferredInitFromCheckpoint, EachRankReadsOnlyItsRowsAndGetsTheLoadedModelsShards) {
   harness::TempDir dir;
@@ -95,7 +98,8 @@ TEST(DeferredInitFromCheckpoint, EachRankReadsOnlyItsRowsAndGetsTheLoadedModelsS
   const auto folder = dir.path();
   harness::expect_ranks_pass(3, [folder](harness::RankContext& ctx) {
     auto loaded = models::load_pretrained(folder);
-    auto expected = fsdp::ShardedModel::create(loaded.module, ctx.comm, {}, fsdp::wrap_by_module_type({loaded.block_type}));
+    auto expected =
+        fsdp::ShardedModel::create(loaded.module, ctx.comm, {}, fsdp::wrap_by_module_type({loaded.block_type}));
     auto rows = std::make_shared<models::PretrainedRows>(models::PretrainedRows::open(folder));
     models::CausalLm lm;
     {
@@ -117,7 +121,8 @@ TEST(SyncModuleStates, Rank0sValuesReachEveryRankEvenFromMetaTensors) {
     auto reference = model.build(1);  // what rank 0 holds
     auto net = model.build(ctx.rank == 0 ? 1 : 2);
     if (ctx.rank == 2)  // a rank that never materialised anything
-      for (auto& p : net->parameters()) nn::set_data_across_devices(p, at::empty(p.sizes(), p.options().device(at::kMeta)));
+      for (auto& p : net->parameters())
+        nn::set_data_across_devices(p, at::empty(p.sizes(), p.options().device(at::kMeta)));
     fsdp::FsdpOptions o;
     o.sync_module_states = true;
     auto sharded = fsdp::ShardedModel::create(net, ctx.comm, o, model.wrap);
@@ -131,7 +136,8 @@ TEST(DeferredInitErrors, AMetaParameterWithoutASourceIsNamed) {
   harness::expect_ranks_pass(2, [](harness::RankContext& ctx) {
     auto model = harness::equiv_case("toy_mlp");
     auto net = model.build(1);
-    for (auto& p : net->parameters()) nn::set_data_across_devices(p, at::empty(p.sizes(), p.options().device(at::kMeta)));
+    for (auto& p : net->parameters())
+      nn::set_data_across_devices(p, at::empty(p.sizes(), p.options().device(at::kMeta)));
     try {
       fsdp::ShardedModel::create(net, ctx.comm, {}, model.wrap);
       ADD_FAILURE() << "expected an error";

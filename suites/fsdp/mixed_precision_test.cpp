@@ -158,8 +158,8 @@ TEST(MixedPrecision, LossCurveStaysWithinTheStatedBoundOfFp32Over50Steps) {
       worst_bf16 = std::max(worst_bf16, std::abs(bf16[i] - fp32[i]) / fp32[i]);
       worst_fp16 = std::max(worst_fp16, std::abs(fp16[i] - fp32[i]) / fp32[i]);
     }
-    std::printf("loss %.4f -> %.4f (fp32); largest relative difference bf16 %.3g, fp16 %s\n", fp32.front(),
-                fp32.back(), worst_bf16, fp16_runs ? std::to_string(worst_fp16).c_str() : "not run (no fp16 CPU kernels)");
+    std::printf("loss %.4f -> %.4f (fp32); largest relative difference bf16 %.3g, fp16 %s\n", fp32.front(), fp32.back(),
+                worst_bf16, fp16_runs ? std::to_string(worst_fp16).c_str() : "not run (no fp16 CPU kernels)");
     EXPECT_LT(worst_bf16, 0.02);
     EXPECT_LT(worst_fp16, 0.005);
   });

@@ -42,14 +42,15 @@ TEST_P(Parity, ShardedTrainingMatchesUnshardedWithinFp32Tolerance) {
                              });
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    AllStrategies, Parity,
-    ::testing::Combine(::testing::Values("toy_mlp", "tiny_transformer"), ::testing::Values(1, 2, 3, 4),
-                       ::testing::ValuesIn(fsdp::all_strategies()), ::testing::Bool()),
-    [](const auto& info) {
-      return std::get<0>(info.param) + "_N" + std::to_string(std::get<1>(info.param)) + "_" +
-             fsdp::to_string(std::get<2>(info.param)) + (std::get<3>(info.param) ? "_prefetch" : "_noprefetch");
-    });
+INSTANTIATE_TEST_SUITE_P(AllStrategies, Parity,
+                         ::testing::Combine(::testing::Values("toy_mlp", "tiny_transformer"),
+                                            ::testing::Values(1, 2, 3, 4), ::testing::ValuesIn(fsdp::all_strategies()),
+                                            ::testing::Bool()),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_N" + std::to_string(std::get<1>(info.param)) + "_" +
+                                  fsdp::to_string(std::get<2>(info.param)) +
+                                  (std::get<3>(info.param) ? "_prefetch" : "_noprefetch");
+                         });
 
 class Deterministic : public ::testing::TestWithParam<std::tuple<int, ShardingStrategy>> {};
 
@@ -57,7 +58,7 @@ TEST_P(Deterministic, EveryParameterIsBitwiseTheRankOrderedMicroBatchReference) 
   auto [world, strategy] = GetParam();
   auto c = config_for(strategy, true);
   c.deterministic = true;
-  c.lr = 1e-2;        // PyTorch's AdamW defaults otherwise: bitwise holds at any setting
+  c.lr = 1e-2;  // PyTorch's AdamW defaults otherwise: bitwise holds at any setting
   c.adam_eps = 1e-8;
   c.compare_full_at = {0, 4, 9};
   harness::expect_equivalent(world, model_named("tiny_transformer"), c, [](const harness::EquivReport& r) {
@@ -71,10 +72,9 @@ TEST_P(Deterministic, EveryParameterIsBitwiseTheRankOrderedMicroBatchReference) 
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, Deterministic,
-                         ::testing::Combine(::testing::Values(2, 3, 4),
-                                            ::testing::Values(ShardingStrategy::FullShard,
-                                                              ShardingStrategy::ShardGradOp,
-                                                              ShardingStrategy::NoShard)),
+                         ::testing::Combine(::testing::Values(2, 3, 4), ::testing::Values(ShardingStrategy::FullShard,
+                                                                                          ShardingStrategy::ShardGradOp,
+                                                                                          ShardingStrategy::NoShard)),
                          [](const auto& info) {
                            return "N" + std::to_string(std::get<0>(info.param)) + "_" +
                                   fsdp::to_string(std::get<1>(info.param));
@@ -103,8 +103,7 @@ TEST_P(Accumulation, MicroStepsEqualOneStepOnTheConcatenatedBatch) {
 INSTANTIATE_TEST_SUITE_P(BothModes, Accumulation,
                          ::testing::Combine(::testing::Values(2, 4),
                                             ::testing::Values(ShardingStrategy::FullShard,
-                                                              ShardingStrategy::ShardGradOp,
-                                                              ShardingStrategy::NoShard,
+                                                              ShardingStrategy::ShardGradOp, ShardingStrategy::NoShard,
                                                               ShardingStrategy::HybridShard),
                                             ::testing::Bool()),
                          [](const auto& info) {
@@ -127,8 +126,7 @@ TEST_P(Clipping, ClippedTrainingAndTotalNormMatchClipGradNorm) {
 
 INSTANTIATE_TEST_SUITE_P(Norms, Clipping,
                          ::testing::Combine(::testing::Values(2.0, 1.0, INFINITY),
-                                            ::testing::Values(ShardingStrategy::FullShard,
-                                                              ShardingStrategy::NoShard)),
+                                            ::testing::Values(ShardingStrategy::FullShard, ShardingStrategy::NoShard)),
                          [](const auto& info) {
                            double p = std::get<0>(info.param);
                            return std::string(std::isinf(p) ? "inf" : std::to_string(static_cast<int>(p))) + "_" +

@@ -41,7 +41,7 @@ namespace fs = std::filesystem;
 using OneInput = int (*)(const uint8_t*, size_t);
 using Initialize = int (*)(int*, char***);
 
-#define FSDPP_FUZZ_TARGET(name)                                                  \
+#define FSDPP_FUZZ_TARGET(name)                                                 \
   extern "C" int fsdpp_fuzz_one_input_##name(const uint8_t* data, size_t size); \
   extern "C" int fsdpp_fuzz_initialize_##name(int*, char***) __attribute__((weak));
 #include "fuzz_brief_targets.inc"
@@ -113,13 +113,20 @@ Options parse_options(int argc, char** argv) {
     }
     if (i + 1 >= argc) usage_error(arg + " expects a value");
     const std::string value = argv[++i];
-    if (arg == "--fuzz-dir") options.fuzz_dir = value;
-    else if (arg == "--seconds") options.seconds = parse_number<double>(arg, value);
-    else if (arg == "--runs") options.runs = parse_number<int64_t>(arg, value);
-    else if (arg == "--seed") options.seed = parse_number<uint64_t>(arg, value);
-    else if (arg == "--timeout-s") options.timeout_s = parse_number<unsigned>(arg, value);
-    else if (arg == "--findings") options.findings = value;
-    else usage_error("unknown flag '" + arg + "' (known: --fuzz-dir --seconds --runs --seed --timeout-s --findings)");
+    if (arg == "--fuzz-dir")
+      options.fuzz_dir = value;
+    else if (arg == "--seconds")
+      options.seconds = parse_number<double>(arg, value);
+    else if (arg == "--runs")
+      options.runs = parse_number<int64_t>(arg, value);
+    else if (arg == "--seed")
+      options.seed = parse_number<uint64_t>(arg, value);
+    else if (arg == "--timeout-s")
+      options.timeout_s = parse_number<unsigned>(arg, value);
+    else if (arg == "--findings")
+      options.findings = value;
+    else
+      usage_error("unknown flag '" + arg + "' (known: --fuzz-dir --seconds --runs --seed --timeout-s --findings)");
   }
   if (options.target.empty()) usage_error("usage: fuzz_brief TARGET [--fuzz-dir DIR] [--seconds S] [--runs N] ...");
   return options;

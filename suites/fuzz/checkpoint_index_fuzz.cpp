@@ -20,13 +20,12 @@
 // back in another shape than the index's.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
-
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
-#include <nlohmann/json.hpp>
 
 #include "core/checkpoint/checkpoint_index.h"
 #include "core/checkpoint/checkpoint_reader.h"
@@ -51,11 +50,15 @@ const fs::path& checkpoint_dir() {
 CheckpointIndex write_rank_files() {
   using fsdpp::io::NamedTensors;
   const at::Tensor w = at::arange(12, at::kFloat).reshape({4, 3});
-  const NamedTensors rank0 = {{"model/w", w.narrow(0, 0, 2)},          {"optim/w/exp_avg", w.narrow(0, 0, 2) * 0.5},
-                              {"optim/w/exp_avg_sq", w.narrow(0, 0, 2) * 0.25}, {"model/b", at::ones({3})},
+  const NamedTensors rank0 = {{"model/w", w.narrow(0, 0, 2)},
+                              {"optim/w/exp_avg", w.narrow(0, 0, 2) * 0.5},
+                              {"optim/w/exp_avg_sq", w.narrow(0, 0, 2) * 0.25},
+                              {"model/b", at::ones({3})},
                               {"rng/cpu", at::arange(16, at::kByte).reshape({1, 16})}};
-  const NamedTensors rank1 = {{"model/w", w.narrow(0, 2, 2)},          {"optim/w/exp_avg", w.narrow(0, 2, 2) * 0.5},
-                              {"optim/w/exp_avg_sq", w.narrow(0, 2, 2) * 0.25}, {"model/s", at::scalar_tensor(7.0)}};
+  const NamedTensors rank1 = {{"model/w", w.narrow(0, 2, 2)},
+                              {"optim/w/exp_avg", w.narrow(0, 2, 2) * 0.5},
+                              {"optim/w/exp_avg_sq", w.narrow(0, 2, 2) * 0.25},
+                              {"model/s", at::scalar_tensor(7.0)}};
   CheckpointIndex index;
   index.world_size = 2;
   index.mesh = {"full_shard", 2, 1};

@@ -25,11 +25,28 @@
 namespace {
 
 // Keys of config.json that fsdpp's models and commands read.
-const char* const kKeys[] = {"vocab_size",  "n_positions",  "n_embd",  "n_layer",   "n_head", "n_inner",
-                             "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-                             "head_dim",    "intermediate_size", "max_position_embeddings", "ffn_dim",
-                             "rope_theta",  "rms_norm_eps", "layer_norm_epsilon", "tie_word_embeddings",
-                             "torch_dtype", "model_type",   "bos_token_id", "eos_token_id"};
+const char* const kKeys[] = {"vocab_size",
+                             "n_positions",
+                             "n_embd",
+                             "n_layer",
+                             "n_head",
+                             "n_inner",
+                             "hidden_size",
+                             "num_hidden_layers",
+                             "num_attention_heads",
+                             "num_key_value_heads",
+                             "head_dim",
+                             "intermediate_size",
+                             "max_position_embeddings",
+                             "ffn_dim",
+                             "rope_theta",
+                             "rms_norm_eps",
+                             "layer_norm_epsilon",
+                             "tie_word_embeddings",
+                             "torch_dtype",
+                             "model_type",
+                             "bos_token_id",
+                             "eos_token_id"};
 
 void read_config(const std::filesystem::path& dir) {
   const fsdpp::io::HfConfig config = fsdpp::io::load_hf_config(dir);

@@ -11,8 +11,9 @@
 // Expected: a std::exception naming the file and the JSON pointer. Finding: anything else
 // (crash, sanitizer report, non-std exception, hang, huge allocation), or an accepted
 // document that no longer validates once written out.
-#include <cstdint>
 #include <nlohmann/json.hpp>
+
+#include <cstdint>
 
 #include "harness/results/results_document.h"
 #include "suites/fuzz/fuzz_support.h"

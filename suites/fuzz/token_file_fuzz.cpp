@@ -27,9 +27,9 @@ namespace {
 void read_every_token(const std::filesystem::path& path, size_t file_size) {
   const auto dataset = fsdpp::data::TokenDataset::open_files({path});
   const int64_t n = dataset.num_tokens();
-  fsdpp::fuzz::check_invariant(n > 0 && static_cast<uint64_t>(n) * 2 <= file_size,
-                               "accepted token count " + std::to_string(n) + " does not fit a " +
-                                   std::to_string(file_size) + "-byte file");
+  fsdpp::fuzz::check_invariant(
+      n > 0 && static_cast<uint64_t>(n) * 2 <= file_size,
+      "accepted token count " + std::to_string(n) + " does not fit a " + std::to_string(file_size) + "-byte file");
   (void)dataset.max_token();
   (void)dataset.tokens(0, n);
   for (int64_t seq_len : {int64_t{1}, int64_t{7}}) {

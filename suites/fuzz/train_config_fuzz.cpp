@@ -17,9 +17,9 @@
 // Expected: a std::exception (CLI::ParseError included) naming the file or flag. Finding:
 // anything else (crash, sanitizer report, non-std exception, hang, huge allocation).
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <cstdint>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 

@@ -25,7 +25,10 @@ std::filesystem::path write_dictionary(const TempDir& dir, const std::string& te
 TEST(FuzzDictionary, ReadsQuotedWordsWithNamesEscapesAndCommentsAsLibFuzzerDoes) {
   TempDir dir("dict");
   const auto path = write_dictionary(dir, "# a comment\n\n\"plain\"\nkw1=\"\\\"quoted\\\"\"\n  \"\\x00\\xffA\\\\\"\n");
-  EXPECT_THAT(read_fuzz_dictionary(path), ElementsAre("plain", "\"quoted\"", std::string("\0\xff" "A\\", 4)));
+  EXPECT_THAT(read_fuzz_dictionary(path), ElementsAre("plain", "\"quoted\"",
+                                                      std::string("\0\xff"
+                                                                  "A\\",
+                                                                  4)));
 }
 
 TEST(FuzzDictionary, AnUnquotedLineOrAnUnknownEscapeIsNamedWithItsFileAndLine) {

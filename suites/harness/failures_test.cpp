@@ -21,8 +21,7 @@ using harness::RankStatus;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-harness::RunOptions options_with(std::chrono::seconds budget, std::chrono::seconds comm_timeout,
-                                 bool kill_all = true) {
+harness::RunOptions options_with(std::chrono::seconds budget, std::chrono::seconds comm_timeout, bool kill_all = true) {
   harness::RunOptions o;
   o.launch.budget = budget;
   o.launch.kill_all_on_failure = kill_all;
@@ -117,8 +116,8 @@ TEST_P(SurvivorsNameTheCulprit, InTheirOneLine) {
       EXPECT_THAT(r.message, HasSubstr("rank 0 is gone or cut off: the TCPStore it hosts"));
     else
       EXPECT_THAT(r.message, ::testing::ContainsRegex(who + " \\(pid [0-9]+ on .*\\) is gone"));
-    EXPECT_THAT(r.message, HasSubstr("all_reduce[sum](1000 x Float) on group 'world' (rank " +
-                                     std::to_string(r.rank) + " of 3)"));
+    EXPECT_THAT(r.message,
+                HasSubstr("all_reduce[sum](1000 x Float) on group 'world' (rank " + std::to_string(r.rank) + " of 3)"));
     EXPECT_EQ(r.message.find('\n'), std::string::npos) << "one line: " << r.message;
   }
 }
@@ -211,9 +210,8 @@ TEST(RankFailures, ACrashIsReportedWithItsSignal) {
 }
 
 TEST(RankFailures, AFailedAssertionOnOneRankFailsTheRunWithItsOutput) {
-  auto report = harness::run_ranks_with_gtest(3, [](RankContext& ctx) {
-    EXPECT_NE(ctx.rank, 2) << "marker-from-rank-two";
-  });
+  auto report =
+      harness::run_ranks_with_gtest(3, [](RankContext& ctx) { EXPECT_NE(ctx.rank, 2) << "marker-from-rank-two"; });
   EXPECT_FALSE(report.ok());
   EXPECT_THAT(report.failed_ranks(), ElementsAre(2));
   EXPECT_THAT(report.summary(), HasSubstr("marker-from-rank-two"));
@@ -311,7 +309,8 @@ TEST(ConnectFailures, UnderTorchrunsAgentStoreWithoutRankZeroTheOthersSayItNever
     ADD_FAILURE() << "rank 1 connected without rank 0";
   } catch (const comm::CommError& e) {
     EXPECT_THAT(e.what(), HasSubstr("rank 0 never answered: it did not publish its store's address in torchrun's "
-                                    "agent store at 127.0.0.1:" + std::to_string(world.master_port)));
+                                    "agent store at 127.0.0.1:" +
+                                    std::to_string(world.master_port)));
   }
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5.0);
 }

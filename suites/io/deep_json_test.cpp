@@ -68,12 +68,12 @@ TEST_P(DeepJson, NestingAtTheLimitIsNotRefusedForItsDepth) {
 
 INSTANTIATE_TEST_SUITE_P(
     Readers, DeepJson,
-    ::testing::Values(DeepReader{"HfConfig", "config.json", [](const auto& p) { io::load_hf_config(p); }},
-                      DeepReader{"CheckpointIndex", "index.json",
-                                 [](const auto& p) { checkpoint::CheckpointIndex::read(p); }},
-                      DeepReader{"ResultsDocument", "results.json", [](const auto& p) { results::load_results(p); }},
-                      DeepReader{"TokenizerJson", "tokenizer.json", [](const auto& p) { tokenizer::load_tokenizer(p); }},
-                      DeepReader{"ConfigFile", "train.json", [](const auto& p) { io::load_json_or_yaml_file(p); }}),
+    ::testing::Values(
+        DeepReader{"HfConfig", "config.json", [](const auto& p) { io::load_hf_config(p); }},
+        DeepReader{"CheckpointIndex", "index.json", [](const auto& p) { checkpoint::CheckpointIndex::read(p); }},
+        DeepReader{"ResultsDocument", "results.json", [](const auto& p) { results::load_results(p); }},
+        DeepReader{"TokenizerJson", "tokenizer.json", [](const auto& p) { tokenizer::load_tokenizer(p); }},
+        DeepReader{"ConfigFile", "train.json", [](const auto& p) { io::load_json_or_yaml_file(p); }}),
     [](const auto& info) { return info.param.name; });
 
 }  // namespace

@@ -1,10 +1,11 @@
 // io::remove_tree: what TempDir and checkpoint pruning use instead of remove_all.
+#include "core/io/file_tree.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <fstream>
 
-#include "core/io/file_tree.h"
 #include "harness/testing/temp_dir.h"
 
 namespace fsdpp {

@@ -1,5 +1,7 @@
 // HF config.json: the fields every model has, typed look-ups, and errors that name the key
 // and the file.
+#include "core/io/hf_config.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -9,7 +11,6 @@
 #include <functional>
 #include <string>
 
-#include "core/io/hf_config.h"
 #include "harness/testing/temp_dir.h"
 
 namespace fsdpp::io {
@@ -132,13 +133,16 @@ TEST(HfConfig, MissingKeyIsAnErrorNamingKeyAndFile) {
 TEST(HfConfig, WrongTypeIsAnErrorNamingKeyFileAndWhatWasFound) {
   ConfigDir dir(kLlamaConfig);
   auto config = load_hf_config(dir.dir());
-  EXPECT_THAT(config_error_of([&] { config.get_int("hidden_act"); }),
-              AllOf(HasSubstr(dir.file().string()), HasSubstr("key 'hidden_act' is a string (\"silu\"), expected an integer")));
+  EXPECT_THAT(
+      config_error_of([&] { config.get_int("hidden_act"); }),
+      AllOf(HasSubstr(dir.file().string()), HasSubstr("key 'hidden_act' is a string (\"silu\"), expected an integer")));
   EXPECT_THAT(config_error_of([&] { config.get_int("initializer_range"); }),  // floats are not integers
               HasSubstr("key 'initializer_range' is a float (0.02), expected an integer"));
   EXPECT_THAT(config_error_of([&] { config.get_int("initializer_range", 1); }), HasSubstr("expected an integer"));
-  EXPECT_THAT(config_error_of([&] { config.get_bool("bos_token_id"); }), HasSubstr("key 'bos_token_id' is an integer (1), expected a boolean"));
-  EXPECT_THAT(config_error_of([&] { config.get_string("architectures"); }), HasSubstr("key 'architectures' is an array"));
+  EXPECT_THAT(config_error_of([&] { config.get_bool("bos_token_id"); }),
+              HasSubstr("key 'bos_token_id' is an integer (1), expected a boolean"));
+  EXPECT_THAT(config_error_of([&] { config.get_string("architectures"); }),
+              HasSubstr("key 'architectures' is an array"));
   EXPECT_THAT(config_error_of([&] { config.get_double("torch_dtype"); }), HasSubstr("expected a number"));
 }
 

@@ -1,9 +1,12 @@
 // safetensors: round trips (single file and HF-sharded), byte-level agreement with the spec
 // (https://huggingface.co/docs/safetensors), one test per corruption the reader must reject,
 // and the memory cost of loading a 1.1 GB file (mapped, not copied).
+#include "core/io/safetensors.h"
+
 #include <ATen/ATen.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -14,12 +17,10 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <thread>
 
-#include "core/io/safetensors.h"
 #include "harness/testing/temp_dir.h"
 
 namespace fsdpp::io {
@@ -148,7 +149,8 @@ TEST(SafetensorsRoundTrip, EveryDtypeAndShapeComesBackBitwiseIdenticalInOrder) {
 TEST(SafetensorsRoundTrip, NonContiguousTensorsAreStoredAsTheirRowMajorValues) {
   TempDir dir;
   at::Tensor base = at::arange(24, at::kFloat).reshape({4, 6});
-  NamedTensors tensors = {{"transposed", base.t()}, {"strided", base.slice(1, 1, 6, 2)}, {"expanded", at::ones({1, 3}).expand({2, 3})}};
+  NamedTensors tensors = {
+      {"transposed", base.t()}, {"strided", base.slice(1, 1, 6, 2)}, {"expanded", at::ones({1, 3}).expand({2, 3})}};
   write_safetensors(dir / "views.safetensors", tensors);
 
   auto file = SafetensorsFile::open(dir / "views.safetensors");
@@ -177,7 +179,10 @@ TEST(SafetensorsFormat, WriterEmitsTheSpecsBytesExactly) {
   write_safetensors(dir / "a.safetensors", {{"a", at::tensor({1.0f, -2.0f})}});
   const std::string expected_a = std::string("\x38\0\0\0\0\0\0\0", 8) +
                                  R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})" + "  " +
-                                 std::string("\x00\x00\x80\x3f" "\x00\x00\x00\xc0", 8);  // 1.0f, -2.0f LE
+                                 std::string(
+                                     "\x00\x00\x80\x3f"
+                                     "\x00\x00\x00\xc0",
+                                     8);  // 1.0f, -2.0f LE
   EXPECT_EQ(read_bytes(dir / "a.safetensors"), expected_a);
 
   // {"n": int64 258 (0-d), "w": bfloat16 [1.0, -0.5]} with metadata {"format": "pt"}.
@@ -190,7 +195,7 @@ TEST(SafetensorsFormat, WriterEmitsTheSpecsBytesExactly) {
       R"({"__metadata__":{"format":"pt"},"n":{"dtype":"I64","shape":[],"data_offsets":[0,8]},)"
       R"("w":{"dtype":"BF16","shape":[2],"data_offsets":[8,12]}})" +
       "     " + std::string("\x02\x01\0\0\0\0\0\0", 8) +  // 258 = 0x0102 LE
-      std::string("\x80\x3f\x00\xbf", 4);                  // bf16 1.0 = 0x3F80, -0.5 = 0xBF00, LE
+      std::string("\x80\x3f\x00\xbf", 4);                 // bf16 1.0 = 0x3F80, -0.5 = 0xBF00, LE
   EXPECT_EQ(read_bytes(dir / "b.safetensors"), expected_b);
 }
 
@@ -201,8 +206,10 @@ TEST(SafetensorsFormat, ReaderAcceptsAHandBuiltSpecFile) {
   const std::string header =
       R"({"b":{"dtype":"I32","shape":[1],"data_offsets":[2,6]},"e":{"dtype":"F16","shape":[0,4],"data_offsets":[2,2]},)"
       R"("a":{"dtype":"F16","shape":[1],"data_offsets":[0,2]}})";
-  write_bytes(dir / "hand.safetensors",
-              le64(header.size()) + header + std::string("\x00\x3c" "\xff\xff\xff\xff", 6));  // f16 1.0, i32 -1
+  write_bytes(dir / "hand.safetensors", le64(header.size()) + header +
+                                            std::string("\x00\x3c"
+                                                        "\xff\xff\xff\xff",
+                                                        6));  // f16 1.0, i32 -1
 
   auto file = SafetensorsFile::open(dir / "hand.safetensors");
   EXPECT_EQ(file.names(), (std::vector<std::string>{"a", "e", "b"}));  // offset order
@@ -234,8 +241,8 @@ TEST(SafetensorsView, ViewsPointIntoTheMappingAndOutliveTheFileObject) {
   {
     auto file = SafetensorsFile::open(dir / "v.safetensors");
     view = file.tensor("w");
-    EXPECT_EQ(file.tensor("w").data_ptr(), view.data_ptr());           // same bytes, no copy
-    EXPECT_NE(file.copy_tensor("w").data_ptr(), view.data_ptr());      // a copy is separate
+    EXPECT_EQ(file.tensor("w").data_ptr(), view.data_ptr());          // same bytes, no copy
+    EXPECT_NE(file.copy_tensor("w").data_ptr(), view.data_ptr());     // a copy is separate
     EXPECT_EQ(reinterpret_cast<uintptr_t>(view.data_ptr()) % 4, 0u);  // aligned float view
   }
   // The file object is gone; the view still holds the mapping.
@@ -296,7 +303,9 @@ TEST(SafetensorsWrite, DtypeWithoutASafetensorsNameIsRejected) {
 TEST(SafetensorsWrite, MissingFolderIsAnErrorNamingIt) {
   TempDir dir;
   auto path = dir / "no" / "such" / "x.safetensors";
-  EXPECT_THAT(error_of([&] { write_safetensors(path, {{"w", at::ones({1})}}); }),
+  EXPECT_THAT(error_of([&] {
+                write_safetensors(path, {{"w", at::ones({1})}});
+              }),
               AllOf(HasSubstr(path.string()), HasSubstr("does not exist")));
 }
 
@@ -327,7 +336,8 @@ TEST(SafetensorsCorrupt, FileShorterThanTheLengthFieldIsRejected) {
   TempDir dir;
   auto path = write_valid_pair(dir);
   write_bytes(path, read_bytes(path).substr(0, 5));
-  EXPECT_THAT(open_error(path), AllOf(HasSubstr(path.string()), HasSubstr("5 bytes, shorter than the 8-byte header length")));
+  EXPECT_THAT(open_error(path),
+              AllOf(HasSubstr(path.string()), HasSubstr("5 bytes, shorter than the 8-byte header length")));
 }
 
 TEST(SafetensorsCorrupt, HeaderLengthLargerThanTheFileIsRejected) {
@@ -335,15 +345,17 @@ TEST(SafetensorsCorrupt, HeaderLengthLargerThanTheFileIsRejected) {
   auto path = write_valid_pair(dir);
   std::string bytes = read_bytes(path);
   write_bytes(path, le64(bytes.size()) + bytes.substr(8));
-  EXPECT_THAT(open_error(path), AllOf(HasSubstr(path.string()), HasSubstr("header length " + std::to_string(bytes.size())),
-                                      HasSubstr("is larger than the")));
+  EXPECT_THAT(open_error(path),
+              AllOf(HasSubstr(path.string()), HasSubstr("header length " + std::to_string(bytes.size())),
+                    HasSubstr("is larger than the")));
 }
 
 TEST(SafetensorsCorrupt, HeaderThatIsNotJsonIsRejected) {
   TempDir dir;
   auto path = write_valid_pair(dir);
   edit_header(path, R"("shape":[2],"data_offsets":[0,8])", R"("shape":[2],"data_offsets":[0,8)");
-  EXPECT_THAT(open_error(path), AllOf(HasSubstr(path.string()), HasSubstr("header is not valid JSON"), HasSubstr("column")));
+  EXPECT_THAT(open_error(path),
+              AllOf(HasSubstr(path.string()), HasSubstr("header is not valid JSON"), HasSubstr("column")));
 }
 
 TEST(SafetensorsCorrupt, HeaderThatDoesNotStartWithABraceIsRejected) {
@@ -357,7 +369,8 @@ TEST(SafetensorsCorrupt, UnknownDtypeIsRejected) {
   TempDir dir;
   auto path = write_valid_pair(dir);
   edit_header(path, R"("b":{"dtype":"F32")", R"("b":{"dtype":"Q32")");
-  EXPECT_THAT(open_error(path), AllOf(HasSubstr(path.string()), HasSubstr("tensor 'b'"), HasSubstr("unknown dtype 'Q32'")));
+  EXPECT_THAT(open_error(path),
+              AllOf(HasSubstr(path.string()), HasSubstr("tensor 'b'"), HasSubstr("unknown dtype 'Q32'")));
 }
 
 TEST(SafetensorsCorrupt, OffsetsBeyondTheEndOfTheDataAreRejected) {
@@ -388,14 +401,16 @@ TEST(SafetensorsCorrupt, BytesAfterTheLastTensorAreRejected) {
   TempDir dir;
   auto path = write_valid_pair(dir);
   write_bytes(path, read_bytes(path) + "junk");
-  EXPECT_THAT(open_error(path), AllOf(HasSubstr(path.string()), HasSubstr("hole in the data buffer: bytes [16, 20) at the end")));
+  EXPECT_THAT(open_error(path),
+              AllOf(HasSubstr(path.string()), HasSubstr("hole in the data buffer: bytes [16, 20) at the end")));
 }
 
 TEST(SafetensorsCorrupt, OverlappingTensorsAreRejected) {
   TempDir dir;
   auto path = write_valid_pair(dir);
   edit_header(path, R"("data_offsets":[8,16])", R"("data_offsets":[4,12])");
-  EXPECT_THAT(open_error(path), AllOf(HasSubstr(path.string()), HasSubstr("tensor 'b'"), HasSubstr("overlaps tensor 'a'")));
+  EXPECT_THAT(open_error(path),
+              AllOf(HasSubstr(path.string()), HasSubstr("tensor 'b'"), HasSubstr("overlaps tensor 'a'")));
 }
 
 TEST(SafetensorsCorrupt, DuplicateTensorNamesAreRejected) {
@@ -409,7 +424,8 @@ TEST(SafetensorsCorrupt, MetadataValueThatIsNotAStringIsRejected) {
   TempDir dir;
   auto path = write_valid_pair(dir);
   edit_header(path, R"({"a":)", R"({"__metadata__":{"step":12},"a":)");
-  EXPECT_THAT(open_error(path), AllOf(HasSubstr(path.string()), HasSubstr("__metadata__ value of 'step' is 12, not a string")));
+  EXPECT_THAT(open_error(path),
+              AllOf(HasSubstr(path.string()), HasSubstr("__metadata__ value of 'step' is 12, not a string")));
 }
 
 TEST(SafetensorsCorrupt, UnknownFieldInATensorEntryIsRejected) {
@@ -450,8 +466,7 @@ TEST(SafetensorsSharded, RoundTripAcrossShardsIsBitwiseIdentical) {
   const size_t n = written.shard_paths.size();
   EXPECT_EQ(written.shard_paths.front().filename(), "model-00001-of-0000" + std::to_string(n) + ".safetensors");
   EXPECT_EQ(*written.index_path, dir / "model.safetensors.index.json");
-  for (const auto& shard : written.shard_paths)
-    EXPECT_EQ(SafetensorsFile::open(shard).metadata().at("format"), "pt");
+  for (const auto& shard : written.shard_paths) EXPECT_EQ(SafetensorsFile::open(shard).metadata().at("format"), "pt");
 
   uint64_t total = 0;
   std::vector<std::string> expected_names;
@@ -478,8 +493,8 @@ TEST(SafetensorsSharded, RoundTripAcrossShardsIsBitwiseIdentical) {
 TEST(SafetensorsSharded, SplitClosesAShardBeforeItOverflowsAndIsolatesOversizedTensors) {
   TempDir dir;
   // 40 + 40 fit in 100; the third 40 would overflow; 200 is over the limit alone.
-  NamedTensors tensors = {{"a", at::zeros({10})}, {"b", at::zeros({10})}, {"c", at::zeros({10})},
-                          {"big", at::zeros({50})}, {"d", at::zeros({2})}, {"e", at::zeros({2})}};
+  NamedTensors tensors = {{"a", at::zeros({10})},   {"b", at::zeros({10})}, {"c", at::zeros({10})},
+                          {"big", at::zeros({50})}, {"d", at::zeros({2})},  {"e", at::zeros({2})}};
   auto written = write_sharded_safetensors(dir.path(), tensors, 100);
 
   ASSERT_EQ(written.shard_paths.size(), 4u);
@@ -504,8 +519,8 @@ TEST(SafetensorsSharded, EverythingInOneShardIsWrittenAsModelSafetensorsWithoutI
 TEST(SafetensorsSharded, RewritingRemovesFilesOfTheOlderCheckpoint) {
   TempDir dir;
   NamedTensors tensors = {{"a", at::zeros({10})}, {"b", at::zeros({10})}, {"c", at::zeros({10})}};
-  write_sharded_safetensors(dir.path(), tensors, 40);   // 3 shards + index
-  write_sharded_safetensors(dir.path(), tensors, 80);   // 2 shards + index
+  write_sharded_safetensors(dir.path(), tensors, 40);  // 3 shards + index
+  write_sharded_safetensors(dir.path(), tensors, 80);  // 2 shards + index
   EXPECT_FALSE(fs::exists(dir / "model-00003-of-00003.safetensors"));
   EXPECT_EQ(load_checkpoint_dir(dir.path()).shard_paths().size(), 2u);
   write_sharded_safetensors(dir.path(), tensors, 1000);  // single file
@@ -516,7 +531,8 @@ TEST(SafetensorsSharded, RewritingRemovesFilesOfTheOlderCheckpoint) {
 
 // Writes a 3-shard checkpoint of "a", "b", "c" (one per shard).
 void write_three_shards(const TempDir& dir) {
-  write_sharded_safetensors(dir.path(), {{"a", at::full({4}, 1.0f)}, {"b", at::full({4}, 2.0f)}, {"c", at::full({4}, 3.0f)}}, 16);
+  write_sharded_safetensors(dir.path(),
+                            {{"a", at::full({4}, 1.0f)}, {"b", at::full({4}, 2.0f)}, {"c", at::full({4}, 3.0f)}}, 16);
 }
 
 TEST(SafetensorsSharded, IndexPointingToAMissingShardIsAnErrorNamingIndexAndShard) {
@@ -537,15 +553,17 @@ TEST(SafetensorsSharded, ShardsAreOpenedOnlyWhenOneOfTheirTensorsIsRead) {
   auto checkpoint = load_checkpoint_dir(dir.path());
   EXPECT_EQ(checkpoint.tensor("a").sum().item<float>(), 4.0f);
   EXPECT_EQ(checkpoint.tensor("b").sum().item<float>(), 8.0f);
-  EXPECT_THAT(error_of([&] { checkpoint.tensor("c"); }), AllOf(HasSubstr(shard3.string()), HasSubstr("hole in the data buffer")));
+  EXPECT_THAT(error_of([&] { checkpoint.tensor("c"); }),
+              AllOf(HasSubstr(shard3.string()), HasSubstr("hole in the data buffer")));
 }
 
 TEST(SafetensorsSharded, MissingTensorRequestedByNameIsAnErrorNamingTensorAndIndex) {
   TempDir dir;
   write_three_shards(dir);
   auto checkpoint = load_checkpoint_dir(dir.path());
-  EXPECT_THAT(error_of([&] { checkpoint.tensor("lm_head.weight"); }),
-              AllOf(HasSubstr((dir / "model.safetensors.index.json").string()), HasSubstr("no tensor named 'lm_head.weight'")));
+  EXPECT_THAT(
+      error_of([&] { checkpoint.tensor("lm_head.weight"); }),
+      AllOf(HasSubstr((dir / "model.safetensors.index.json").string()), HasSubstr("no tensor named 'lm_head.weight'")));
 }
 
 TEST(SafetensorsSharded, IndexPromisingATensorItsShardLacksIsAnError) {
@@ -557,9 +575,10 @@ TEST(SafetensorsSharded, IndexPromisingATensorItsShardLacksIsAnError) {
   write_bytes(index_path, index.dump(2));
 
   auto checkpoint = SafetensorsIndex::open(dir.path());
-  EXPECT_THAT(error_of([&] { checkpoint.tensor("a"); }),
-              AllOf(HasSubstr(index_path.string()),
-                    HasSubstr("maps tensor 'ghost' to shard 'model-00001-of-00003.safetensors', which does not contain it")));
+  EXPECT_THAT(
+      error_of([&] { checkpoint.tensor("a"); }),
+      AllOf(HasSubstr(index_path.string()),
+            HasSubstr("maps tensor 'ghost' to shard 'model-00001-of-00003.safetensors', which does not contain it")));
 }
 
 TEST(SafetensorsSharded, IndexWithoutWeightMapOrWithAPathForAShardIsRejected) {
@@ -579,7 +598,8 @@ TEST(SafetensorsSharded, IndexWithoutWeightMapOrWithAPathForAShardIsRejected) {
 TEST(SafetensorsSharded, FolderWithNeitherOrBothLayoutsIsRejected) {
   TempDir dir;
   EXPECT_THAT(error_of([&] { load_checkpoint_dir(dir.path()); }),
-              AllOf(HasSubstr(dir.path().string()), HasSubstr("holds neither model.safetensors nor model.safetensors.index.json")));
+              AllOf(HasSubstr(dir.path().string()),
+                    HasSubstr("holds neither model.safetensors nor model.safetensors.index.json")));
   write_three_shards(dir);
   write_safetensors(dir / "model.safetensors", {{"a", at::ones({1})}});
   EXPECT_THAT(error_of([&] { load_checkpoint_dir(dir.path()); }),
@@ -605,8 +625,8 @@ TEST(SafetensorsMemory, LoadingA1100MBFileMapsItInsteadOfCopyingIt) {
   TempDir dir;
   const auto space = fs::space(dir.path());
   if (space.available < (uint64_t(3) << 30)) {
-    FAIL() << "need 3 GiB free in " << dir.path() << " for the 1.1 GB memory test, have "
-           << space.available / (1 << 20) << " MiB";
+    FAIL() << "need 3 GiB free in " << dir.path() << " for the 1.1 GB memory test, have " << space.available / (1 << 20)
+           << " MiB";
   }
 
   // 11 tensors x 25M floats = 1.1e9 bytes of data. Each is a stride-0 expansion of one
@@ -659,9 +679,10 @@ TEST(SafetensorsMemory, LoadingA1100MBFileMapsItInsteadOfCopyingIt) {
   const double ratio = double(growth) / double(file_bytes);
   const double anon_ratio = double(anon_growth) / double(file_bytes);
   auto secs = [](auto d) { return std::chrono::duration<double>(d).count(); };
-  std::printf("[memory] file %.1f MB: peak RSS growth %.1f MB (%.2fx file), anonymous growth %.1f MB (%.3fx); "
-              "write %.1f s, open+sum %.1f s\n",
-              file_bytes / 1e6, growth / 1e6, ratio, anon_growth / 1e6, anon_ratio, secs(t1 - t0), secs(t2 - t1));
+  std::printf(
+      "[memory] file %.1f MB: peak RSS growth %.1f MB (%.2fx file), anonymous growth %.1f MB (%.3fx); "
+      "write %.1f s, open+sum %.1f s\n",
+      file_bytes / 1e6, growth / 1e6, ratio, anon_growth / 1e6, anon_ratio, secs(t1 - t0), secs(t2 - t1));
   RecordProperty("file_bytes", std::to_string(file_bytes));
   RecordProperty("peak_rss_growth_bytes", std::to_string(growth));
   RecordProperty("peak_anon_rss_growth_bytes", std::to_string(anon_growth));

@@ -1,20 +1,21 @@
 // YAML and JSON text as JSON values: YAML 1.2 core-schema scalars, order-keeping
 // variants, one-document vs all-documents, and errors naming the source and line.
+#include "core/io/yaml_json.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
-#include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "core/io/yaml_json.h"
+#include <fstream>
+
 #include "harness/testing/temp_dir.h"
 
 namespace fsdpp::io {
 namespace {
 
+using nlohmann::json;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
-using nlohmann::json;
 
 TEST(YamlToJson, PlainScalarsResolveWithTheCoreSchemaAndQuotedOnesStayStrings) {
   const auto j = yaml_to_json(
@@ -44,9 +45,10 @@ TEST(YamlToJson, PlainScalarsResolveWithTheCoreSchemaAndQuotedOnesStayStrings) {
 }
 
 TEST(YamlToJson, MappingsSequencesAndBlockScalarsNest) {
-  const auto j = yaml_to_json("model:\n  layers: [1, 2]\n  name: gpt\n  notes: |\n    line one\n    line two\n"
-                              "list:\n  - a: 1\n  - b\n",
-                              "cfg.yaml");
+  const auto j = yaml_to_json(
+      "model:\n  layers: [1, 2]\n  name: gpt\n  notes: |\n    line one\n    line two\n"
+      "list:\n  - a: 1\n  - b\n",
+      "cfg.yaml");
   EXPECT_EQ(j, json::parse(R"({"model": {"layers": [1, 2], "name": "gpt", "notes": "line one\nline two\n"},
                                "list": [{"a": 1}, "b"]})"));
 }
@@ -60,15 +62,16 @@ TEST(YamlToJson, OrderedJsonKeepsTheKeysAsWritten) {
 
 TEST(YamlToJson, SeveralDocumentsNeedTheAllDocumentsFunction) {
   const std::string text = "a: 1\n---\nb: 2\n";
-  EXPECT_THAT([&] { yaml_to_json(text, "two.yaml"); },
-              ::testing::ThrowsMessage<std::invalid_argument>(AllOf(HasSubstr("two.yaml:"), HasSubstr("expected one"))));
+  EXPECT_THAT([&] { yaml_to_json(text, "two.yaml"); }, ::testing::ThrowsMessage<std::invalid_argument>(
+                                                           AllOf(HasSubstr("two.yaml:"), HasSubstr("expected one"))));
   EXPECT_EQ(yaml_documents_to_json(text, "two.yaml"), json::parse(R"([{"a": 1}, {"b": 2}])"));
   EXPECT_TRUE(yaml_to_json("", "empty.yaml").is_null());
 }
 
 TEST(YamlToJson, InvalidYamlNamesTheSourceAndLine) {
-  EXPECT_THAT([] { yaml_to_json("a: ok\nb: [1, 2\nc: 3\n", "cfg.yaml"); },
-              ::testing::ThrowsMessage<std::invalid_argument>(AllOf(HasSubstr("cfg.yaml:"), HasSubstr("invalid YAML"))));
+  EXPECT_THAT(
+      [] { yaml_to_json("a: ok\nb: [1, 2\nc: 3\n", "cfg.yaml"); },
+      ::testing::ThrowsMessage<std::invalid_argument>(AllOf(HasSubstr("cfg.yaml:"), HasSubstr("invalid YAML"))));
   EXPECT_THAT([] { yaml_to_json("a: 1\nb: 2\na: 3\n", "cfg.yaml"); },
               ::testing::ThrowsMessage<std::invalid_argument>(HasSubstr("cfg.yaml:3:1: duplicate key 'a'")));
   EXPECT_THAT([] { yaml_to_json("? [1, 2]\n: x\n", "cfg.yaml"); },
@@ -92,8 +95,9 @@ TEST(LoadJsonOrYamlFile, ErrorsNameTheFileAndLine) {
   EXPECT_THAT([&] { load_json_or_yaml_file(dir / "bad.yaml"); },
               ::testing::ThrowsMessage<std::invalid_argument>(HasSubstr((dir / "bad.yaml").string() + ":2:")));
   std::ofstream(dir / "c.toml") << "a = 1\n";
-  EXPECT_THAT([&] { load_json_or_yaml_file(dir / "c.toml"); },
-              ::testing::ThrowsMessage<std::runtime_error>(AllOf(HasSubstr("c.toml"), HasSubstr(".json, .yaml or .yml"))));
+  EXPECT_THAT(
+      [&] { load_json_or_yaml_file(dir / "c.toml"); },
+      ::testing::ThrowsMessage<std::runtime_error>(AllOf(HasSubstr("c.toml"), HasSubstr(".json, .yaml or .yml"))));
   EXPECT_THAT([&] { load_json_or_yaml_file(dir / "missing.yaml"); },
               ::testing::ThrowsMessage<std::runtime_error>(HasSubstr("missing.yaml: cannot read")));
 }

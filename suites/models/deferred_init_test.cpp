@@ -3,11 +3,13 @@
 // than one part's weights; init_rows makes any rows of a from-scratch init bitwise as
 // init_from_scratch does; PretrainedRows reads any rows of a checkpoint as load_pretrained
 // loads them, touching only those rows.
+#include "core/nn/deferred_init.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <torch/torch.h>
 #include <malloc.h>
 #include <sys/wait.h>
+#include <torch/torch.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -25,15 +27,14 @@
 #include "core/models/opt.h"
 #include "core/models/presets.h"
 #include "core/models/tiny_transformer.h"
-#include "core/nn/deferred_init.h"
 #include "harness/testing/safetensors_edit.h"
 #include "harness/testing/temp_dir.h"
 
 namespace fsdpp::models {
 namespace {
 
-using ::testing::HasSubstr;
 using harness::TempDir;
+using ::testing::HasSubstr;
 namespace fs = std::filesystem;
 
 // The tiny preset of each family, plus the variants with other parts: OPT with
@@ -156,9 +157,7 @@ TEST(DeferredBuild, OutsideADeferredInitReleaseDoesNothingAndScopesNest) {
   EXPECT_FALSE(linear->weight.is_meta());
   {
     nn::DeferredInit outer;
-    {
-      nn::DeferredInit inner;
-    }
+    { nn::DeferredInit inner; }
     EXPECT_TRUE(nn::deferred_init_active());
     nn::release_to_meta(*linear);
   }
@@ -254,10 +253,11 @@ TEST_P(DeferredBuildMemory, PeaksAtOnePartNotTheWholeModel) {
   const int64_t deferred = peak_rss_growth_in_child([&] { build_deferred(config); });
   const int64_t full = peak_rss_growth_in_child([&] { build_causal_lm(config, "full"); });
   ASSERT_GT(deferred, 0);
-  std::printf("[memory] %s %s: %.0f MB of parameters (embedding %.0f MB); peak RSS growth while building: "
-              "deferred %.0f MB (%.1f%%), full %.0f MB (%.1f%%)\n",
-              family.c_str(), size.c_str(), model_bytes / 1e6, largest_part / 1e6, deferred / 1e6,
-              100.0 * deferred / model_bytes, full / 1e6, 100.0 * full / model_bytes);
+  std::printf(
+      "[memory] %s %s: %.0f MB of parameters (embedding %.0f MB); peak RSS growth while building: "
+      "deferred %.0f MB (%.1f%%), full %.0f MB (%.1f%%)\n",
+      family.c_str(), size.c_str(), model_bytes / 1e6, largest_part / 1e6, deferred / 1e6,
+      100.0 * deferred / model_bytes, full / 1e6, 100.0 * full / model_bytes);
   RecordProperty("deferred_peak_mb", std::to_string(deferred / 1e6));
   RecordProperty("full_peak_mb", std::to_string(full / 1e6));
   EXPECT_LT(deferred, 0.4 * model_bytes);
@@ -461,9 +461,10 @@ TEST(PretrainedRowsRead, NamesWithoutTheBaseModelPrefixAreFound) {
   TempDir dir;
   save_pretrained(lm, dir.path());
   // As the original GPT-2 checkpoints name them: "h.0.attn.c_attn.weight".
-  harness::rewrite_safetensors(dir.path() / "model.safetensors", [](const std::string& name) -> std::optional<std::string> {
-    return name.rfind("transformer.", 0) == 0 ? name.substr(12) : name;
-  });
+  harness::rewrite_safetensors(dir.path() / "model.safetensors",
+                               [](const std::string& name) -> std::optional<std::string> {
+                                 return name.rfind("transformer.", 0) == 0 ? name.substr(12) : name;
+                               });
   expect_rows_equal(PretrainedRows::open(dir.path()), lm, at::kFloat);
 }
 

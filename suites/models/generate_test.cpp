@@ -1,5 +1,7 @@
 // Model construction from config.json objects, sampling filters, generation and the
 // held-out loss of `fsdpp eval`.
+#include "core/models/generate.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -7,7 +9,6 @@
 #include <cmath>
 
 #include "core/models/causal_lm.h"
-#include "core/models/generate.h"
 #include "core/models/llama.h"
 
 namespace fsdpp::models {

@@ -1,16 +1,17 @@
 // Hugging Face folders: every family round-trips through safetensors exactly (one file
 // and shards with an index), and each kind of bad folder fails with one clear error.
+#include "core/models/hf_checkpoint.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <torch/torch.h>
 #include <sys/wait.h>
+#include <torch/torch.h>
 #include <unistd.h>
 
 #include <fstream>
 
 #include "core/io/safetensors.h"
 #include "core/models/gpt2.h"
-#include "core/models/hf_checkpoint.h"
 #include "core/models/llama.h"
 #include "core/models/opt.h"
 #include "harness/testing/safetensors_edit.h"

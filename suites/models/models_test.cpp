@@ -58,8 +58,8 @@ Tensor causal_mask_ref(int64_t s) {  // 0 where allowed, -inf above the diagonal
   return m;
 }
 // One head at a time: q_h k_h^T * scale + mask -> softmax -> v_h.
-Tensor attention_ref(const Tensor& q, const Tensor& k, const Tensor& v, int64_t heads, int64_t kv_heads,
-                     int64_t hd, double scale) {
+Tensor attention_ref(const Tensor& q, const Tensor& k, const Tensor& v, int64_t heads, int64_t kv_heads, int64_t hd,
+                     double scale) {
   std::vector<Tensor> outs;
   auto mask = causal_mask_ref(q.size(1));
   for (int64_t h = 0; h < heads; ++h) {

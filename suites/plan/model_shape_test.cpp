@@ -1,5 +1,7 @@
 // The plan's model shape is the real one: the meta-device build gives the same units and
 // shard bytes as ShardedModel::create on real ranks, and the presets' parameter counts.
+#include "core/plan/model_shape.h"
+
 #include <gtest/gtest.h>
 
 #include "core/fsdp/sharded_model.h"
@@ -7,7 +9,6 @@
 #include "core/models/llama.h"
 #include "core/models/presets.h"
 #include "core/plan/memory_model.h"
-#include "core/plan/model_shape.h"
 #include "harness/testing/multirank.h"
 
 namespace fsdpp {

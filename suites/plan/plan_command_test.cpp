@@ -13,8 +13,8 @@
 namespace fsdpp {
 namespace {
 
-using ::testing::HasSubstr;
 using harness::run_shell;
+using ::testing::HasSubstr;
 
 int line_count(const std::string& s) {
   int n = 0;
@@ -25,13 +25,14 @@ int line_count(const std::string& s) {
 TEST(PlanCommand, PrintsEachPartOfThePlanAndWritesAVersionedDocument) {
   harness::TempDir dir;
   const auto out = (dir.path() / "plan.json").string();
-  auto [code, output] = run_shell(kFsdpp + " plan --model-type llama --model-size 1B --nproc 8 --mixed-precision bf16 "
-                                           "--activation-checkpointing --batch-size 2 --seq-len 2048 --gpu-memory h100 --json " +
+  auto [code, output] = run_shell(kFsdpp +
+                                  " plan --model-type llama --model-size 1B --nproc 8 --mixed-precision bf16 "
+                                  "--activation-checkpointing --batch-size 2 --seq-len 2048 --gpu-memory h100 --json " +
                                   out + " 2>&1");
   ASSERT_EQ(code, 0) << output;
-  for (const char* part : {"parameter shards", "gradient shards", "optimizer state", "fp32 masters", "unsharded units",
-                           "activations", "all-gather buffer", "predicted peak", "bytes sent per step", "step time",
-                           "assumed: matmul"})
+  for (const char* part :
+       {"parameter shards", "gradient shards", "optimizer state", "fp32 masters", "unsharded units", "activations",
+        "all-gather buffer", "predicted peak", "bytes sent per step", "step time", "assumed: matmul"})
     EXPECT_THAT(output, HasSubstr(part));
   std::ifstream in(out);
   auto doc = nlohmann::json::parse(in);
@@ -43,8 +44,9 @@ TEST(PlanCommand, PrintsEachPartOfThePlanAndWritesAVersionedDocument) {
 }
 
 TEST(PlanCommand, FitPrintsTheTrainFlagsOfTheFastestThatFitsAndWhyEveryOtherLost) {
-  auto [code, output] = run_shell(kFsdpp + " plan --fit --model-type llama --model-size 7B --nproc 8 --mixed-precision bf16 "
-                                           "--batch-size 8 --seq-len 4096 --gpu-memory h100 2>&1");
+  auto [code, output] = run_shell(kFsdpp +
+                                  " plan --fit --model-type llama --model-size 7B --nproc 8 --mixed-precision bf16 "
+                                  "--batch-size 8 --seq-len 4096 --gpu-memory h100 2>&1");
   ASSERT_EQ(code, 0) << output;
   EXPECT_THAT(output, HasSubstr("does not fit: peak"));
   EXPECT_THAT(output, HasSubstr("slower: "));
@@ -75,9 +77,10 @@ TEST(PlanCommand, AnUnknownModelSizeIsOneLineNamingTheFlag) {
 }
 
 TEST(PlanCommand, AShardGroupThatDoesNotDivideTheWorldIsOneLine) {
-  expect_one_line_exit_2("--model-type llama --model-size 7B --nodes 3 --nproc 8 --strategy hybrid_shard "
-                         "--hybrid-shard-size 16",
-                         "does not divide the world of 24");
+  expect_one_line_exit_2(
+      "--model-type llama --model-size 7B --nodes 3 --nproc 8 --strategy hybrid_shard "
+      "--hybrid-shard-size 16",
+      "does not divide the world of 24");
 }
 
 TEST(PlanCommand, AMemoryNoConfigurationFitsIsOneLineNamingTheFlag) {

@@ -48,7 +48,8 @@ std::vector<fs::path> documents() {
   std::vector<fs::path> out;
   for (const auto& dir : {root / "history", root / "full-preset", root / "gpu"})
     for (const auto& e : fs::recursive_directory_iterator(dir))
-      if (e.path().extension() == ".json" && (dir != root / "gpu" || e.path().filename().string().rfind("gpu-nvidia-h100", 0) == 0))
+      if (e.path().extension() == ".json" &&
+          (dir != root / "gpu" || e.path().filename().string().rfind("gpu-nvidia-h100", 0) == 0))
         out.push_back(e.path());
   std::sort(out.begin(), out.end());
   return out;
@@ -85,7 +86,8 @@ void read_v1(const fs::path& path, const json& doc, std::vector<MeasuredCell>& o
     x.all_reduce = value_or(m, "comm_bytes_per_step_all_reduce", 0);
     // Tensor bytes: peak_allocated_bytes_per_rank on either device since 2026-11-26; before,
     // only CUDA's peak_bytes_per_rank was tensor bytes (the CPU's is the resident set).
-    x.peak = value_or(m, "peak_allocated_bytes_per_rank", x.device == "cuda" ? value_or(m, "peak_bytes_per_rank", -1) : -1);
+    x.peak =
+        value_or(m, "peak_allocated_bytes_per_rank", x.device == "cuda" ? value_or(m, "peak_bytes_per_rank", -1) : -1);
     x.persistent_after_setup = value_or(m, "persistent_after_setup_bytes_per_rank", -1);
     x.step_ms = value_or(m, "step_ms_median", -1);
     out.push_back(x);
@@ -126,8 +128,10 @@ std::vector<MeasuredCell> measured_cells() {
   for (const auto& path : documents()) {
     std::ifstream in(path);
     json doc = json::parse(in);
-    if (doc.contains("schema_version")) read_v1(path, doc, out);
-    else read_v0(path, doc, out);
+    if (doc.contains("schema_version"))
+      read_v1(path, doc, out);
+    else
+      read_v0(path, doc, out);
   }
   return out;
 }
@@ -137,7 +141,9 @@ const plan::ModelShape& shape_of(const MeasuredCell& x) {
   const std::string key = x.model_type + "/" + x.model_size + "/" + std::to_string(x.vocab);
   auto it = cache.find(key);
   if (it == cache.end())
-    it = cache.emplace(key, plan::ModelShape::of_config(models::from_scratch_config(x.model_type, x.model_size, x.vocab), key))
+    it = cache
+             .emplace(key, plan::ModelShape::of_config(models::from_scratch_config(x.model_type, x.model_size, x.vocab),
+                                                       key))
              .first;
   return it->second;
 }
@@ -192,7 +198,8 @@ struct Errors {
 const std::map<std::string, std::string>& known_cpu_peak_misses() {
   static const std::map<std::string, std::string> misses = {
       {"20261126T192303Z-48cf67f8.json gpt2-tiny/fsdp-shard_grad_op/fp32/n2/pf1-ac0-off0-det0",
-       "SHARD_GRAD_OP's peak moves from run to run in steps of 0.40 MB, with timing (11.42 MB in 4 runs alone, 11.02 to "
+       "SHARD_GRAD_OP's peak moves from run to run in steps of 0.40 MB, with timing (11.42 MB in 4 runs alone, 11.02 "
+       "to "
        "11.82 MB under load or through fsdpp bench; plan 11.13 MB); this document kept the largest of 3 repetitions x "
        "2 ranks, 12.60 MB"}};
   return misses;
@@ -262,12 +269,13 @@ TEST(PlanValidation, EveryMeasuredCellIsWithinItsBound) {
   }
   std::printf("%s\n%s\n%s\n%s\n%s\n%s\n", bytes.summary("bytes per step").c_str(),
               persistent.summary("persistent after setup (CUDA)").c_str(), peak.summary("peak (CUDA)").c_str(),
-              cpu_persistent.summary("persistent after setup (CPU)").c_str(),
-              cpu_peak.summary("peak (CPU)").c_str(), step.summary("step time (H100)").c_str());
-  std::printf("cells: %zu ok fsdpp cells; %d with collectives (all exact); %d CPU cells with no tensor measurement "
-              "(documents before the counting allocator: RSS only); %d known CPU peak misses (listed); %d unsharded "
-              "baselines (autocast, not planned)\n",
-              cells.size(), exact_bytes, no_tensor_measurement, known_misses, not_comparable_unsharded);
+              cpu_persistent.summary("persistent after setup (CPU)").c_str(), cpu_peak.summary("peak (CPU)").c_str(),
+              step.summary("step time (H100)").c_str());
+  std::printf(
+      "cells: %zu ok fsdpp cells; %d with collectives (all exact); %d CPU cells with no tensor measurement "
+      "(documents before the counting allocator: RSS only); %d known CPU peak misses (listed); %d unsharded "
+      "baselines (autocast, not planned)\n",
+      cells.size(), exact_bytes, no_tensor_measurement, known_misses, not_comparable_unsharded);
   EXPECT_GT(peak.relative.size(), 0u);
   EXPECT_GT(cpu_peak.relative.size(), 0u) << "no committed CPU document has tensor bytes";
   EXPECT_EQ(known_misses, static_cast<int>(known_cpu_peak_misses().size())) << "a listed miss is in no document";
@@ -295,7 +303,8 @@ TEST(PlanValidation, CellsRunAfterTheirPredictionsAreExact) {
     x.batch = c["batch_size_per_rank"];
     x.seq = c["seq_len"];
     x.world = c["world_size"];
-    x.hybrid_shard_size = c["strategy"].get<std::string>().rfind("hybrid", 0) == 0 ? c["hybrid_shard_size"].get<int>() : 0;
+    x.hybrid_shard_size =
+        c["strategy"].get<std::string>().rfind("hybrid", 0) == 0 ? c["hybrid_shard_size"].get<int>() : 0;
     x.ac = c["activation_checkpointing"];
     x.offload = c["cpu_offload"];
     x.prefetch = c["prefetch"];

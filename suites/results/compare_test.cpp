@@ -1,9 +1,10 @@
 // The regression gate (harness/results/compare.h) on synthetic documents whose samples come
 // from a fixed-seed generator: what it must flag, what it must not, and its reports.
+#include "harness/results/compare.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "harness/results/compare.h"
 #include "harness/results/results_document.h"
 #include "harness/testing/synthetic_results.h"
 #include "harness/testing/temp_dir.h"
@@ -80,7 +81,7 @@ TEST(Gate, SignificantMoveBelowTheMinimumEffectIsNotFlagged) {
   auto now = document({cell(102, 2000, 0.002, 6)}, 1);
   auto comparison = compare_documents(now, {base}, {});
   const auto& step = row(comparison, "step_ms");
-  EXPECT_LT(*step.p, 1e-4);  // clearly significant...
+  EXPECT_LT(*step.p, 1e-4);                     // clearly significant...
   EXPECT_EQ(step.verdict, Verdict::Unchanged);  // ...but 2% < 5%
   CompareOptions strict;
   strict.min_effect = 0.01;
@@ -177,8 +178,7 @@ TEST(Gate, ListsRegressionsFirstInTheTableAndTheJsonReport) {
   const auto header = markdown.find("| cell | metric | baseline median | new median |");
   ASSERT_NE(header, std::string::npos) << markdown;
   const auto first_row = markdown.find("\n| `", header);
-  EXPECT_THAT(markdown.substr(first_row, markdown.find('\n', first_row + 1) - first_row),
-              HasSubstr("**REGRESSION**"));
+  EXPECT_THAT(markdown.substr(first_row, markdown.find('\n', first_row + 1) - first_row), HasSubstr("**REGRESSION**"));
 
   const json report = to_json(comparison);
   EXPECT_EQ(report["format"], "fsdpp.compare");
@@ -329,8 +329,9 @@ TEST(Gate, ARegressionStandsOnlyWhereTheRerunRegressesToo) {
   }();
   EXPECT_EQ(step.verdict, Verdict::Unchanged);
   EXPECT_THAT(step.note, HasSubstr("regressed, not confirmed by the rerun (ratio "));
-  EXPECT_THAT(to_markdown(cleared), HasSubstr("Regressions were rerun: each stands only if run2.json regressed too (p < 0.1, median 5% or "
-                                          "more worse)"));
+  EXPECT_THAT(to_markdown(cleared),
+              HasSubstr("Regressions were rerun: each stands only if run2.json regressed too (p < 0.1, median 5% or "
+                        "more worse)"));
   EXPECT_EQ(to_json(cleared)["confirmed_by"], json::array({"run2.json"}));
 
   // A real regression is slow again in the rerun: confirmed.

@@ -55,7 +55,8 @@ size_t line_pixels_in_plot_areas(const harness::RgbImage& image, const std::stri
   int x0 = image.width, y0 = image.height, x1 = -1, y1 = -1;
   for (int y = 0; y < image.height; ++y)
     for (int x = 0; x < image.width; ++x)
-      if (near(image.at(x, y), fill, 1)) x0 = std::min(x0, x), y0 = std::min(y0, y), x1 = std::max(x1, x), y1 = std::max(y1, y);
+      if (near(image.at(x, y), fill, 1))
+        x0 = std::min(x0, x), y0 = std::min(y0, y), x1 = std::max(x1, x), y1 = std::max(y1, y);
   size_t count = 0;
   for (int y = y0; y <= y1; ++y)
     for (int x = x0; x <= x1; ++x) count += near(image.at(x, y), stroke, 40) ? 1 : 0;
@@ -69,7 +70,8 @@ class DashboardInChromium : public ::testing::Test {
     if (chromium_.empty())
       GTEST_SKIP() << "Chromium not found (no chromium, chromium-browser or google-chrome on PATH, or "
                       "FSDPP_CHROMIUM names no file): apt-get install chromium (ci/setup.sh does)";
-    for (const auto& doc : harness::trend_history("0a1b2c3d4e5f6789")) results::append_to_history(dir_ / "history", doc);
+    for (const auto& doc : harness::trend_history("0a1b2c3d4e5f6789"))
+      results::append_to_history(dir_ / "history", doc);
     page_ = dir_ / "dashboard.html";
     auto [code, output] = harness::run_shell(kFsdpp + " results dashboard --history " + (dir_ / "history").string() +
                                              " --out " + page_.string());
@@ -132,8 +134,8 @@ TEST_F(DashboardInChromium, ScreenshotCheckFailsForThePageWithoutItsCharts) {
     without_charts.erase(at, without_charts.find("</svg>", at) + 6 - at);
   ASSERT_EQ(without_charts.find("<svg"), std::string::npos);
   const fs::path png = dir_ / "no-charts.png";
-  const auto run =
-      harness::chromium_screenshot(chromium_, variant("no-charts.html", without_charts), png, kWidth, kHeight, dir_.path());
+  const auto run = harness::chromium_screenshot(chromium_, variant("no-charts.html", without_charts), png, kWidth,
+                                                kHeight, dir_.path());
   ASSERT_EQ(run.exit_code, 0) << run.log;
   const auto image = harness::read_png(png);
   EXPECT_LT(line_pixels_in_plot_areas(image, results::kTokensChartStroke), kMinLinePixels);

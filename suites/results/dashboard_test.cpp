@@ -1,12 +1,13 @@
 // The dashboard page (harness/results/dashboard.h) as text: self-contained, escaped,
 // one chart per cell and metric, regressions marked, peer ratios. How it renders in a
 // browser is dashboard_chromium_test.cpp.
+#include "harness/results/dashboard.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <regex>
 
-#include "harness/results/dashboard.h"
 #include "harness/results/results_document.h"
 #include "harness/testing/synthetic_results.h"
 #include "harness/testing/temp_dir.h"
@@ -63,7 +64,8 @@ TEST(Dashboard, DrawsTwoTrendChartsPerCellWithAxesAndLabels) {
   EXPECT_THAT(html, HasSubstr(">11-01 03:00</text>"));  // the latest run's x label
   // Four points per line: the polyline of the trend cell's step time has four coordinates.
   std::smatch match;
-  const std::string step_line = std::string("stroke=\"") + kStepChartStroke + "\" stroke-width=\"2.5\" points=\"([^\"]*)\"";
+  const std::string step_line =
+      std::string("stroke=\"") + kStepChartStroke + "\" stroke-width=\"2.5\" points=\"([^\"]*)\"";
   ASSERT_TRUE(std::regex_search(html, match, std::regex(step_line)));
   EXPECT_EQ(occurrences(match[1].str(), ","), 4u);
 }
@@ -79,8 +81,8 @@ TEST(Dashboard, ComparesFsdppCellsWithTheirPyTorchPeers) {
   ASSERT_TRUE(std::regex_search(row, match, std::regex("against gpt2-mini/pytorch_ddp/fp32/n2/ac0\">([0-9.]+)&times;")))
       << row;
   EXPECT_NEAR(std::stod(match[1]), 90.0 / 80, 0.1);
-  ASSERT_TRUE(std::regex_search(row, match,
-                                std::regex("against gpt2-mini/pytorch_single/fp32/n1-gb16/ac0\">([0-9.]+)&times;")))
+  ASSERT_TRUE(
+      std::regex_search(row, match, std::regex("against gpt2-mini/pytorch_single/fp32/n1-gb16/ac0\">([0-9.]+)&times;")))
       << row;
   EXPECT_NEAR(std::stod(match[1]), 150.0 / 80, 0.15);
   EXPECT_THAT(matrix_row(html, "gpt2-mini/pytorch_ddp/fp32/n2/ac0"), Not(HasSubstr("tokens/s against")));
@@ -108,7 +110,8 @@ TEST(Dashboard, ComparesFsdppCellsWithFsdp2OnTheSameRanksAndBatchPerRank) {
   // The steady cell: 80 ms against FSDP2's 100 ms on the same 2 ranks: 100 / 80.
   std::smatch match;
   const std::string row = matrix_row(html, harness::kSteadyCellId);
-  ASSERT_TRUE(std::regex_search(row, match, std::regex("against gpt2-mini/pytorch_fsdp2/fp32/n2/ac0\">([0-9.]+)&times;")))
+  ASSERT_TRUE(
+      std::regex_search(row, match, std::regex("against gpt2-mini/pytorch_fsdp2/fp32/n2/ac0\">([0-9.]+)&times;")))
       << row;
   EXPECT_NEAR(std::stod(match[1]), 100.0 / 80, 0.1);  // the fsdpp medians carry 3% noise
 }

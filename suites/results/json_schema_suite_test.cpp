@@ -18,6 +18,7 @@
 // `$defs` (renamed in draft 2019-09), so the keyword and the "#/definitions/" prefix of
 // $refs are renamed; such cases are counted as "renamed".
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cctype>
@@ -26,7 +27,6 @@
 #include <fstream>
 #include <iostream>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <string>
@@ -104,8 +104,8 @@ void for_each_schema(json& schema, const std::string& pointer, Visit&& visit) {
   static const std::set<std::string> kMapOfSchemas = {"properties", "patternProperties", "definitions",
                                                       "$defs",      "dependencies",      "dependentSchemas"};
   static const std::set<std::string> kOneSchema = {
-      "additionalProperties", "additionalItems", "items", "contains", "propertyNames",        "not",
-      "if",                   "then",            "else",  "unevaluatedItems", "unevaluatedProperties"};
+      "additionalProperties", "additionalItems",      "items", "contains", "propertyNames", "not", "if", "then", "else",
+      "unevaluatedItems",     "unevaluatedProperties"};
   static const std::set<std::string> kArrayOfSchemas = {"allOf", "anyOf", "oneOf", "items", "prefixItems"};
   for (auto& [key, value] : schema.items()) {
     const std::string at = pointer + "/" + json_pointer_token(key);
@@ -150,8 +150,8 @@ std::vector<std::pair<std::string, std::string>> unsupported_features(json schem
     if (!node.is_object()) return;
     for (auto& [key, value] : node.items()) {
       if (std::find(supported.begin(), supported.end(), key) == supported.end())
-        found.push_back({"unsupported keyword", pointer + "/" + json_pointer_token(key) + ": unsupported keyword \"" +
-                                                    key + "\""});
+        found.push_back(
+            {"unsupported keyword", pointer + "/" + json_pointer_token(key) + ": unsupported keyword \"" + key + "\""});
     }
     if (node.contains("$ref") && node["$ref"].is_string()) {
       const std::string ref = node["$ref"].get<std::string>();
@@ -223,8 +223,8 @@ TEST_P(JsonSchemaTestSuite, EveryCaseGetsTheSuitesVerdictOrIsRefusedByARule) {
       const bool expected_valid = test.at("valid").get<bool>();
       const auto violation = compiled->first_violation(test.at("data"));
       EXPECT_EQ(!violation.has_value(), expected_valid)
-          << where << ", test \"" << test.at("description").get<std::string>() << "\": data "
-          << test.at("data").dump() << " should be " << (expected_valid ? "valid" : "invalid")
+          << where << ", test \"" << test.at("description").get<std::string>() << "\": data " << test.at("data").dump()
+          << " should be " << (expected_valid ? "valid" : "invalid")
           << (violation ? ", got: " + violation->to_string() : std::string(", got: valid"));
     }
   }
@@ -236,8 +236,9 @@ TEST_P(JsonSchemaTestSuite, EveryCaseGetsTheSuitesVerdictOrIsRefusedByARule) {
     skipped_cases += n;
   }
   std::cout << "[suite " << kDraft << "] " << GetParam() << ": " << counts.cases_run << " cases ran ("
-            << counts.tests_run << " tests" << (counts.renamed ? ", " + std::to_string(counts.renamed) + " renamed" : "")
-            << "), " << skipped_cases << " skipped" << (skipped.empty() ? "" : " (" + skipped + ")") << "\n";
+            << counts.tests_run << " tests"
+            << (counts.renamed ? ", " + std::to_string(counts.renamed) + " renamed" : "") << "), " << skipped_cases
+            << " skipped" << (skipped.empty() ? "" : " (" + skipped + ")") << "\n";
 }
 
 std::vector<std::string> suite_files() {

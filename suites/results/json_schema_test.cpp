@@ -1,20 +1,20 @@
 // The JSON Schema subset behind results/schema/v1.json: each keyword accepts and rejects
 // what draft 2020-12 says, violations name the instance's JSON pointer, and a schema with
 // a keyword the validator does not know is refused instead of accepting everything.
+#include "harness/results/json_schema.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <limits>
-#include <nlohmann/json.hpp>
-
-#include "harness/results/json_schema.h"
 
 namespace fsdpp::results {
 namespace {
 
-using ::testing::HasSubstr;
 using nlohmann::json;
+using ::testing::HasSubstr;
 
 // The violation message for `instance`, or "valid".
 std::string verdict(const json& schema, const json& instance) {
@@ -43,12 +43,15 @@ TEST(JsonSchemaCompile, UnsupportedKeywordIsRefusedInOneLineNamingItAndItsSchema
   const std::string deep = compile_error(
       json::parse(R"({"allOf": [{"if": {"properties": {"n": {"exclusiveMinimum": 0}}}, "then": true}]})"));
   EXPECT_EQ(deep.rfind("test-schema: #/allOf/0/if/properties/n/exclusiveMinimum: unsupported keyword "
-                       "\"exclusiveMinimum\" (this validator supports only: ", 0), 0u) << deep;
+                       "\"exclusiveMinimum\" (this validator supports only: ",
+                       0),
+            0u)
+      << deep;
   EXPECT_EQ(deep.find('\n'), std::string::npos) << deep;
   for (const char* keyword : {"anyOf", "oneOf", "not", "format", "maxLength", "uniqueItems", "prefixItems",
                               "definitions", "$anchor", "default"})
-    EXPECT_THAT(compile_error({{keyword, json::object()}}), HasSubstr(std::string("#/") + keyword +
-                                                                      ": unsupported keyword \"" + keyword + "\""));
+    EXPECT_THAT(compile_error({{keyword, json::object()}}),
+                HasSubstr(std::string("#/") + keyword + ": unsupported keyword \"" + keyword + "\""));
 }
 
 TEST(JsonSchemaCompile, ReferencesOutsideThisDocumentAndEmbeddedResourcesAreRefused) {
@@ -116,8 +119,9 @@ TEST(JsonSchemaArray, ItemsAndCountsNameTheElement) {
 TEST(JsonSchemaString, PatternSearchesUnanchoredAndMinLengthCountsCharacters) {
   EXPECT_EQ(verdict({{"pattern", "b+"}}, json("abba")), "valid");
   EXPECT_THAT(verdict({{"pattern", "^b+$"}}, json("abba")), HasSubstr("expected a string matching \"^b+$\""));
-  EXPECT_EQ(verdict({{"minLength", 2}}, json("\xc3\xa9")), "(document): expected a string of at least 2 characters, "
-                                                             "got string \"\xc3\xa9\"");
+  EXPECT_EQ(verdict({{"minLength", 2}}, json("\xc3\xa9")),
+            "(document): expected a string of at least 2 characters, "
+            "got string \"\xc3\xa9\"");
   EXPECT_EQ(verdict({{"minLength", 2}}, json("\xc3\xa9x")), "valid");
   EXPECT_EQ(verdict({{"pattern", "^a$"}}, json(5)), "valid");  // pattern applies to strings only
 }

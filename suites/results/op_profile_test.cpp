@@ -1,12 +1,12 @@
 // Profile traces read and summed per step (harness/results/op_profile.h), and
 // `fsdpp results profile` on traces of both systems.
+#include "harness/results/op_profile.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
 #include <nlohmann/json.hpp>
 
 #include "core/io/atomic_file.h"
-#include "harness/results/op_profile.h"
 #include "harness/testing/temp_dir.h"
 
 namespace fsdpp::results {
@@ -112,7 +112,8 @@ TEST(OpProfile, BenchStepAndThePeerTraceTheirTimedStepsAndReadSideBySide) {
   const std::string shape = " --batch-size 2 --seq-len 16 --warmup 1 --steps 3 --device cpu --mixed-precision fp32";
   auto [code, output] = run_shell(std::string(FSDPP_CLI_PATH) +
                                   " bench-step --model-type gpt2 --model-size tiny --vocab-size 512 --strategy "
-                                  "full_shard --nproc 2 --threads 1" + shape + " --profile-trace " + fsdpp_trace);
+                                  "full_shard --nproc 2 --threads 1" +
+                                  shape + " --profile-trace " + fsdpp_trace);
   ASSERT_EQ(code, 0) << output;
   auto fsdpp = read_op_profile(fsdpp_trace);
   EXPECT_EQ(fsdpp.steps, 3);
@@ -125,8 +126,12 @@ TEST(OpProfile, BenchStepAndThePeerTraceTheirTimedStepsAndReadSideBySide) {
   auto [python_code, python_output] = run_shell(python + " -c 'import torch, numpy' 2>&1");
   ASSERT_EQ(python_code, 0) << "no torch and numpy in " << python << ": " << python_output;
   const std::string config = (dir / "config.json").string();
-  io::write_file_atomic(config, json{{"model_type", "gpt2"}, {"vocab_size", 512}, {"n_positions", 64}, {"n_embd", 64},
-                                     {"n_layer", 2}, {"n_head", 4}}
+  io::write_file_atomic(config, json{{"model_type", "gpt2"},
+                                     {"vocab_size", 512},
+                                     {"n_positions", 64},
+                                     {"n_embd", 64},
+                                     {"n_layer", 2},
+                                     {"n_head", 4}}
                                     .dump());
   std::tie(code, output) = run_shell(python + " " + std::string(FSDPP_SOURCE_DIR) +
                                      "/harness/peers/torch_peer.py --mode single --model-config " + config +

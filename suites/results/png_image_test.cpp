@@ -1,6 +1,8 @@
 // harness::read_png, which the dashboard's Chromium test reads its screenshots with:
 // pixels as the encoder wrote them (fixtures from Python's zlib, not libpng), alpha
 // dropped, and every failure named after the file.
+#include "harness/testing/png_image.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -11,7 +13,6 @@
 #include <string>
 #include <vector>
 
-#include "harness/testing/png_image.h"
 #include "harness/testing/results_samples.h"
 #include "harness/testing/temp_dir.h"
 
@@ -42,9 +43,9 @@ TEST(ReadPng, RgbaPixelsComeBackAsWrittenWithAlphaDropped) {
   ASSERT_EQ(image.width, 3);
   ASSERT_EQ(image.height, 2);
   EXPECT_THAT(pixel(image, 0, 0), ElementsAre(255, 0, 0));
-  EXPECT_THAT(pixel(image, 1, 0), ElementsAre(0, 255, 0));  // alpha 128
-  EXPECT_THAT(pixel(image, 2, 0), ElementsAre(0, 0, 255));  // alpha 0
-  EXPECT_THAT(pixel(image, 0, 1), ElementsAre(10, 20, 30)); // the row under the Up filter
+  EXPECT_THAT(pixel(image, 1, 0), ElementsAre(0, 255, 0));   // alpha 128
+  EXPECT_THAT(pixel(image, 2, 0), ElementsAre(0, 0, 255));   // alpha 0
+  EXPECT_THAT(pixel(image, 0, 1), ElementsAre(10, 20, 30));  // the row under the Up filter
   EXPECT_THAT(pixel(image, 1, 1), ElementsAre(40, 50, 60));
   EXPECT_THAT(pixel(image, 2, 1), ElementsAre(70, 80, 90));
 }

@@ -52,8 +52,9 @@ TEST(ResultsCli, CompareExitsZeroWithoutARegression) {
 TEST(ResultsCli, CompareExitsOneOnARegressionAndWritesBothReports) {
   TempDir dir;
   auto base = write_run(dir, 0, 100), now = write_run(dir, 1, 115);
-  auto [code, output] = run_shell(kFsdpp + " results compare " + now.string() + " --baseline " + base.string() +
-                                  " --markdown " + (dir / "gate.md").string() + " --json " + (dir / "gate.json").string());
+  auto [code, output] =
+      run_shell(kFsdpp + " results compare " + now.string() + " --baseline " + base.string() + " --markdown " +
+                (dir / "gate.md").string() + " --json " + (dir / "gate.json").string());
   EXPECT_EQ(code, 1) << output;
   EXPECT_THAT(output, HasSubstr("**REGRESSION**"));
   EXPECT_THAT(read_text(dir / "gate.md"), HasSubstr("**REGRESSION**"));
@@ -65,10 +66,13 @@ TEST(ResultsCli, CompareExitsOneOnARegressionAndWritesBothReports) {
 TEST(ResultsCli, MinEffectAndAlphaFlagsChangeTheVerdict) {
   TempDir dir;
   auto base = write_run(dir, 0, 100), now = write_run(dir, 1, 115);
-  EXPECT_EQ(run_shell(kFsdpp + " results compare " + now.string() + " --baseline " + base.string() +
-                      " --min-effect 0.5").first, 0);
-  EXPECT_EQ(run_shell(kFsdpp + " results compare " + now.string() + " --baseline " + base.string() +
-                      " --alpha 1e-12").first, 0);
+  EXPECT_EQ(
+      run_shell(kFsdpp + " results compare " + now.string() + " --baseline " + base.string() + " --min-effect 0.5")
+          .first,
+      0);
+  EXPECT_EQ(
+      run_shell(kFsdpp + " results compare " + now.string() + " --baseline " + base.string() + " --alpha 1e-12").first,
+      0);
 }
 
 TEST(ResultsCli, AnotherMachineIsBadInputUnlessAllowed) {
@@ -78,8 +82,10 @@ TEST(ResultsCli, AnotherMachineIsBadInputUnlessAllowed) {
   EXPECT_EQ(code, 2) << output;
   EXPECT_EQ(lines(output), 1u) << output;
   EXPECT_THAT(output, HasSubstr(base.string()));
-  EXPECT_EQ(run_shell(kFsdpp + " results compare " + now.string() + " --baseline " + base.string() +
-                      " --allow-other-machine").first, 0);
+  EXPECT_EQ(
+      run_shell(kFsdpp + " results compare " + now.string() + " --baseline " + base.string() + " --allow-other-machine")
+          .first,
+      0);
 }
 
 TEST(ResultsCli, UnreadableDocumentsAreOneLineNamingTheFile) {
@@ -104,7 +110,8 @@ TEST(ResultsCli, BaselineFlagsAreCheckedWithExitTwo) {
   auto both = run_shell(kFsdpp + " results compare " + now.string() + " --baseline " + base.string() + " --history " +
                         dir.path().string());
   EXPECT_EQ(both.first, 2) << both.second;
-  auto unknown = run_shell(kFsdpp + " results compare " + now.string() + " --baseline " + base.string() + " --alpah 0.1");
+  auto unknown =
+      run_shell(kFsdpp + " results compare " + now.string() + " --baseline " + base.string() + " --alpah 0.1");
   EXPECT_EQ(unknown.first, 2) << unknown.second;
   EXPECT_THAT(unknown.second, HasSubstr("--alpah"));
 }
@@ -126,13 +133,14 @@ TEST(ResultsCli, AppendThenCompareAgainstTheHistoryWindow) {
   TempDir dir;
   const fs::path history = dir / "history";
   for (int i = 0; i < 4; ++i) {
-    auto [code, output] = run_shell(kFsdpp + " results append " + write_run(dir, i, 100).string() + " --history " +
-                                    history.string());
+    auto [code, output] =
+        run_shell(kFsdpp + " results append " + write_run(dir, i, 100).string() + " --history " + history.string());
     ASSERT_EQ(code, 0) << output;
     EXPECT_THAT(output, HasSubstr((history / kCliMachine).string()));
   }
-  auto again = run_shell(kFsdpp + " results append " + (dir / ("run0-" + std::string(kCliMachine).substr(0, 4) + ".json")).string() +
-                         " --history " + history.string());
+  auto again = run_shell(kFsdpp + " results append " +
+                         (dir / ("run0-" + std::string(kCliMachine).substr(0, 4) + ".json")).string() + " --history " +
+                         history.string());
   EXPECT_EQ(again.first, 2) << again.second;  // history is append-only
 
   auto slow = write_run(dir, 4, 120);
@@ -152,9 +160,11 @@ TEST(ResultsCli, DashboardWritesOnePage) {
   const fs::path history = dir / "history";
   for (int i = 0; i < 3; ++i)
     ASSERT_EQ(run_shell(kFsdpp + " results append " + write_run(dir, i, 100 + 20 * i).string() + " --history " +
-                        history.string()).first, 0);
-  auto [code, output] = run_shell(kFsdpp + " results dashboard --history " + history.string() + " --out " +
-                                  (dir / "page.html").string());
+                        history.string())
+                  .first,
+              0);
+  auto [code, output] =
+      run_shell(kFsdpp + " results dashboard --history " + history.string() + " --out " + (dir / "page.html").string());
   ASSERT_EQ(code, 0) << output;
   EXPECT_THAT(read_text(dir / "page.html"), HasSubstr("<tr class=\"regression\">"));
   auto missing = run_shell(kFsdpp + " results dashboard --history " + (dir / "nowhere").string() + " --out " +
@@ -173,14 +183,19 @@ struct GateScript {
   fs::path bench_log = dir / "bench-flags.txt";
 
   explicit GateScript(const fs::path& rerun_document) {
-    io::write_file_atomic(fake, "#!/bin/sh\n"
-                                "if [ \"$1\" = bench ]; then\n"
-                                "  echo \"$@\" >> '" + bench_log.string() + "'\n"
-                                "  while [ $# -gt 0 ]; do [ \"$1\" = --out ] && cp '" + rerun_document.string() +
-                                "' \"$2\"; shift; done\n"
-                                "  exit 0\n"
-                                "fi\n"
-                                "exec " + kFsdpp + " \"$@\"\n");
+    io::write_file_atomic(fake,
+                          "#!/bin/sh\n"
+                          "if [ \"$1\" = bench ]; then\n"
+                          "  echo \"$@\" >> '" +
+                              bench_log.string() +
+                              "'\n"
+                              "  while [ $# -gt 0 ]; do [ \"$1\" = --out ] && cp '" +
+                              rerun_document.string() +
+                              "' \"$2\"; shift; done\n"
+                              "  exit 0\n"
+                              "fi\n"
+                              "exec " +
+                              kFsdpp + " \"$@\"\n");
     fs::permissions(fake, fs::perms::owner_all);
   }
   std::pair<int, std::string> run(const fs::path& now, const fs::path& base) const {
@@ -207,7 +222,8 @@ TEST(GateScript, ARegressionStandsOnlyWhenTheRerunOfItsCellRegressesToo) {
     EXPECT_THAT(output, HasSubstr("the rerun did not confirm them"));
     EXPECT_EQ(read_text(gate.bench_log),
               "bench --preset smoke --repetitions 3 --filter ^(gpt2-mini/fsdp-full_shard/fp32/n2/pf1-ac0-off0-det0)$ "
-              "--out " + (gate.dir / "gate.rerun.json").string() + "\n");
+              "--out " +
+                  (gate.dir / "gate.rerun.json").string() + "\n");
     auto report = json::parse(read_text(gate.dir / "gate.json"));
     EXPECT_EQ(report["regression"], false);
     EXPECT_EQ(report["confirmed_by"].size(), 1u);

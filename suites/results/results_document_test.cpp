@@ -2,22 +2,21 @@
 // JSON pointer, version 0 migrates with its raw samples, newer versions and other formats
 // are refused in one line, Google Benchmark's NaN/Infinity parse, history is append-only
 // and oldest first, and the machine fingerprint is stable and hostname-free.
+#include "harness/results/results_document.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
-#include <torch/version.h>
-
+#include <nlohmann/json.hpp>
 #include <stdlib.h>
+#include <torch/version.h>
 
 #include <algorithm>
 #include <fstream>
 #include <functional>
 #include <limits>
-#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "harness/results/json_schema.h"
-#include "harness/results/results_document.h"
 #include "harness/testing/results_samples.h"
 #include "harness/testing/temp_dir.h"
 
@@ -28,9 +27,9 @@ using harness::results_fixture;
 using harness::sample_results_cell;
 using harness::sample_results_document;
 using harness::TempDir;
+using nlohmann::json;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
-using nlohmann::json;
 
 std::string read_text(const std::filesystem::path& file) {
   std::ifstream in(file);
@@ -81,7 +80,8 @@ TEST(ResultsDocument, EachViolationIsRejectedNamingItsJsonPointer) {
   const std::vector<Case> cases = {
       {"missing required field", [](json& d) { d["cells"][0]["config"].erase("seq_len"); },
        "doc.json: /cells/0/config/seq_len: required property is missing"},
-      {"missing top-level field", [](json& d) { d.erase("run_id"); }, "doc.json: /run_id: required property is missing"},
+      {"missing top-level field", [](json& d) { d.erase("run_id"); },
+       "doc.json: /run_id: required property is missing"},
       {"wrong type", [](json& d) { d["cells"][0]["config"]["world_size"] = "2"; },
        "doc.json: /cells/0/config/world_size: expected integer, got string \"2\""},
       {"bad system", [](json& d) { d["cells"][0]["system"] = "fsdp"; },
@@ -105,9 +105,9 @@ TEST(ResultsDocument, EachViolationIsRejectedNamingItsJsonPointer) {
        "doc.json: /cells/0/reason: required property is missing (when status is not ok)"},
       {"ok cell without its headline metric", [](json& d) { d["cells"][0]["metrics"].erase("step_ms_median"); },
        "doc.json: /cells/0/metrics/step_ms_median: required property is missing (when status is ok)"},
-      {"non-finite metric", [](json& d) {
-         d["cells"][0]["metrics"]["step_ms_median"]["value"] = std::numeric_limits<double>::infinity();
-       }, "doc.json: /cells/0/metrics/step_ms_median/value: expected number or null, got Infinity"},
+      {"non-finite metric",
+       [](json& d) { d["cells"][0]["metrics"]["step_ms_median"]["value"] = std::numeric_limits<double>::infinity(); },
+       "doc.json: /cells/0/metrics/step_ms_median/value: expected number or null, got Infinity"},
       {"sample value not a number", [](json& d) { d["cells"][0]["samples"]["step_ms"]["values"][1] = nullptr; },
        "doc.json: /cells/0/samples/step_ms/values/1: expected number, got null"},
       {"wrong format", [](json& d) { d["format"] = "fsdpp.bench-cell"; },
@@ -193,8 +193,8 @@ TEST(ResultsMigration, VersionZeroGpuRunBecomesAValidV1DocumentKeepingRawSamples
     EXPECT_EQ(ours["samples"]["step_ms"]["values"], v0["cells"][i]["fsdpp"]["step_ms"]);
     EXPECT_EQ(peer["samples"]["step_ms"]["values"], v0["cells"][i]["pytorch_fsdp2"]["step_ms"]);
     EXPECT_EQ(ours["samples"]["step_ms"]["unit"], "ms");
-    EXPECT_EQ(ours["metrics"]["tokens_per_s"], json({{"value", v0["cells"][i]["fsdpp"]["tokens_per_s"]},
-                                                     {"unit", "tokens/s"}, {"better", "higher"}}));
+    EXPECT_EQ(ours["metrics"]["tokens_per_s"],
+              json({{"value", v0["cells"][i]["fsdpp"]["tokens_per_s"]}, {"unit", "tokens/s"}, {"better", "higher"}}));
     EXPECT_EQ(peer["metrics"]["step_ms_median"]["value"], v0["cells"][i]["pytorch_fsdp2"]["step_ms_median"]);
     EXPECT_EQ(ours["metrics"]["mfu"]["value"], v0["cells"][i]["mfu"]["fsdpp"]);
     EXPECT_EQ(ours["metrics"]["peak_bytes_per_rank"]["value"],
@@ -247,8 +247,9 @@ TEST(ResultsReader, OtherFormatsAreRefused) {
   write_text(dir / "array.json", "[1, 2]");
 
   EXPECT_EQ(load_error(dir / "selfcheck.json"),
-            (dir / "selfcheck.json").string() + ": format \"fsdpp.selfcheck\" is not \"fsdpp.results\": not a results "
-                                                "document");
+            (dir / "selfcheck.json").string() +
+                ": format \"fsdpp.selfcheck\" is not \"fsdpp.results\": not a results "
+                "document");
   EXPECT_THAT(load_error(dir / "plain.json"), HasSubstr("no \"format\" field"));
   EXPECT_THAT(load_error(dir / "array.json"), HasSubstr("expected a JSON object"));
   EXPECT_THAT(load_error(dir / "missing.json"), HasSubstr("missing.json: cannot open"));
@@ -407,7 +408,8 @@ TEST(NewDocument, TakesTheCommitFromTheEnvironmentWhereCiSetsIt) {
 }
 
 TEST(NewDocument, BuiltFromAGitCheckoutRecordsItsHeadCommit) {
-  if (!std::filesystem::exists(harness::source_tree_file(".git"))) GTEST_SKIP() << "the source tree is not a git checkout";
+  if (!std::filesystem::exists(harness::source_tree_file(".git")))
+    GTEST_SKIP() << "the source tree is not a git checkout";
   ::unsetenv("FSDPP_COMMIT");
   const std::string commit = new_document({"fsdpp"}, "")["git"]["commit"];
   EXPECT_EQ(commit.size(), 40u) << commit;

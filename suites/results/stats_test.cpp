@@ -1,10 +1,11 @@
 // harness/results/stats.h against values worked by hand, scipy's documented example and
 // brute-force enumeration (the expected numbers are in the comments).
+#include "harness/results/stats.h"
+
 #include <gtest/gtest.h>
 
 #include <stdexcept>
 
-#include "harness/results/stats.h"
 #include "harness/testing/synthetic_results.h"
 
 namespace fsdpp::results {

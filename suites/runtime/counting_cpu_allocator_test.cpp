@@ -3,15 +3,14 @@
 // ctest runs each test suite in its own process; CountingCpuAllocatorInstallation needs a
 // process where nothing has installed the counter yet, and is declared first so that a
 // plain run of the whole binary also runs it first.
-#include <gtest/gtest.h>
+#include "core/runtime/counting_cpu_allocator.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/CPUAllocator.h>
+#include <gtest/gtest.h>
 
 #include <thread>
 #include <vector>
-
-#include "core/runtime/counting_cpu_allocator.h"
 
 namespace fsdpp::runtime {
 namespace {

@@ -27,9 +27,9 @@ namespace fsdpp {
 namespace {
 
 namespace fs = std::filesystem;
-using tokenizer::BpeTokenizer;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using tokenizer::BpeTokenizer;
 
 std::string read_all(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
@@ -86,7 +86,8 @@ const BpeTokenizer& gpt2() {
 
 // Llama-2's vocabulary as llama.cpp generated the vectors from it (GGUF, scores).
 const BpeTokenizer& llama2() {
-  static const BpeTokenizer tok = BpeTokenizer::from_gguf_vocab(harness::test_asset("llama.cpp/ggml-vocab-llama-spm.gguf"));
+  static const BpeTokenizer tok =
+      BpeTokenizer::from_gguf_vocab(harness::test_asset("llama.cpp/ggml-vocab-llama-spm.gguf"));
   return tok;
 }
 
@@ -94,7 +95,8 @@ const BpeTokenizer& llama2() {
 // vocabulary (ci/assets_from_gguf.py): BPE with byte_fallback behind a Metaspace
 // pre-tokenizer (prepend_scheme "first"), the shape transformers 5 writes.
 const BpeTokenizer& hf_sentencepiece() {
-  static const BpeTokenizer tok = BpeTokenizer::from_hf_tokenizer_json(harness::test_asset("hf-llama-spm/tokenizer.json"));
+  static const BpeTokenizer tok =
+      BpeTokenizer::from_hf_tokenizer_json(harness::test_asset("hf-llama-spm/tokenizer.json"));
   return tok;
 }
 
@@ -132,9 +134,7 @@ TEST(Gpt2Tokenizer, EncodesEveryLlamaCppVectorExactly) {
   expect_all_cases_encode_exactly(gpt2(), "ggml-vocab-gpt-2.gguf");
 }
 
-TEST(Gpt2Tokenizer, DecodeInvertsEncodeOnEveryVector) {
-  expect_decode_inverts_encode(gpt2(), "ggml-vocab-gpt-2.gguf");
-}
+TEST(Gpt2Tokenizer, DecodeInvertsEncodeOnEveryVector) { expect_decode_inverts_encode(gpt2(), "ggml-vocab-gpt-2.gguf"); }
 
 TEST(Gpt2Tokenizer, IsByteLevelWithGpt2sVocabulary) {
   EXPECT_EQ(gpt2().kind(), BpeTokenizer::Kind::kByteLevel);
@@ -249,7 +249,8 @@ TEST_F(TokenizerFileErrors, UnknownModelTypeIsAnInvalidArgumentNamingTypeAndExpe
     BpeTokenizer::from_hf_tokenizer_json(wordpiece);
     FAIL() << "expected std::invalid_argument";
   } catch (const std::invalid_argument& e) {
-    EXPECT_THAT(e.what(), AllOf(HasSubstr(wordpiece.string()), HasSubstr("\"WordPiece\""), HasSubstr("expected \"BPE\"")));
+    EXPECT_THAT(e.what(),
+                AllOf(HasSubstr(wordpiece.string()), HasSubstr("\"WordPiece\""), HasSubstr("expected \"BPE\"")));
   }
 }
 
@@ -260,7 +261,8 @@ TEST_F(TokenizerFileErrors, UnknownMetaspacePrependSchemeIsAnInvalidArgumentNami
     BpeTokenizer::from_hf_tokenizer_json(file);
     FAIL() << "expected std::invalid_argument";
   } catch (const std::invalid_argument& e) {
-    EXPECT_THAT(e.what(), AllOf(HasSubstr(file.string()), HasSubstr("\"sometimes\""), HasSubstr("expected \"always\"")));
+    EXPECT_THAT(e.what(),
+                AllOf(HasSubstr(file.string()), HasSubstr("\"sometimes\""), HasSubstr("expected \"always\"")));
   }
 }
 

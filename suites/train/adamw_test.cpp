@@ -1,5 +1,7 @@
 // AdamW's parameter groups: weight decay reaches 2-D+ parameters (matmuls, embeddings)
 // and never 1-D ones (biases, norm weights); the step matches torch's AdamW per group.
+#include "core/optim/adamw.h"
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -9,7 +11,6 @@
 
 #include "core/models/presets.h"
 #include "core/nn/unique_parameters.h"
-#include "core/optim/adamw.h"
 
 namespace fsdpp::optim {
 namespace {

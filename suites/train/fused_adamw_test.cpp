@@ -57,7 +57,8 @@ Trained trained(const Params& init, bool fused, int steps) {
 }
 
 const torch::optim::AdamWParamState& state_of(torch::optim::AdamW& opt, const at::Tensor& p) {
-  return static_cast<const torch::optim::AdamWParamState&>(*opt.state().at(compat::optimizer_state_key(opt.state(), p)));
+  return static_cast<const torch::optim::AdamWParamState&>(
+      *opt.state().at(compat::optimizer_state_key(opt.state(), p)));
 }
 
 class ThreadCount {
@@ -110,8 +111,8 @@ TEST(HostFusedAdamW, VectorAndPortablePathsGiveTheSameBits) {
     auto p2 = p.clone(), m2 = m.clone(), v2 = v.clone();
     const auto c = adamw_step_constants(3e-3, 0.9, 0.999, 1e-8, 0.1, 7);
     adamw_step_range(p.data_ptr<float>(), g.data_ptr<float>(), m.data_ptr<float>(), v.data_ptr<float>(), numel, c);
-    adamw_step_range(p2.data_ptr<float>(), g.data_ptr<float>(), m2.data_ptr<float>(), v2.data_ptr<float>(), numel,
-                     c, /*force_generic=*/true);
+    adamw_step_range(p2.data_ptr<float>(), g.data_ptr<float>(), m2.data_ptr<float>(), v2.data_ptr<float>(), numel, c,
+                     /*force_generic=*/true);
     EXPECT_TRUE(torch::equal(p, p2)) << adamw_kernel_isa();
     EXPECT_TRUE(torch::equal(m, m2));
     EXPECT_TRUE(torch::equal(v, v2));

@@ -3,6 +3,8 @@
 // off; clean steps grow it every growth_interval; unscaled gradients are the gradients of
 // the unscaled loss (bitwise for a power-of-two scale); fp16 gradients are checked and
 // unscaled in fp32; its state round-trips and malformed state is rejected by name.
+#include "core/optim/grad_scaler.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -14,7 +16,6 @@
 #include <vector>
 
 #include "core/fsdp/sharded_model.h"
-#include "core/optim/grad_scaler.h"
 #include "core/runtime/capabilities.h"
 #include "harness/equiv/equivalence.h"
 #include "harness/testing/equivalence_check.h"
@@ -132,30 +133,31 @@ TEST(ShardedGradScaler, Fp16FullShardTransformerSkipsAnOverflowOnOneRankBitwiseW
   c.loss_scaling.growth_interval = 2;  // growth happens too
   c.loss_scaling.overflow_step = kOverflowStep;
   c.loss_scaling.overflow_rank = 1;
-  harness::expect_equivalent(2, [] { return harness::equiv_case("tiny_transformer"); }, c,
-                             [&](const harness::EquivReport& r) {
-                               ASSERT_EQ(r.steps.size(), static_cast<size_t>(kSteps));
-                               // Rank 0 found no inf of its own at step 3, yet skipped it.
-                               EXPECT_FALSE(r.steps[kOverflowStep].stepped);
-                               // The scale each step used follows GradScaler's rule from 2^16.
-                               double expected = 65536.0;
-                               int clean = 0, stepped = 0;
-                               for (const auto& s : r.steps) {
-                                 EXPECT_EQ(s.loss_scale, expected) << "step " << s.step;
-                                 stepped += s.stepped;
-                                 if (!s.stepped) {
-                                   expected /= 2, clean = 0;
-                                 } else if (++clean == 2) {
-                                   expected *= 2, clean = 0;
-                                 }
-                               }
-                               EXPECT_GE(stepped, kSteps / 2) << "enough optimizer steps to compare";
-                               int params_at_skip = 0;
-                               for (const auto& t : r.tensors)
-                                 params_at_skip += t.kind == "param" && t.step == kOverflowStep && t.bitwise_equal;
-                               EXPECT_GT(params_at_skip, 0);
-                               std::printf("%s", r.table().c_str());
-                             });
+  harness::expect_equivalent(
+      2, [] { return harness::equiv_case("tiny_transformer"); }, c,
+      [&](const harness::EquivReport& r) {
+        ASSERT_EQ(r.steps.size(), static_cast<size_t>(kSteps));
+        // Rank 0 found no inf of its own at step 3, yet skipped it.
+        EXPECT_FALSE(r.steps[kOverflowStep].stepped);
+        // The scale each step used follows GradScaler's rule from 2^16.
+        double expected = 65536.0;
+        int clean = 0, stepped = 0;
+        for (const auto& s : r.steps) {
+          EXPECT_EQ(s.loss_scale, expected) << "step " << s.step;
+          stepped += s.stepped;
+          if (!s.stepped) {
+            expected /= 2, clean = 0;
+          } else if (++clean == 2) {
+            expected *= 2, clean = 0;
+          }
+        }
+        EXPECT_GE(stepped, kSteps / 2) << "enough optimizer steps to compare";
+        int params_at_skip = 0;
+        for (const auto& t : r.tensors)
+          params_at_skip += t.kind == "param" && t.step == kOverflowStep && t.bitwise_equal;
+        EXPECT_GT(params_at_skip, 0);
+        std::printf("%s", r.table().c_str());
+      });
 }
 
 TEST(ShardedGradScaler, ScaleDoublesAfterGrowthIntervalCleanStepsAndHalvesOnOverflow) {
@@ -254,10 +256,9 @@ TEST(ShardedGradScaler, Fp16GradsAreUnscaledInFp32) {
 }
 
 TEST(ShardedGradScaler, EveryGradDtypeIsUnscaledAndUndefinedGradsAreSkipped) {
-  std::vector<at::Tensor> params{param_with_grad(torch::full({2}, 48.0, torch::kDouble)),
-                                 param_with_grad(torch::full({3}, 48.0, torch::kFloat)),
-                                 param_with_grad(torch::full({1}, 48.0, torch::kBFloat16)),
-                                 torch::zeros({4}, torch::requires_grad())};
+  std::vector<at::Tensor> params{
+      param_with_grad(torch::full({2}, 48.0, torch::kDouble)), param_with_grad(torch::full({3}, 48.0, torch::kFloat)),
+      param_with_grad(torch::full({1}, 48.0, torch::kBFloat16)), torch::zeros({4}, torch::requires_grad())};
   ShardedGradScaler scaler(scaler_options(16.0, 2000), nullptr);
   scaler.unscale(params);
   for (int i = 0; i < 3; ++i) EXPECT_TRUE(torch::equal(params[i].grad(), torch::full_like(params[i], 3.0))) << i;
@@ -335,8 +336,7 @@ TEST(ShardedGradScaler, InvalidOptionsAreRejectedByName) {
   EXPECT_THAT(error_for([](GradScalerOptions& o) { o.growth_factor = 1.0; }), HasSubstr("growth_factor 1.0"));
   EXPECT_THAT(error_for([](GradScalerOptions& o) { o.backoff_factor = 1.5; }), HasSubstr("backoff_factor 1.5"));
   EXPECT_THAT(error_for([](GradScalerOptions& o) { o.growth_interval = 0; }), HasSubstr("growth_interval 0"));
-  EXPECT_THAT(error_for([](GradScalerOptions& o) { o.init_scale = 1e39; }), HasSubstr("init_scale"))
-      << "beyond fp32";
+  EXPECT_THAT(error_for([](GradScalerOptions& o) { o.init_scale = 1e39; }), HasSubstr("init_scale")) << "beyond fp32";
 }
 
 // A scaler with history: scale 512 (grown once from 256, backed off twice), tracker 2.

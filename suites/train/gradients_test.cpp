@@ -1,6 +1,8 @@
 // Gradient norms and clipping (core/optim/gradients.h) agree with LibTorch's
 // clip_grad_norm_ within fp32 round-off for every norm type, and clearing leaves no
 // gradient, so that AdamW skips a parameter the next backward does not reach.
+#include "core/optim/gradients.h"
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -8,7 +10,6 @@
 #include <limits>
 
 #include "core/optim/adamw.h"
-#include "core/optim/gradients.h"
 
 namespace fsdpp::optim {
 namespace {

@@ -1,11 +1,11 @@
 // The learning-rate schedules follow the formulas written in core/optim/lr_schedule.h
 // and the README: linear warmup, then cosine/linear decay from max_lr (first step after
 // warmup) to min_lr (last step), or constant.
+#include "core/optim/lr_schedule.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
-
-#include "core/optim/lr_schedule.h"
 
 namespace fsdpp::optim {
 namespace {
