@@ -116,7 +116,7 @@ void GlooBackend::stop_worker() {
 void GlooBackend::disconnect() { gloo_.reset(); }
 
 // Queues `body` on the communication thread; the returned work completes when it ran.
-CommWork GlooBackend::submit(CollectiveKind kind, std::string what, std::function<void()> body) {
+CommWork GlooBackend::submit(CollectiveKind kind, const std::string& what, std::function<void()> body) {
   auto state = std::make_shared<CommWork::State>();
   state->kind = kind;
   state->stats = &group_.stats;
@@ -135,21 +135,27 @@ CommWork GlooBackend::submit(CollectiveKind kind, std::string what, std::functio
       finish("fsdpp comm: " + label + " issued after shutdown()");
       return CommWorkAccess::make(state);
     }
-    queue_.push_back([this, kind, label, body = std::move(body), finish] {
+    queue_.emplace_back([this, kind, label, body = std::move(body), finish]() mutable {
+      // `run` holds the collective's tensors: it is destroyed before finish() wakes the
+      // waiter, so that they are not kept alive past wait() by a descheduled communication
+      // thread (the rank's peak memory would then depend on thread timing).
+      auto run = std::move(body);
       std::string previous = group_.broken();
       if (!previous.empty()) {
+        run = nullptr;
         finish("fsdpp comm: " + label + " refused: the group is broken by an earlier failure: " + previous);
         return;
       }
       auto t0 = runtime::SteadyClock::now();
+      std::string message;
       try {
-        body();
+        run();
+        run = nullptr;
         group_.stats.add_call(kind, runtime::ms_since(t0));
-        finish("");
       } catch (const std::exception& e) {
+        run = nullptr;
         // Lead with what the board knows about the cause: which rank failed and why.
         std::string after = std::to_string(static_cast<int64_t>(runtime::ms_since(t0))) + " ms";
-        std::string message;
         if (dynamic_cast<const PostedFailure*>(&e) != nullptr)
           message = "fsdpp comm: " + std::string(e.what()) + "; here " + label + " stopped waiting after " + after;
         else if (group_.board)
@@ -158,8 +164,8 @@ CommWork GlooBackend::submit(CollectiveKind kind, std::string what, std::functio
         else
           message = "fsdpp comm: " + label + " failed after " + after + ": " + first_line_of(e.what());
         group_.mark_broken(message);
-        finish(message);
       }
+      finish(message);
     });
   }
   cv_.notify_all();

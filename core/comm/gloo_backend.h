@@ -52,7 +52,7 @@ class GlooBackend final : public CollectiveBackend {
   void disconnect() override;
 
  private:
-  CommWork submit(CollectiveKind kind, std::string what, std::function<void()> body);
+  CommWork submit(CollectiveKind kind, const std::string& what, std::function<void()> body);
   void alltoall_bytes(CollectiveKind kind, at::Tensor out, at::Tensor in, std::vector<int64_t> out_counts,
                       std::vector<int64_t> in_counts);
   void wait_for_work(const c10::intrusive_ptr<c10d::Work>& work);
