@@ -95,6 +95,23 @@ std::string local_address_towards(const std::string& host, int port) {
   return local;
 }
 
+// Joins the TCPStore at host:options.port as a client, giving up after the timeout (and a
+// second: c10d's own connect timeout is the same). Returns null when it could not, with
+// error ": <c10d's first line>" when c10d said why. c10d's retry warnings are silenced.
+c10::intrusive_ptr<c10d::TCPStore> join_as_client(const std::string& host, const c10d::TCPStoreOptions& options,
+                                                  std::chrono::milliseconds timeout, std::string& error) {
+  QuietStoreWarnings quiet;
+  try {
+    auto store = with_deadline<c10::intrusive_ptr<c10d::TCPStore>>(
+        [host, options] { return c10::make_intrusive<c10d::TCPStore>(host, options); },
+        timeout + std::chrono::seconds(1));
+    if (store) return *store;
+  } catch (const std::exception& e) {
+    error = ": " + first_line_of(e.what());
+  }
+  return {};
+}
+
 // torchrun's agent store (TORCHELASTIC_USE_AGENT_STORE=True): the agent hosts a TCPStore at
 // MASTER_ADDR:MASTER_PORT, so rank 0 cannot host fsdpp's there. As in PyTorch's env://
 // rendezvous every rank joins the agent's store as a client; rank 0 hosts fsdpp's store on a
@@ -115,21 +132,12 @@ c10::intrusive_ptr<c10d::TCPStore> join_agent_store(const WorldSpec& world, std:
   options.isServer = false;
   options.waitWorkers = false;
   options.timeout = timeout;
-  QuietStoreWarnings quiet;
-  std::optional<c10::intrusive_ptr<c10d::TCPStore>> store;
   std::string error;
-  try {
-    std::string host = world.master_addr;
-    store = with_deadline<c10::intrusive_ptr<c10d::TCPStore>>(
-        [host, options] { return c10::make_intrusive<c10d::TCPStore>(host, options); },
-        timeout + std::chrono::seconds(1));
-  } catch (const std::exception& e) {
-    error = ": " + first_line_of(e.what());
-  }
+  auto store = join_as_client(world.master_addr, options, timeout, error);
   if (!store)
     throw CommError("fsdpp comm: rank " + std::to_string(world.rank) + " could not join " + agent_store_where(world) +
                     " within " + ms_text(timeout) + " (TORCHELASTIC_USE_AGENT_STORE=True)" + error);
-  return *store;
+  return store;
 }
 
 // Where rank 0 hosts fsdpp's store: loopback for a loopback master, else this machine's
@@ -230,22 +238,13 @@ JoinedWorld join_world(const WorldSpec& given, std::chrono::milliseconds timeout
   }
   const std::string where = world.master_addr + ":" + std::to_string(world.master_port);
   if (world.rank != 0) {
-    QuietStoreWarnings quiet;
-    std::optional<c10::intrusive_ptr<c10d::TCPStore>> store;
     std::string error;
-    try {
-      std::string host = world.master_addr;
-      store = with_deadline<c10::intrusive_ptr<c10d::TCPStore>>(
-          [host, options] { return c10::make_intrusive<c10d::TCPStore>(host, options); },
-          timeout + std::chrono::seconds(1));
-    } catch (const std::exception& e) {
-      error = ": " + first_line_of(e.what());
-    }
+    auto store = join_as_client(world.master_addr, options, timeout, error);
     if (!store)
       throw CommError("fsdpp comm: rank 0 never answered: no TCPStore at " + where + " within " + ms_text(timeout) +
                       " (rank 0 is not running, failed before it hosted the store, or cannot be reached from here); " +
                       me + " gave up" + error);
-    joined.store = *store;
+    joined.store = store;
   }
   auto board_timeout = std::clamp(timeout, std::chrono::milliseconds(500), std::chrono::milliseconds(3000));
   joined.board = FailureBoard::join(world, board_timeout);
