@@ -8,6 +8,7 @@
 #include "core/models/presets.h"
 #include "core/runtime/capabilities.h"
 #include "core/runtime/device.h"
+#include "core/tokenizer/load.h"
 
 namespace fsdpp::train {
 
@@ -45,6 +46,15 @@ RunInputs preflight(const TrainConfig& c) {
   std::optional<data::TokenDataset> eval_set;
   if (!c.eval_data.empty())
     eval_set = open_checked_dataset(c.eval_data, "--eval-data", seq_len, model.limits.vocab_size);
+  // The run copies --tokenizer into its export at the very end: one it cannot read is
+  // refused now, not after the training.
+  if (!c.tokenizer.empty()) {
+    try {
+      tokenizer::load_tokenizer(c.tokenizer);
+    } catch (const std::exception& e) {
+      throw std::invalid_argument("--tokenizer " + c.tokenizer + ": " + e.what());
+    }
+  }
   return RunInputs{std::move(model_config), std::move(model),   seq_len, device,
                    std::move(train_set),    std::move(eval_set)};
 }

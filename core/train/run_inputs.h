@@ -35,8 +35,9 @@ struct RunInputs {
 // Checks what can be checked before any rank starts and resolves the inputs: the flags
 // (TrainConfig::validate), the device (a CUDA device where there is none is refused), the
 // model's config, fp16 against this LibTorch's CPU kernels, the sequence length against
-// the model's positions, and the datasets (readable, at least one window, every token
-// inside the vocabulary). Throws naming the flag or file at fault.
+// the model's positions, the datasets (readable, at least one window, every token
+// inside the vocabulary) and --tokenizer (one that `fsdpp generate` reads, as the export
+// copies it). Throws naming the flag or file at fault.
 RunInputs preflight(const TrainConfig& config);
 
 }  // namespace fsdpp::train

@@ -37,6 +37,9 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::StartsWith;
 
+// A test's record: its implicit members may throw only on allocation failure, which fails
+// the test either way.
+// NOLINTNEXTLINE(bugprone-exception-escape)
 struct TrainRun {
   int code = -1;
   std::string output;
@@ -210,7 +213,7 @@ INSTANTIATE_TEST_SUITE_P(Families, TrainEquivalence, ::testing::Values("gpt2", "
 TEST(TrainCommand, FirstStepLossIsTheInitialModelsMeanLossOnTheSamplersFirstGlobalBatch) {
   TempDir dir;
   const auto data = write_markov_tokens(dir, 3000, 256);
-  const int64_t seq = 16, global = 2 * 3;  // 2 ranks x batch 3
+  const int64_t seq = 16, global = int64_t{2} * 3;  // 2 ranks x batch 3
   auto dataset = data::TokenDataset::open(data.string());
   auto initial_loss_on = [&](const std::vector<int64_t>& windows) {
     auto lm = models::build_causal_lm(models::from_scratch_config("gpt2", "tiny", 256), "tiny");
@@ -344,6 +347,7 @@ TEST_P(Resume, AKilledRunRerunWithTheSameCommandContinuesBitwise) {
   std::map<int64_t, double> by_step;
   for (const auto& t : resumed.train) by_step[t["step"].get<int64_t>()] = t["loss"].get<double>();
   std::vector<double> resumed_losses;
+  resumed_losses.reserve(by_step.size());
   for (const auto& [step, loss] : by_step) resumed_losses.push_back(loss);
   EXPECT_EQ(resumed_losses, straight.losses());
   // Its summary names the steps it ran and their losses (it never saw step 1's).
@@ -686,6 +690,7 @@ TEST(TrainCommand, CudaDeviceTrainsLikeTheCpuAndResumesBitwise) {
   std::map<int64_t, double> by_step;
   for (const auto& t : resumed.train) by_step[t["step"].get<int64_t>()] = t["loss"].get<double>();
   std::vector<double> resumed_losses;
+  resumed_losses.reserve(by_step.size());
   for (const auto& [step, loss] : by_step) resumed_losses.push_back(loss);
   EXPECT_EQ(resumed_losses, cuda.losses());
 }
@@ -772,6 +777,8 @@ TEST(TrainCommand, EachBadInputIsOneErrorLineAndExitTwo) {
       {base + "--data " + good + " --num-epochs 1", "--num-epochs"},
       {kFsdpp + " train --from-scratch --model-size tiny --vocab-size 100 --max-steps 2 --seq-len 16 --data " + good,
        "vocabulary"},
+      {base + "--data " + good + " --tokenizer " + (dir / "garbage.bin").string(), "--tokenizer"},
+      {base + "--data " + good + " --tokenizer " + (dir / "no-tokenizer").string(), "--tokenizer"},
   };
   for (const auto& [command, mention] : cases) {
     auto [code, lines] = status_and_error_lines(command);
