@@ -27,6 +27,9 @@ struct UnitShape {
   int64_t numel() const;
 };
 
+// Plain data: its implicit members throw only what copying a json or a vector may
+// (allocation), which tidy's exception-escape reads into the implicit noexcept move.
+// NOLINTNEXTLINE(bugprone-exception-escape)
 struct ModelShape {
   std::string model_type;        // gpt2, opt, llama, mistral
   nlohmann::json config;         // as parsed (config.json)

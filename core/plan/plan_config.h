@@ -22,6 +22,11 @@ struct DeviceSpec {
 // naming --gpu-memory for any other name.
 DeviceSpec device_spec(const std::string& kind);
 
+// What --gpu-memory names: a known kind (exactly "h100", "h200" or "a100-80g"), or a size
+// (parse_bytes) on a device with the H100's rates, named "custom (H100 rates)". Throws
+// std::invalid_argument naming --gpu-memory.
+DeviceSpec gpu_memory_device(const std::string& text);
+
 // "80e9", "80GB", "80GiB", "512MiB", "1kb", "123" (bytes). Decimal (kB, MB, GB, TB) and
 // binary (KiB, MiB, GiB, TiB) suffixes, case-insensitive. Throws std::invalid_argument
 // naming `flag` for anything else, or for a value below 1 byte.

@@ -1,10 +1,10 @@
 #include "harness/cli/plan_command.h"
 
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <stdexcept>
 
+#include "core/io/atomic_file.h"
 #include "core/io/hf_config.h"
 #include "core/models/presets.h"
 #include "core/plan/fit_search.h"
@@ -22,6 +22,15 @@ struct PlanInputs {
   plan::ModelShape shape;
   plan::PlanConfig config;
 };
+
+// --json's document, written atomically (a failed write leaves an earlier file whole).
+void write_json(const std::string& path, const nlohmann::json& document) {
+  try {
+    io::write_file_atomic(path, document.dump(2) + "\n");
+  } catch (const std::exception& e) {
+    throw UsageError("--json " + path + ": cannot write the file: " + e.what());
+  }
+}
 
 }  // namespace
 
@@ -72,10 +81,7 @@ void PlanCommand::check() {
   if (!model_dir_.empty() && vocab_size_ > 0) throw UsageError("plan: --vocab-size applies to presets, not --model");
   fsdp::parse_strategy(strategy_);               // throws naming the accepted names
   plan::compute_element_size(mixed_precision_);  // throws naming --mixed-precision
-  if (!gpu_memory_.empty()) {
-    const bool kind = gpu_memory_ == "h100" || gpu_memory_ == "h200" || gpu_memory_ == "a100-80g";
-    if (!kind) plan::parse_bytes(gpu_memory_, "--gpu-memory");
-  }
+  if (!gpu_memory_.empty()) plan::gpu_memory_device(gpu_memory_);
   if (!host_memory_.empty()) plan::parse_bytes(host_memory_, "--host-memory");
   if (!link_bandwidth_.empty()) plan::parse_bandwidth(link_bandwidth_, "--link-bandwidth");
   if (fit_ && gpu_memory_.empty()) throw UsageError("--fit needs --gpu-memory (the memory to fit in)");
@@ -110,15 +116,7 @@ int PlanCommand::run(const std::vector<std::string>& /*argv*/) {
     c.batch_size = batch_size_;
     c.seq_len = seq_len_ > 0 ? seq_len_ : r.shape.max_positions;
     c.grad_accum_steps = grad_accum_steps_;
-    if (gpu_memory_.empty()) {
-      c.device = {"cpu", 0, 0, 0};
-    } else if (gpu_memory_ == "h100" || gpu_memory_ == "h200" || gpu_memory_ == "a100-80g") {
-      c.device = plan::device_spec(gpu_memory_);
-    } else {
-      c.device = plan::device_spec("h100");
-      c.device.name = "custom (H100 rates)";
-      c.device.memory_bytes = plan::parse_bytes(gpu_memory_, "--gpu-memory");
-    }
+    c.device = gpu_memory_.empty() ? plan::DeviceSpec{"cpu", 0, 0, 0} : plan::gpu_memory_device(gpu_memory_);
     if (!host_memory_.empty()) c.host_memory_bytes = plan::parse_bytes(host_memory_, "--host-memory");
     if (!link_bandwidth_.empty()) c.link_bytes_per_s = plan::parse_bandwidth(link_bandwidth_, "--link-bandwidth");
     plan::estimate_memory(r.shape, c);  // a configuration that cannot run is bad input
@@ -162,19 +160,13 @@ int PlanCommand::run(const std::vector<std::string>& /*argv*/) {
     std::printf("\nfastest that fits: %.0f tokens/s, peak %s per device\n%s\n", best.time.tokens_per_s,
                 plan::format_bytes(static_cast<double>(best.memory.peak_bytes)).c_str(),
                 plan::train_flags(in.model_flags, best.config).c_str());
-    if (!json_out_.empty()) {
-      std::ofstream(json_out_) << plan::plan_json(best).dump(2) << "\n";
-    }
+    if (!json_out_.empty()) write_json(json_out_, plan::plan_json(best));
     return 0;
   }
 
   const auto p = plan::make_plan(in.model, in.shape, in.config);
   std::fputs(plan::plan_text(p).c_str(), stdout);
-  if (!json_out_.empty()) {
-    std::ofstream out(json_out_);
-    if (!out) throw UsageError("--json " + json_out_ + ": cannot write the file");
-    out << plan::plan_json(p).dump(2) << "\n";
-  }
+  if (!json_out_.empty()) write_json(json_out_, plan::plan_json(p));
   return 0;
 }
 
