@@ -24,6 +24,7 @@
 #include <memory>
 #include <mutex>
 #include <stdexcept>
+#include <thread>
 
 #include "core/comm/chunk_plan.h"
 #include "core/comm/comm_work_state.h"
@@ -46,6 +47,9 @@ class PostedFailure : public std::runtime_error {
 
 // How often a rank blocked in a collective reads the failure board.
 constexpr std::chrono::milliseconds kBoardPollInterval{1000};
+
+// How long a completed collective waits for c10d's worker thread to let go of it.
+constexpr std::chrono::milliseconds kReleaseWait{50};
 
 // out = op over the `parts` equal slices of `received` (flat, parts * out.numel()),
 // combined in slice (= rank) order.
@@ -217,6 +221,13 @@ void GlooBackend::wait_for_work(const c10::intrusive_ptr<c10d::Work>& work) {
     }
   }
   work->wait(group_.timeout);  // rethrows the collective's own failure
+  // c10d's worker thread marks a work completed before it drops its own reference to it
+  // (ProcessGroupGloo::runLoop), and the work holds this collective's tensors. Until then
+  // they stay alive on a thread fsdpp does not schedule, so that a rank's peak memory
+  // would depend on that thread's timing (a block more or less at the loss). The wait is
+  // bounded: past kReleaseWait the tensors are left to c10d.
+  const auto until = runtime::SteadyClock::now() + kReleaseWait;
+  while (work.use_count() > 1 && runtime::SteadyClock::now() < until) std::this_thread::yield();
 }
 
 // Second phase of all-reduce and broadcast: every rank sends its chunk `mine` to all,

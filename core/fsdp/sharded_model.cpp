@@ -121,7 +121,11 @@ struct PostBackward : public torch::autograd::Function<PostBackward> {
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
+    // saved_data holds IValues only, so the model and the unit travel as integers; both
+    // outlive every backward of the model's graph.
+    // NOLINTNEXTLINE(performance-no-int-to-ptr)
     auto* m = reinterpret_cast<ShardedModel*>(ctx->saved_data["model"].toInt());
+    // NOLINTNEXTLINE(performance-no-int-to-ptr)
     auto* u = reinterpret_cast<FsdpUnit*>(ctx->saved_data["unit"].toInt());
     ShardedModel::Hooks::post_backward(*m, u);
     return {grads[0], at::Tensor(), at::Tensor()};
@@ -185,7 +189,11 @@ void ShardedModel::Hooks::pre_backward(ShardedModel& m, FsdpUnit* u) {
 
 void ShardedModel::Hooks::post_backward(ShardedModel& m, FsdpUnit* u) {
   if (!u->enter_post_backward()) return;  // already reduced in this backward
+  // The previous unit's reduction is waited for and folded before this one is issued: one
+  // reduction in flight, whose buffers the memory plan counts (core/plan/memory_model.cpp).
+  if (m.reducing_ != nullptr) m.reducing_->finish_gradients();
   u->reduce_gradients_async(m.sync_gradients_);
+  m.reducing_ = u;
   reshard(m, u);
   // The root's post-backward is the last of the iteration: nothing runs backward after it.
   if (m.options_.backward_prefetch == BackwardPrefetch::Post && u != root(m)) prefetch(m, backward_successor(m, u));
@@ -202,6 +210,7 @@ void ShardedModel::Hooks::final_callback(ShardedModel& m) {
     }
   }
   for (auto& unit : m.units_) unit->enter_idle();
+  m.reducing_ = nullptr;
   m.callback_queued_ = false;
 }
 
@@ -346,8 +355,9 @@ void ShardedModel::Hooks::install(ShardedModel& m) {
   }
 }
 
-std::shared_ptr<ShardedModel> ShardedModel::create(std::shared_ptr<torch::nn::Module> root, comm::Communicator& world,
-                                                   const FsdpOptions& options, const WrapPolicy& policy) {
+std::shared_ptr<ShardedModel> ShardedModel::create(const std::shared_ptr<torch::nn::Module>& root,
+                                                   comm::Communicator& world, const FsdpOptions& options,
+                                                   const WrapPolicy& policy) {
   static int instances = 0;  // same sequence on every rank: names the process groups
   std::string tag = "fsdp" + std::to_string(instances++);
   std::shared_ptr<ShardedModel> m(new ShardedModel());

@@ -100,7 +100,7 @@ class ShardedModel {
  public:
   // Collective over `world`: every rank passes the same model structure and options.
   // The model's current parameter values (identical on all ranks) become the shards.
-  static std::shared_ptr<ShardedModel> create(std::shared_ptr<torch::nn::Module> root, comm::Communicator& world,
+  static std::shared_ptr<ShardedModel> create(const std::shared_ptr<torch::nn::Module>& root, comm::Communicator& world,
                                               const FsdpOptions& options, const WrapPolicy& policy);
   ~ShardedModel();
 
@@ -150,6 +150,10 @@ class ShardedModel {
   std::vector<FsdpUnit*> forward_order_;       // this iteration's pre-forward order
   std::vector<FsdpUnit*> last_forward_order_;  // the previous iteration's (for prefetch)
   bool callback_queued_ = false;
+  // The unit whose gradient reduction was issued last and is not yet folded: at most one is
+  // in flight (post_backward), as FSDP2's reduce_scatter_state, so the reduce buffers
+  // alive at once do not depend on how far the communication thread has got.
+  FsdpUnit* reducing_ = nullptr;
   int64_t unsharded_bytes_now_ = 0;
   int64_t peak_unsharded_bytes_ = 0;
 
