@@ -57,6 +57,14 @@ void reduce_slices(const at::Tensor& received, int parts, ReduceOp op, at::Tenso
   int64_t m = out.numel();
   if (m == 0) return;
   auto slice = [&](int j) { return received.narrow(0, j * m, m); };
+  if (op != ReduceOp::Max && !is_low_precision(out.scalar_type()) && out.is_contiguous()) {
+    // Summed in place in `out`, in the same order: no temporary of the output's size.
+    at::Tensor flat = out.view({-1});
+    flat.copy_(slice(0));
+    for (int j = 1; j < parts; ++j) flat.add_(slice(j));
+    if (op == ReduceOp::Avg) flat.div_(parts);
+    return;
+  }
   at::Tensor acc;
   if (op == ReduceOp::Max) {
     acc = slice(0).clone();

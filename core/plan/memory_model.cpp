@@ -147,7 +147,11 @@ MemoryEstimate estimate_memory(const ModelShape& model, const PlanConfig& c) {
   e.unsharded_in_flight_bytes = replicated ? 0 : (keeps_all ? all_numel * cbytes : e.unsharded_root_bytes);
   e.all_gather_buffer_bytes =
       replicated || shard == 1 ? 0 : (largest_block_padded / shard + largest_block_padded) * cbytes;
-  e.reduce_scatter_buffer_bytes = replicated ? 0 : (largest_block_padded + largest_block_padded / shard) * kReduceBytes;
+  // The reduce-scatter's input and output; on the CPU, Gloo's receive buffer of the input's
+  // size too (core/comm/gloo_backend.cpp), alive while the collective runs.
+  const int64_t receive_buffer = c.device.name == "cpu" && shard > 1 ? largest_block_padded * kReduceBytes : 0;
+  e.reduce_scatter_buffer_bytes =
+      replicated ? 0 : (largest_block_padded + largest_block_padded / shard) * kReduceBytes + receive_buffer;
 
   // Activations of one micro-batch on this rank.
   const int64_t tokens = c.batch_size * c.seq_len;
@@ -169,15 +173,37 @@ MemoryEstimate estimate_memory(const ModelShape& model, const PlanConfig& c) {
   // Gradients of earlier micro-batches are held during later ones.
   const int64_t held_grads = !state_on_device || micro == 1 ? 0 : e.grad_shard_bytes;
   e.peak_at_loss = device_state + held_grads + e.activation_bytes + e.logits_bytes + e.unsharded_in_flight_bytes;
-  // A block's backward: the gradient shards so far (at most all), the block and the
-  // prefetched one unsharded with the block's unsharded gradients, the reduce-scatter's
-  // buffers, the recomputed block, and the activation gradient flowing (2 x block input).
-  const int64_t grads_on_device = state_on_device ? e.grad_shard_bytes : 0;
+  // Backward, block by block from the last (k = 0: its backward runs first, with every
+  // activation alive) to the first. At the k-th: the state; the gradient shards folded so
+  // far, k - 1 blocks' (ShardedModel's post_backward folds the previous unit's reduction
+  // when it issues the next: one in flight, whose buffers count from k = 1); the
+  // activations of the blocks not yet run backward; the unsharded blocks (the running one
+  // and the prefetched ones, or all of them where nothing reshards after forward); the
+  // running block's unsharded gradients; the root's gradients (the root is reduced last,
+  // in the final callback); the recomputed block; the activation gradient flowing
+  // (2 x block input); earlier micro-batches' gradients. The largest is the phase's peak.
+  const bool grads_on_device = state_on_device;
+  const int64_t block_grad_shard =
+      replicated ? largest_block_numel * kMasterBytes : largest_block_padded / std::max(1, shard) * kMasterBytes;
+  const int64_t running_grads = replicated ? largest_block_numel * kMasterBytes : e.unsharded_unit_bytes;
+  const int64_t root_grads = replicated ? root_numel * kMasterBytes : e.unsharded_root_bytes;
   const int64_t blocks_unsharded =
       keeps_all ? e.unsharded_in_flight_bytes : e.unsharded_root_bytes + e.prefetch_depth * e.unsharded_unit_bytes;
-  e.peak_in_backward = device_state + grads_on_device + e.activation_bytes + blocks_unsharded + e.unsharded_unit_bytes +
-                       e.reduce_scatter_buffer_bytes + e.recompute_bytes + 2 * block_input;
-  e.peak_at_optimizer = device_state + grads_on_device;
+  const int64_t layers = std::max<int64_t>(1, model.layers);
+  const int64_t block_activations = (e.activation_bytes - root_bytes) / layers;
+  for (int64_t k = 0; k < layers; ++k) {
+    // A replicated unit's gradients are the module's own, kept from the moment they are
+    // computed; its reduction works on a flat copy.
+    const int64_t folded_blocks = replicated ? k : std::max<int64_t>(0, k - 1);
+    const int64_t folded = grads_on_device ? folded_blocks * block_grad_shard : 0;
+    const int64_t in_flight = k == 0 ? 0 : replicated ? block_grad_shard : e.reduce_scatter_buffer_bytes;
+    const int64_t unsharded = keeps_all ? blocks_unsharded - k * e.unsharded_unit_bytes : blocks_unsharded;
+    const int64_t at_k = device_state + held_grads + folded + in_flight + e.activation_bytes - k * block_activations +
+                         unsharded + running_grads + root_grads + e.recompute_bytes + 2 * block_input;
+    e.peak_in_backward = std::max(e.peak_in_backward, at_k);
+  }
+  const int64_t all_grads_on_device = grads_on_device ? e.grad_shard_bytes : 0;
+  e.peak_at_optimizer = device_state + all_grads_on_device;
   e.peak_bytes = std::max({e.peak_at_loss, e.peak_in_backward, e.peak_at_optimizer});
   e.peak_phase = e.peak_bytes == e.peak_at_loss       ? "loss"
                  : e.peak_bytes == e.peak_in_backward ? "backward"

@@ -52,7 +52,8 @@ struct MemoryEstimate {
   int64_t logits_bytes = 0;                 // 12 bytes per logit at the loss's backward (fp32 copy, log-softmax, grads)
   int64_t recompute_bytes = 0;              // one checkpointed block's activations, rebuilt in backward
   int64_t all_gather_buffer_bytes = 0;      // largest unit: copy-in shard + gathered output
-  int64_t reduce_scatter_buffer_bytes = 0;  // largest unit: flat gradient input + output shard
+  // Largest unit: flat gradient input + output shard (+ Gloo's receive buffer on the CPU).
+  int64_t reduce_scatter_buffer_bytes = 0;
 
   // The peak: the largest of the loss's backward, a block's backward, the optimizer step.
   int64_t peak_at_loss = 0;
