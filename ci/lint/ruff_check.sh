@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Lints and format-checks the Python of harness/ and ci/ with ruff and the repository's
+# Lints and format-checks the Python of harness/, ci/ and suites/ with ruff and the repository's
 # ruff.toml, changing no file: exit 0 when both pass; 1 when ruff reports a finding or a
 # file it would reformat (each named), or ruff is missing. ctest's lint.ruff runs it;
 # ci/format.sh applies ruff's formatting and safe fixes.
 #
-#   ci/lint/ruff_check.sh            the files ruff.toml includes (harness/ and ci/)
+#   ci/lint/ruff_check.sh            the files ruff.toml includes (harness/, ci/, suites/)
 #   ci/lint/ruff_check.sh FILE...    these files (any path), with the same rules
 set -euo pipefail
 # shellcheck source=ci/lint/tools.sh
