@@ -91,6 +91,7 @@ class WorldOrdered final : public GradReducer {
   std::vector<at::Tensor> wait(PendingReduction& pending) override {
     pending.work.wait();
     std::vector<at::Tensor> slices;
+    slices.reserve(world_->size());
     for (int r = 0; r < world_->size(); ++r) slices.push_back(pending.output.narrow(0, r * shard_total_, shard_total_));
     return slices;
   }

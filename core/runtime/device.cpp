@@ -86,7 +86,7 @@ c10::ScalarType parse_compute_dtype(const std::string& name, const std::string& 
 
 void set_current_device(c10::Device device) {
 #if FSDPP_WITH_CUDA
-  if (device.is_cuda()) c10::cuda::set_device(device.has_index() ? device.index() : 0);
+  if (device.is_cuda()) c10::cuda::set_device(device.has_index() ? device.index() : c10::DeviceIndex{0});
 #else
   (void)device;
 #endif
@@ -132,7 +132,8 @@ void reset_peak_memory(c10::Device device) {
 
 std::string device_name(c10::Device device) {
 #if FSDPP_WITH_CUDA
-  if (device.is_cuda()) return at::cuda::getDeviceProperties(device.has_index() ? device.index() : 0)->name;
+  if (device.is_cuda())
+    return at::cuda::getDeviceProperties(device.has_index() ? device.index() : c10::DeviceIndex{0})->name;
 #endif
   (void)device;
   std::ifstream cpuinfo("/proc/cpuinfo");

@@ -124,13 +124,14 @@ double TrainStep::norm_and_clip() {
 
 double TrainStep::reduce_loss(const std::vector<at::Tensor>& chunk_losses) {
   std::vector<double> sums;  // each micro-batch's loss sum, as a double on the host
+  sums.reserve(chunk_losses.size());
   for (const auto& l : chunk_losses) sums.push_back(l.item<double>());
   double loss_sum = 0;
   if (options_.world_size_invariant) {
     // Every chunk's loss sum, folded in chunk order c = micro * world + rank.
     const int world = comm_.size();
     auto mine = torch::tensor(sums, torch::kDouble);
-    auto all = torch::empty({world * options_.grad_accum_steps}, torch::kDouble);
+    auto all = torch::empty({static_cast<int64_t>(world) * options_.grad_accum_steps}, torch::kDouble);
     comm_.all_gather_into(all, mine);
     const double* by_rank = all.data_ptr<double>();  // [rank][micro]
     for (int micro = 0; micro < options_.grad_accum_steps; ++micro)
