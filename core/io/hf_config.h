@@ -13,6 +13,9 @@
 
 namespace fsdpp::io {
 
+// Plain data: its implicit members throw only what copying a json or a vector may
+// (allocation), which tidy's exception-escape reads into the implicit noexcept move.
+// NOLINTNEXTLINE(bugprone-exception-escape)
 struct HfConfig {
   std::filesystem::path path;              // the config.json that was read
   std::string model_type;                  // "llama", "gpt2", ... (required)

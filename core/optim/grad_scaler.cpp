@@ -143,34 +143,35 @@ nlohmann::json ShardedGradScaler::state() const {
           {"growth_interval", options_.growth_interval}};
 }
 
-void ShardedGradScaler::load_state(const nlohmann::json& j) {
+void ShardedGradScaler::load_state(const nlohmann::json& saved) {
   using T = Json::value_t;
   const std::string where = "grad scaler state";
-  if (!j.is_object()) throw std::invalid_argument(where + ": expected an object, got " + std::string(j.type_name()));
+  if (!saved.is_object())
+    throw std::invalid_argument(where + ": expected an object, got " + std::string(saved.type_name()));
   static const std::set<std::string> known = {"format",         "version",       "enabled",        "scale",
                                               "growth_tracker", "growth_factor", "backoff_factor", "growth_interval"};
-  for (const auto& item : j.items())
+  for (const auto& item : saved.items())
     if (!known.count(item.key())) throw std::invalid_argument(where + ": unknown key '" + item.key() + "'");
-  const auto format = field(j, "format", T::string, where).get<std::string>();
+  const auto format = field(saved, "format", T::string, where).get<std::string>();
   if (format != kGradScalerFormat)
     throw std::invalid_argument(where + ": format '" + format + "' (expected '" + kGradScalerFormat + "')");
-  const auto version = field(j, "version", T::number_integer, where).get<int64_t>();
+  const auto version = field(saved, "version", T::number_integer, where).get<int64_t>();
   if (version != kGradScalerVersion)
     throw std::invalid_argument(where + ": version " + std::to_string(version) + " is not supported (expected " +
                                 std::to_string(kGradScalerVersion) + ")");
 
   GradScalerOptions loaded;
-  loaded.enabled = field(j, "enabled", T::boolean, where).get<bool>();
-  loaded.growth_factor = field(j, "growth_factor", T::number_float, where).get<double>();
-  loaded.backoff_factor = field(j, "backoff_factor", T::number_float, where).get<double>();
-  loaded.growth_interval = field(j, "growth_interval", T::number_integer, where).get<int64_t>();
+  loaded.enabled = field(saved, "enabled", T::boolean, where).get<bool>();
+  loaded.growth_factor = field(saved, "growth_factor", T::number_float, where).get<double>();
+  loaded.backoff_factor = field(saved, "backoff_factor", T::number_float, where).get<double>();
+  loaded.growth_interval = field(saved, "growth_interval", T::number_integer, where).get<int64_t>();
   loaded.init_scale = options_.init_scale;
   check_options(loaded, where);
-  const double scale = field(j, "scale", T::number_float, where).get<double>();
+  const double scale = field(saved, "scale", T::number_float, where).get<double>();
   const float scale_f32 = fp32_scale(scale, where, "scale");
   if (static_cast<double>(scale_f32) != scale)
     throw std::invalid_argument(where + ": scale " + num(scale) + " is not an fp32 value (state() writes one)");
-  const auto tracker = field(j, "growth_tracker", T::number_integer, where).get<int64_t>();
+  const auto tracker = field(saved, "growth_tracker", T::number_integer, where).get<int64_t>();
   if (tracker < 0 || tracker >= loaded.growth_interval)
     throw std::invalid_argument(where + ": growth_tracker " + std::to_string(tracker) +
                                 " (expected an integer in [0, " + std::to_string(loaded.growth_interval) + "))");

@@ -89,7 +89,7 @@ class ShardedGradScaler {
 
   nlohmann::json state() const;
   // Also resets the step in progress (as if update() had just run).
-  void load_state(const nlohmann::json& state);
+  void load_state(const nlohmann::json& saved);
 
  private:
   enum class Stage { Ready, Unscaled, Stepped };  // GradScaler's OptState
