@@ -145,8 +145,16 @@ namespace {
 // Both systems take the same flag (bench-step and torch_peer.py --profile-trace).
 void append_profile_flag(std::vector<std::string>& argv, const BenchCell& cell, const CellRunSetup& setup) {
   if (setup.profile_dir.empty()) return;
-  argv.push_back("--profile-trace");
-  argv.push_back((std::filesystem::path(setup.profile_dir) / profile_trace_name(cell)).string());
+  argv.emplace_back("--profile-trace");
+  argv.emplace_back((std::filesystem::path(setup.profile_dir) / profile_trace_name(cell)).string());
+}
+
+// Both systems take the cell's shape with the same flags: per-rank batch, window, warmup
+// and timed steps.
+void append_shape_flags(std::vector<std::string>& argv, const BenchCell& cell) {
+  const auto& m = cell.model;
+  argv.insert(argv.end(), {"--batch-size", std::to_string(cell.batch_per_rank), "--seq-len", std::to_string(m.seq_len),
+                           "--warmup", std::to_string(m.warmup_steps), "--steps", std::to_string(m.timed_steps)});
 }
 
 }  // namespace
@@ -177,32 +185,16 @@ std::vector<std::string> cell_command(const BenchCell& cell, const CellRunSetup&
             "--model-size",
             m.size,
             "--vocab-size",
-            std::to_string(m.vocab_size),
-            "--batch-size",
-            std::to_string(cell.batch_per_rank),
-            "--seq-len",
-            std::to_string(m.seq_len),
-            "--warmup",
-            std::to_string(m.warmup_steps),
-            "--steps",
-            std::to_string(m.timed_steps),
-            "--device",
-            setup.device,
-            "--mixed-precision",
-            cell.mixed_precision,
-            "--strategy",
-            cell.strategy,
-            "--inject-delay-pct",
-            number(setup.inject_delay_pct),
-            "--seed",
-            "0",
-            "--out",
-            record_file.string()};
-    if (cell.activation_checkpointing) argv.push_back("--activation-checkpointing");
-    if (cell.cpu_offload) argv.push_back("--cpu-offload");
-    if (!cell.prefetch && !cell.is_unsharded()) argv.push_back("--no-prefetch");
-    if (cell.deterministic) argv.push_back("--deterministic");
-    if (binds_cores(setup)) argv.push_back("--bind-cores");
+            std::to_string(m.vocab_size)};
+    append_shape_flags(argv, cell);
+    argv.insert(argv.end(),
+                {"--device", setup.device, "--mixed-precision", cell.mixed_precision, "--strategy", cell.strategy,
+                 "--inject-delay-pct", number(setup.inject_delay_pct), "--seed", "0", "--out", record_file.string()});
+    if (cell.activation_checkpointing) argv.emplace_back("--activation-checkpointing");
+    if (cell.cpu_offload) argv.emplace_back("--cpu-offload");
+    if (!cell.prefetch && !cell.is_unsharded()) argv.emplace_back("--no-prefetch");
+    if (cell.deterministic) argv.emplace_back("--deterministic");
+    if (binds_cores(setup)) argv.emplace_back("--bind-cores");
     append_profile_flag(argv, cell, setup);
     return argv;
   }
@@ -213,38 +205,14 @@ std::vector<std::string> cell_command(const BenchCell& cell, const CellRunSetup&
   argv.insert(argv.end(), {peer_python(setup), peer_script(setup), "--mode", peer_mode(cell.system)});
   if (cell.system != System::PytorchSingle) {
     argv.insert(argv.end(), {"--nproc", n, "--budget-s", number(setup.budget_s)});
-    if (binds_cores(setup)) argv.push_back("--bind-cores");
+    if (binds_cores(setup)) argv.emplace_back("--bind-cores");
   }
-  argv.insert(argv.end(), {"--model-config",
-                           model_config_file.string(),
-                           "--batch-size",
-                           std::to_string(cell.batch_per_rank),
-                           "--seq-len",
-                           std::to_string(m.seq_len),
-                           "--warmup",
-                           std::to_string(m.warmup_steps),
-                           "--steps",
-                           std::to_string(m.timed_steps),
-                           "--lr",
-                           "3e-4",
-                           "--lr-schedule",
-                           "constant",
-                           "--weight-decay",
-                           "0.1",
-                           "--grad-clip",
-                           "1.0",
-                           "--mixed-precision",
-                           cell.mixed_precision,
-                           "--threads",
-                           threads,
-                           "--device",
-                           setup.device,
-                           "--seed",
-                           "0",
-                           "--matmul-peak",
-                           "--out",
-                           record_file.string()});
-  if (cell.activation_checkpointing) argv.push_back("--activation-checkpointing");
+  argv.insert(argv.end(), {"--model-config", model_config_file.string()});
+  append_shape_flags(argv, cell);
+  argv.insert(argv.end(), {"--lr", "3e-4", "--lr-schedule", "constant", "--weight-decay", "0.1", "--grad-clip", "1.0",
+                           "--mixed-precision", cell.mixed_precision, "--threads", threads, "--device", setup.device,
+                           "--seed", "0", "--matmul-peak", "--out", record_file.string()});
+  if (cell.activation_checkpointing) argv.emplace_back("--activation-checkpointing");
   if (peer_shares_fsdpp_init(cell, setup))
     argv.insert(argv.end(), {"--weights", (model_config_file.parent_path() / "init").string(), "--fixed-batch"});
   // Each system steps AdamW with its fastest implementation on the device. On CUDA both

@@ -52,6 +52,9 @@ bool binds_cores(const CellRunSetup& setup);
 
 // The repetition's record: "fsdpp.bench-cell" (fsdpp) or "fsdpp.torch_peer" (peers), and
 // every timed step's time, the slowest rank's, ms.
+// Plain data: its implicit members throw only what copying a json or a vector may
+// (allocation), which tidy's exception-escape reads into the implicit noexcept move.
+// NOLINTNEXTLINE(bugprone-exception-escape)
 struct RepetitionResult {
   std::vector<double> step_ms;
   nlohmann::json record;
