@@ -19,22 +19,6 @@ namespace {
 using Clock = runtime::SteadyClock;
 using runtime::ms_since;
 
-// A host copy of `content` that the caller's later updates cannot reach.
-CheckpointContent staged_copy(const CheckpointContent& content) {
-  CheckpointContent staged;
-  staged.optimizer = content.optimizer;
-  staged.mesh = content.mesh;
-  staged.tensors.reserve(content.tensors.size());
-  for (const auto& t : content.tensors) {
-    CheckpointTensor copy = t;
-    if (t.rows.defined())
-      copy.rows = t.rows.detach().to(at::TensorOptions().device(at::kCPU), /*non_blocking=*/false, /*copy=*/true,
-                                     at::MemoryFormat::Contiguous);
-    staged.tensors.push_back(std::move(copy));
-  }
-  return staged;
-}
-
 }  // namespace
 
 struct AsyncCheckpointSaver::Job {
@@ -78,12 +62,18 @@ AsyncCheckpointSaver::~AsyncCheckpointSaver() {
 
 void AsyncCheckpointSaver::save(const std::filesystem::path& dir, const CheckpointContent& content,
                                 const nlohmann::json& train_state, SaveOptions options) {
+  // The buffers are reused: the previous save's writer thread reads them until it ends, and
+  // wait() joins it (or throws its failure, after joining) before anything is staged.
   wait();
   const auto start = Clock::now();
   auto job = std::make_shared<Job>();
   job->outcome.dir = dir;
-  CheckpointContent staged = staged_copy(content);
+  StagedContent staging = staging_.stage(content);
   job->outcome.stage_ms = ms_since(start);
+  job->outcome.staged_bytes = staging.bytes;
+  job->outcome.staged_pinned = staging.pinned;
+  job->outcome.staging_allocated_bytes = staging.allocated_bytes;
+  CheckpointContent staged = std::move(staging.content);
   job->thread = std::thread(
       [job, group = group_, dir, staged = std::move(staged), train_state, options = std::move(options), start]() {
         std::optional<SavedCheckpoint> saved;
@@ -132,5 +122,7 @@ std::optional<FinishedSave> AsyncCheckpointSaver::wait() {
 }
 
 bool AsyncCheckpointSaver::pending() const { return job_ != nullptr && !job_->is_done(); }
+
+std::vector<at::Tensor> AsyncCheckpointSaver::staging_buffers() const { return staging_.buffers(); }
 
 }  // namespace fsdpp::checkpoint

@@ -10,18 +10,24 @@
 // group (a subgroup of every world rank), so they never interleave with training's.
 //
 // Thread-safety: call save(), poll() and wait() from one thread (the training loop).
-// Memory: a pending save holds one copy of the rank's content in host memory.
+// Memory: the saver holds one copy of the rank's content in host memory, kept between saves
+// for the saver's life (host_staging.h): pinned (page-locked) for rows on a CUDA device, so
+// the device-to-host copies run at full PCIe speed; reused while the tensors keep their
+// shapes and dtypes (torchtitan's async_with_pinned_mem).
 #pragma once
 
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/checkpoint/checkpoint_writer.h"
+#include "core/checkpoint/host_staging.h"
 #include "core/comm/communicator.h"
 
 namespace fsdpp::checkpoint {
@@ -33,6 +39,9 @@ struct FinishedSave {
   std::string error;                     // set when it failed (rethrown by save()/wait())
   double stage_ms = 0;                   // save(): copying the content to host memory
   double total_ms = 0;                   // from save() to the commit (or the failure)
+  int64_t staged_bytes = 0;              // save(): the rows copied to host memory
+  bool staged_pinned = false;            // save(): rows came from a CUDA device, copied to pinned memory
+  int64_t staging_allocated_bytes = 0;   // save(): host buffers allocated (0: the last save's reused)
 };
 
 class AsyncCheckpointSaver {
@@ -49,8 +58,9 @@ class AsyncCheckpointSaver {
 
   // Every rank, in the same order: waits for the previous save (rethrowing its failure),
   // copies `content`'s rows to host memory (from any device), and starts the background
-  // write of `dir` (arguments as save_checkpoint's). Returns once the copy is made: the
-  // caller may then change the tensors. options.on_point runs on the background thread.
+  // write of `dir` (arguments as save_checkpoint's). Returns once the copy is made (CUDA:
+  // the copies, queued on the rows' current stream, have completed): the caller may then
+  // change the tensors. options.on_point runs on the background thread.
   void save(const std::filesystem::path& dir, const CheckpointContent& content, const nlohmann::json& train_state,
             SaveOptions options = {});
 
@@ -65,11 +75,16 @@ class AsyncCheckpointSaver {
 
   bool pending() const;
 
+  // The host buffers the last save() staged into, in its tensor order (host_staging.h):
+  // for tests and telemetry (is_pinned, data_ptr); never write into them.
+  std::vector<at::Tensor> staging_buffers() const;
+
   struct Job;
 
  private:
   void join_finished();
   std::shared_ptr<comm::Communicator> group_;
+  HostStaging staging_;                   // written by save() only while no save is in flight
   std::shared_ptr<Job> job_;              // the save in flight or finished, not yet waited for
   std::optional<FinishedSave> finished_;  // joined, not yet returned by poll() or wait()
   std::string error_;                     // a failure not yet rethrown

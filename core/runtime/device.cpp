@@ -100,6 +100,14 @@ void synchronize(c10::Device device) {
 #endif
 }
 
+void synchronize_current_stream(c10::Device device) {
+#if FSDPP_WITH_CUDA
+  if (device.is_cuda()) at::cuda::getCurrentCUDAStream(device.index()).synchronize();  // index -1: current device
+#else
+  (void)device;
+#endif
+}
+
 DeviceMemory device_memory(c10::Device device) {
   DeviceMemory m;
 #if FSDPP_WITH_CUDA

@@ -38,6 +38,11 @@ c10::ScalarType parse_compute_dtype(const std::string& name, const std::string& 
 // Blocks until the device finished queued work (no-op on the CPU).
 void synchronize(c10::Device device);
 
+// Blocks until the work queued so far on this thread's current stream of `device` finished
+// (CUDA: at::cuda::getCurrentCUDAStream(index).synchronize(); other streams are not waited
+// for); no-op on the CPU.
+void synchronize_current_stream(c10::Device device);
+
 DeviceMemory device_memory(c10::Device device);
 // Starts a new peak window (CUDA: resetPeakStats; CPU: clear_refs 5 resets VmHWM).
 void reset_peak_memory(c10::Device device);

@@ -175,7 +175,9 @@ void TrainCheckpointer::record(const checkpoint::FinishedSave& finished) {
     // which is (blocked_ms - stage_ms) later. Measured from there, a training loop held by
     // a slow previous save could log a save shorter than the hold.
     const double save_ms = pending_blocked_ms_ - finished.stage_ms + finished.total_ms;
-    committed_.push_back(committed_record(pending_step_, *finished.saved, true, pending_blocked_ms_, save_ms));
+    auto entry = committed_record(pending_step_, *finished.saved, true, pending_blocked_ms_, save_ms);
+    entry["staged_pinned"] = finished.staged_pinned;
+    committed_.push_back(std::move(entry));
   } else {
     committed_.push_back({{"kind", "checkpoint"},
                           {"step", pending_step_},

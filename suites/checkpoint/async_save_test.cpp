@@ -25,6 +25,7 @@ namespace {
 namespace fs = std::filesystem;
 using testing::bitwise_equal;
 using testing::error_of;
+using testing::folder_names;
 using ::testing::HasSubstr;
 using testing::read_text;
 
@@ -165,6 +166,87 @@ TEST(AsyncSave, AFailureIsRethrownOnEveryRankAndTheNextSaveWorks) {
     saver.save(tmp / step_dir_name(4), testing::split_like_fsdp(tensors, 2)[ctx.rank], {{"step", 4}});
     ASSERT_TRUE(saver.wait()->saved);
     EXPECT_EQ(find_latest_complete(tmp.path()).step, 4);
+  });
+}
+
+// Saves `content` synchronously into `sync_dir` and compares every file of `async_dir`
+// with it (rank 0, after both are committed).
+void expect_same_files_as_a_synchronous_save(harness::RankContext& ctx, const fs::path& async_dir,
+                                             const fs::path& sync_dir, const CheckpointContent& content,
+                                             const nlohmann::json& state) {
+  save_checkpoint(ctx.comm, sync_dir, content, state);
+  if (ctx.rank != 0) return;
+  EXPECT_EQ(folder_names(async_dir), folder_names(sync_dir));
+  for (const auto& file : folder_names(sync_dir))
+    EXPECT_EQ(read_text(async_dir / file), read_text(sync_dir / file)) << async_dir / file;
+}
+
+// torchtitan's async_with_pinned_mem keeps its staging buffers: the second save of the same
+// shapes copies into the first save's host memory, and still writes the tensors' new bytes.
+TEST(AsyncSave, ASaveOfTheSameShapesReusesTheHostBuffersAndWritesTheNewBytes) {
+  harness::TempDir tmp("ckpt-async");
+  torch::manual_seed(5);
+  const auto tensors = model_tensors();
+  harness::expect_ranks_pass(2, [&](harness::RankContext& ctx) {
+    auto content = testing::split_like_fsdp(tensors, 2)[ctx.rank];
+    AsyncCheckpointSaver saver(ctx.comm);
+    saver.save(tmp / "async" / step_dir_name(1), content, {{"step", 1}});
+    const auto first = saver.wait();
+    ASSERT_TRUE(first && first->saved) << (first ? first->error : "");
+    int64_t bytes = 0;
+    for (const auto& t : content.tensors) bytes += t.rows.numel() * static_cast<int64_t>(t.rows.element_size());
+    EXPECT_EQ(first->staged_bytes, bytes);
+    EXPECT_EQ(first->staging_allocated_bytes, bytes);
+    EXPECT_FALSE(first->staged_pinned);  // CPU rows: pageable buffers (pinning needs CUDA)
+    std::vector<const void*> addresses;
+    for (const auto& b : saver.staging_buffers()) addresses.push_back(b.data_ptr());
+    ASSERT_EQ(addresses.size(), content.tensors.size());
+
+    for (auto& t : content.tensors) t.rows.add_(1);  // the next optimizer step, in place
+    saver.save(tmp / "async" / step_dir_name(2), content, {{"step", 2}});
+    const auto second = saver.wait();
+    ASSERT_TRUE(second && second->saved) << (second ? second->error : "");
+    EXPECT_EQ(second->staged_bytes, bytes);
+    EXPECT_EQ(second->staging_allocated_bytes, 0);
+    const auto buffers = saver.staging_buffers();
+    for (size_t i = 0; i < buffers.size(); ++i)
+      EXPECT_EQ(buffers[i].data_ptr(), addresses[i]) << content.tensors[i].name;
+    expect_same_files_as_a_synchronous_save(ctx, tmp / "async" / step_dir_name(2), tmp / "sync" / step_dir_name(2),
+                                            content, {{"step", 2}});
+  });
+}
+
+TEST(AsyncSave, AChangedShapeOrDtypeReallocatesOnlyThatTensorsBuffer) {
+  harness::TempDir tmp("ckpt-async");
+  torch::manual_seed(6);
+  auto tensors = model_tensors();
+  harness::expect_ranks_pass(2, [&](harness::RankContext& ctx) {
+    AsyncCheckpointSaver saver(ctx.comm);
+    saver.save(tmp / "async" / step_dir_name(1), testing::split_like_fsdp(tensors, 2)[ctx.rank], {{"step", 1}});
+    ASSERT_TRUE(saver.wait()->saved);
+    const auto before = saver.staging_buffers();
+
+    auto changed = tensors;
+    changed[0].second = torch::randn({9, 5});                        // model/w: another shape
+    changed[1].second = changed[1].second.to(at::kFloat).add_(0.5);  // model/h: bf16 -> fp32
+    const auto content = testing::split_like_fsdp(changed, 2)[ctx.rank];
+    saver.save(tmp / "async" / step_dir_name(2), content, {{"step", 2}});
+    const auto finished = saver.wait();
+    ASSERT_TRUE(finished && finished->saved) << (finished ? finished->error : "");
+    const auto after = saver.staging_buffers();
+    ASSERT_EQ(after.size(), content.tensors.size());
+    int64_t reallocated = 0;
+    for (size_t i = 0; i < 2; ++i) {
+      const auto& rows = content.tensors[i].rows;
+      EXPECT_EQ(after[i].sizes(), rows.sizes()) << content.tensors[i].name;
+      EXPECT_EQ(after[i].scalar_type(), rows.scalar_type()) << content.tensors[i].name;
+      reallocated += rows.numel() * static_cast<int64_t>(rows.element_size());
+    }
+    EXPECT_EQ(finished->staging_allocated_bytes, reallocated);
+    for (size_t i = 2; i < after.size(); ++i)
+      EXPECT_EQ(after[i].data_ptr(), before[i].data_ptr()) << content.tensors[i].name;
+    expect_same_files_as_a_synchronous_save(ctx, tmp / "async" / step_dir_name(2), tmp / "sync" / step_dir_name(2),
+                                            content, {{"step", 2}});
   });
 }
 

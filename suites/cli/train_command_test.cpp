@@ -434,6 +434,12 @@ TEST(TrainCommand, AsyncCheckpointsHoldTheBytesOfSynchronousOnesAndAreLogged) {
       EXPECT_FALSE(record.contains("error"));
       EXPECT_GE(record["blocked_ms"].get<double>(), 0.0);
       EXPECT_GE(record["save_ms"].get<double>(), record["blocked_ms"].get<double>() - 1e-9) << record;
+      // Asynchronous saves say whether their host copy was pinned: only for shards on a
+      // GPU (the default --device where there is one).
+      EXPECT_EQ(record.contains("staged_pinned"), is_async) << record;
+      if (is_async) {
+        EXPECT_EQ(record.value("staged_pinned", !runtime::cuda_available()), runtime::cuda_available()) << record;
+      }
       EXPECT_EQ(fs::path(record["dir"].get<std::string>()),
                 dir / (is_async ? "async" : "sync") / "checkpoints" / ("step-00000" + std::to_string(2 * (i + 1))));
     }
