@@ -49,7 +49,8 @@ double measure_matmul_flops(const std::string& device_text, const std::string& d
     runtime::synchronize(device);
     if (i >= 0) ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
   }
-  return 2.0 * static_cast<double>(n) * n * n / (results::median(ms) / 1e3);
+  const auto side = static_cast<double>(n);
+  return 2.0 * side * side * side / (results::median(ms) / 1e3);
 }
 
 namespace {
@@ -64,27 +65,32 @@ class MemoryFigures {
     if (device.is_cpu() && count_cpu_tensors) runtime::CountingCpuAllocator::install();
   }
 
-  // Starts a peak window (tensor bytes and, on the CPU, VmHWM).
+  // Starts a peak window (tensor bytes, and the host's VmHWM on every device).
   void reset_peaks() const {
     runtime::reset_peak_memory(device_);
     if (device_.is_cpu()) runtime::CountingCpuAllocator::reset_peak();
+    if (device_.is_cuda()) runtime::reset_peak_memory(at::Device(at::kCPU));
   }
-  // Records the tensor bytes alive now as `name` (and the resident set as `rss_name` on the CPU).
+  // Records the tensor bytes alive now as `name` and the resident set as `rss_name` (on
+  // CUDA as host_<rss_name>: with --cpu-offload the host holds the shards and AdamW state).
   void record_allocated(const std::string& name, const std::string& rss_name) {
     runtime::synchronize(device_);
     if (device_.is_cuda()) {
       add(name, runtime::device_memory(device_).allocated_bytes);
+      add("host_" + rss_name, runtime::device_memory(at::Device(at::kCPU)).allocated_bytes);
       return;
     }
     if (counted_) add(name, runtime::CountingCpuAllocator::live_bytes());
     add(rss_name, runtime::device_memory(device_).allocated_bytes);
   }
-  // Records the peaks of the window: peak_allocated, and peak_reserved (CUDA) or rss_peak (CPU).
+  // Records the peaks of the window: peak_allocated, and peak_reserved and host_rss_peak
+  // (CUDA) or rss_peak (CPU).
   void record_peaks() {
     const auto memory = runtime::device_memory(device_);
     if (device_.is_cuda()) {
       add("peak_allocated", memory.peak_allocated_bytes);
       add("peak_reserved", memory.peak_reserved_bytes);
+      add("host_rss_peak", runtime::device_memory(at::Device(at::kCPU)).peak_allocated_bytes);
       return;
     }
     if (counted_) add("peak_allocated", runtime::CountingCpuAllocator::peak_bytes());
@@ -279,7 +285,7 @@ nlohmann::json run_step_bench(comm::Communicator& comm, int local_rank, const St
     for (double ms : step_ms) t += ms;
     return t;
   }();
-  const double tokens_per_s = tokens_per_step * step_ms.size() / (total_ms / 1e3);
+  const double tokens_per_s = tokens_per_step * static_cast<double>(step_ms.size()) / (total_ms / 1e3);
   // core/plan/step_time_model.h: the one FLOPs formula, read off the config's model built
   // on the meta device (the same shapes as lm's, whatever its sharded state).
   const double flops_per_token = plan::model_flops_per_token(plan::ModelShape::of_config(config, source), c.seq_len);
@@ -295,6 +301,7 @@ nlohmann::json run_step_bench(comm::Communicator& comm, int local_rank, const St
   // ranks here and reported as the mean rank's.
   const auto& kinds = reported_kinds();
   std::vector<double> times;  // busy ms per kind, then blocked ms per kind (this rank)
+  times.reserve(2 * kinds.size());
   for (auto kind : kinds) times.push_back(sharded ? sharded->comm_stats(kind).busy_ms : 0.0);
   for (auto kind : kinds) times.push_back(sharded ? sharded->comm_stats(kind).blocked_ms : 0.0);
   auto time_sums = torch::tensor(times, torch::kDouble);

@@ -7,10 +7,12 @@
 #include <stdexcept>
 
 #include "core/data/token_dataset.h"
+#include "core/io/atomic_file.h"
 #include "core/io/safetensors.h"
 #include "core/models/generate.h"
 #include "core/models/hf_checkpoint.h"
 #include "core/models/llama.h"
+#include "core/models/presets.h"
 #include "core/runtime/device.h"
 #include "core/tokenizer/load.h"
 #include "harness/cli/usage_error.h"
@@ -55,6 +57,9 @@ void ModelCommands::add_to(CLI::App& app) {
   size_ = app.add_subcommand("model-size", "Exact parameter counts of the Llama-style from-scratch presets");
   size_->add_option("presets", presets_, "Preset names (default: all)")
       ->check(CLI::IsMember(models::llama_preset_names()));
+  size_->add_option("--config-dir", config_dir_,
+                    "Also write each preset's Hugging Face config.json as DIR/<preset>/config.json (for "
+                    "transformers or harness/peers/torch_peer.py --model-config)");
 }
 
 bool ModelCommands::parsed() const {
@@ -89,6 +94,14 @@ int ModelCommands::run(const std::vector<std::string>& /*argv*/) {
                   static_cast<long long>(c.num_hidden_layers), static_cast<long long>(c.hidden_size),
                   static_cast<long long>(c.num_attention_heads), static_cast<long long>(c.num_key_value_heads),
                   static_cast<long long>(c.vocab_size), c.tie_word_embeddings ? ", tied" : "");
+      if (!config_dir_.empty()) {
+        const auto folder = std::filesystem::path(config_dir_) / name;
+        std::error_code ec;
+        std::filesystem::create_directories(folder, ec);
+        if (ec)
+          throw UsageError("--config-dir " + config_dir_ + ": cannot create " + folder.string() + ": " + ec.message());
+        io::write_file_atomic(folder / "config.json", models::from_scratch_config("llama", name).dump(2) + "\n");
+      }
     }
     return 0;
   }

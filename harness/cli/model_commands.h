@@ -24,6 +24,7 @@ class ModelCommands final : public Command {
   CLI::App* eval_ = nullptr;
   CLI::App* size_ = nullptr;
   std::vector<std::string> presets_;
+  std::string config_dir_;
   std::string model_dir_, prompt_, data_path_, dtype_ = "fp32", logits_out_;
   int64_t max_new_tokens_ = 32, top_k_ = 0, seq_len_ = 0, batch_size_ = 8;
   double temperature_ = 1.0, top_p_ = 1.0;

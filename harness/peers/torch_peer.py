@@ -926,6 +926,16 @@ def fsdp2_import():
         return fully_shard, MixedPrecisionPolicy
 
 
+def fsdp2_offload_policy(device):
+    """FSDP2's CPUOffloadPolicy, wherever this PyTorch keeps it: pinned host memory (its
+    default) when computing on CUDA; pinning needs a GPU, so a CPU run keeps plain memory."""
+    try:
+        from torch.distributed.fsdp import CPUOffloadPolicy  # 2.6+
+    except ImportError:
+        from torch.distributed._composable.fsdp import CPUOffloadPolicy  # 2.4, 2.5
+    return CPUOffloadPolicy(pin_memory=device.type == "cuda")
+
+
 def fsdp2_unavailable_reason(device):
     """None when FSDP2 can run here: on CUDA with PyTorch >= 2.4, on the CPU over Gloo with
     PyTorch >= 2.6 (where fully_shard's CPU path and Gloo's reduce_scatter work)."""
@@ -1015,6 +1025,12 @@ def parse_args(argv):
     p.add_argument("--mixed-precision", choices=["fp32", "bf16"], default="fp32")
     p.add_argument("--activation-checkpointing", action="store_true")
     p.add_argument(
+        "--cpu-offload",
+        action="store_true",
+        help="fsdp2: CPUOffloadPolicy (pinned host shards, gradients and AdamW state; AdamW steps on the CPU), "
+        "as fsdpp --cpu-offload",
+    )
+    p.add_argument(
         "--threads", type=int, default=0, help="torch.set_num_threads (default: cores / local ranks; on CUDA at most 4)"
     )
     p.add_argument(
@@ -1066,6 +1082,8 @@ def parse_args(argv):
         p.error("give --model-config (and/or --weights from an HF folder with config.json)")
     if a.fixed_batch and a.tokens:
         p.error("--fixed-batch draws its own tokens: drop --tokens %s" % a.tokens)
+    if a.cpu_offload and a.mode != "fsdp2":
+        p.error("--cpu-offload is FSDP2's CPUOffloadPolicy: it needs --mode fsdp2, not --mode %s" % a.mode)
     if a.device is None:
         a.device = "cuda" if torch.cuda.is_available() else "cpu"
     return a
@@ -1395,7 +1413,9 @@ def grad_norm_and_clip(params, max_norm, sharded_group, device):
         norms = torch._foreach_norm(grads, 2.0)
     else:
         norms = [torch.norm(g, 2.0) for g in grads]
-    sq = torch.stack([n.float() for n in norms]).pow(2).sum()
+    # Offloaded gradients are host tensors: their sum of squares joins the group's
+    # collective on the compute device (NCCL reduces only CUDA tensors).
+    sq = torch.stack([n.float() for n in norms]).pow(2).sum().to(device)
     if sharded_group is not None:
         import torch.distributed as dist
 
@@ -1530,12 +1550,22 @@ def parallelize(args, model, device, ranks):
             if bf16
             else MixedPrecisionPolicy()
         )
+        extra = {}
+        if args.cpu_offload:
+            # torchtitan's offload: every group's shards, gradients and (through them) the
+            # optimizer state live in pinned host memory; AdamW then steps on the CPU.
+            extra["offload_policy"] = fsdp2_offload_policy(device)
         blocks = model.blocks()
         for i, block in enumerate(blocks):
             # torchtitan: the last block stays unsharded after forward (backward needs it at once).
-            fully_shard(block, mesh=mesh, mp_policy=mp, reshard_after_forward=i < len(blocks) - 1)
-        fully_shard(model, mesh=mesh, mp_policy=mp)
+            fully_shard(block, mesh=mesh, mp_policy=mp, reshard_after_forward=i < len(blocks) - 1, **extra)
+        fully_shard(model, mesh=mesh, mp_policy=mp, **extra)
         precision = "FSDP2 MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), fp32 master weights"
+        if args.cpu_offload:
+            offload = ", CPUOffloadPolicy(pin_memory=%s)" % (device.type == "cuda")
+            precision += offload
+            if not bf16:
+                return model, mesh.get_group(), "fp32" + offload
         return model, mesh.get_group(), precision if bf16 else "fp32"
     return model, None, autocast_words if bf16 else "fp32"
 

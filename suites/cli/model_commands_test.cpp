@@ -74,6 +74,23 @@ TEST(ModelSizeCommand, PrintsThePresetsExactCounts) {
   EXPECT_NE(run_shell(kFsdpp + " model-size 5B").first, 0);
 }
 
+// --config-dir writes each preset's HF config.json, which reads back as the same model (its
+// exact count), and an unwritable folder is one line naming the flag.
+TEST(ModelSizeCommand, WritesEachPresetsConfigThatReadsBackAsTheSameModel) {
+  TempDir dir;
+  auto [code, output] = run_shell(kFsdpp + " model-size 3B 7B --config-dir " + (dir.path() / "configs").string());
+  ASSERT_EQ(code, 0) << output;
+  for (const auto& [name, count] : {std::pair<std::string, int64_t>{"3B", 3212749824}, {"7B", 6738415616}}) {
+    std::ifstream in(dir.path() / "configs" / name / "config.json");
+    ASSERT_TRUE(in) << name;
+    auto config = models::LlamaConfig::from_json(nlohmann::json::parse(in), name);
+    EXPECT_EQ(config.parameter_count(), count) << name;
+  }
+  auto [bad_code, bad_output] = run_shell(kFsdpp + " model-size tiny --config-dir /proc/no-such-dir 2>&1");
+  EXPECT_EQ(bad_code, 2);
+  EXPECT_THAT(bad_output, HasSubstr("fsdpp: error: --config-dir /proc/no-such-dir: cannot create"));
+}
+
 // ---- each bad input: exit 2 (bad input), one line "fsdpp: error: ..." naming the culprit ----
 struct BadCase {
   std::string name;

@@ -253,14 +253,16 @@ TEST_P(DeferredBuildMemory, PeaksAtOnePartNotTheWholeModel) {
   const int64_t deferred = peak_rss_growth_in_child([&] { build_deferred(config); });
   const int64_t full = peak_rss_growth_in_child([&] { build_causal_lm(config, "full"); });
   ASSERT_GT(deferred, 0);
+  const auto model_mb = static_cast<double>(model_bytes) / 1e6, part_mb = static_cast<double>(largest_part) / 1e6,
+             deferred_mb = static_cast<double>(deferred) / 1e6, full_mb = static_cast<double>(full) / 1e6;
   std::printf(
       "[memory] %s %s: %.0f MB of parameters (embedding %.0f MB); peak RSS growth while building: "
       "deferred %.0f MB (%.1f%%), full %.0f MB (%.1f%%)\n",
-      family.c_str(), size.c_str(), model_bytes / 1e6, largest_part / 1e6, deferred / 1e6,
-      100.0 * deferred / model_bytes, full / 1e6, 100.0 * full / model_bytes);
-  RecordProperty("deferred_peak_mb", std::to_string(deferred / 1e6));
-  RecordProperty("full_peak_mb", std::to_string(full / 1e6));
-  EXPECT_LT(deferred, 0.4 * model_bytes);
+      family.c_str(), size.c_str(), model_mb, part_mb, deferred_mb, 100.0 * deferred_mb / model_mb, full_mb,
+      100.0 * full_mb / model_mb);
+  RecordProperty("deferred_peak_mb", std::to_string(deferred_mb));
+  RecordProperty("full_peak_mb", std::to_string(full_mb));
+  EXPECT_LT(deferred_mb, 0.4 * model_mb);
   EXPECT_LT(deferred, largest_part + 32'000'000) << "more than one part at a time";
   EXPECT_GT(full, 0.9 * model_bytes) << "the measurement must see a full build";
 }
@@ -327,6 +329,23 @@ TEST(InitRows, ValuesDependOnSeedNameAndRowOnly) {
   EXPECT_TRUE(torch::equal(taller, base.narrow(0, 0, 3)));
 }
 
+// A tensor large enough to be split over the intra-op threads (4 x 4M values) gets the
+// bits one thread makes, for any thread count (each row has its own stream).
+TEST(InitRows, ALargeTensorSplitOverThreadsHasTheBitsOfOneThread) {
+  const std::vector<int64_t> shape = {2051, 8192};  // rows not a multiple of the thread count
+  const int before = at::get_num_threads();
+  auto with_threads = [&](int threads) {
+    at::set_num_threads(threads);
+    auto out = at::empty({shape[0], shape[1]});
+    init_rows("h.0.mlp.weight", shape, 9, 0, out);
+    return out;
+  };
+  const auto serial = with_threads(1);
+  for (int threads : {3, 4}) EXPECT_TRUE(torch::equal(with_threads(threads), serial)) << threads << " threads";
+  at::set_num_threads(before);
+  EXPECT_NEAR(serial.std().item<double>(), 0.02, 1e-4);
+}
+
 TEST(InitRows, InitFromScratchMakesATieOnceUnderItsFirstName) {
   auto lm = build_causal_lm(config_for("gpt2"), "tiny");
   init_from_scratch(lm, 5);
@@ -380,8 +399,8 @@ TEST(InitRows, InitialisingA124MModelIsTimedAndAgreesWithItsRows) {
   const auto start = std::chrono::steady_clock::now();
   init_from_scratch(lm, 77);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("[speed] init_from_scratch of GPT-2 124M (%.0f M parameters): %.2f s\n", parameter_bytes(lm) / 4e6,
-              seconds);
+  std::printf("[speed] init_from_scratch of GPT-2 124M (%.0f M parameters): %.2f s\n",
+              static_cast<double>(parameter_bytes(lm)) / 4e6, seconds);
   RecordProperty("init_124m_s", std::to_string(seconds));
   auto wte = lm.module->named_parameters(true)["transformer.wte.weight"];
   auto slice = at::empty({7, 768});
@@ -507,7 +526,8 @@ TEST(PretrainedRowsRead, TouchesOnlyTheRequestedRowsOfTheFile) {
   auto out = at::empty({1024, 64});  // 256 KiB of the 32 MiB
   rows.read("transformer.wte.weight", {131072, 64}, 70000, out);
   const int64_t growth = status_bytes("RssFile:") - before;
-  std::printf("[memory] reading 256 KiB of a 32 MiB tensor mapped %.2f MiB of the file\n", growth / 1048576.0);
+  std::printf("[memory] reading 256 KiB of a 32 MiB tensor mapped %.2f MiB of the file\n",
+              static_cast<double>(growth) / 1048576.0);
   EXPECT_LT(growth, 4 << 20);
 }
 

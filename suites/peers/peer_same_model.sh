@@ -154,6 +154,28 @@ else
   failures=$((failures + 1))
 fi
 
+# 6. CPU offload on both sides (the GPU offload comparison's pair): fsdpp FULL_SHARD
+#    --cpu-offload vs FSDP2 with CPUOffloadPolicy, two ranks, same weights and windows.
+run "$FSDPP" train --nproc 2 --cpu-offload --model wide_llama --data t.tok --max-steps 3 --save-dir runs \
+  --experiment-name offload2_llama "${train_flags[@]}"
+run "$PY" "$PEER" --mode fsdp2 --cpu-offload --nproc 2 --weights wide_llama --tokens t.tok --warmup 0 --steps 3 \
+  --device cpu --out peer_offload2_llama.json "${train_flags[@]}"
+compare_training "llama tiny, 2 ranks, CPU offload (fsdpp / FSDP2), train" runs/offload2_llama \
+  peer_offload2_llama.json
+if "$PY" -c 'import json, sys; sys.exit("CPUOffloadPolicy" not in json.load(open(sys.argv[1]))["precision"])' \
+  peer_offload2_llama.json; then
+  echo "ok   FSDP2 --cpu-offload: the record names CPUOffloadPolicy"
+else
+  echo "FAIL FSDP2 --cpu-offload: the record's precision does not name CPUOffloadPolicy"
+  failures=$((failures + 1))
+fi
+if "$PY" "$PEER" --mode ddp --cpu-offload --model-config wide_llama/config.json >"$WORK/ddp.log" 2>&1 ||
+  ! grep -q "cpu-offload is FSDP2's CPUOffloadPolicy: it needs --mode fsdp2" "$WORK/ddp.log"; then
+  echo "FAIL --mode ddp --cpu-offload: expected one line naming the flag and a non-zero exit"
+  cat "$WORK/ddp.log"
+  failures=$((failures + 1))
+fi
+
 if [ "$failures" -ne 0 ]; then
   echo "peer_same_model: $failures mismatch(es)"
   exit 1

@@ -1,0 +1,197 @@
+#!/usr/bin/env bash
+# A short GPU lease: a borrowed GPU machine with minutes to spare, no package registry and
+# no time to build. fsdpp is built here (ci/build.sh: the CUDA configuration, against the
+# same PyTorch wheel the GPU machine's Python holds), packed, and run there: the CUDA
+# checks in priority order, each stage under its own time cap, every result copied to OUT
+# the moment it exists, so a lease cut short still leaves what finished.
+#
+#   ci/gpu_lease.sh pack PACK      here: the build tree without objects, the assets and the
+#                                  shared libraries outside the wheel (yaml-cpp, Google
+#                                  Benchmark, ...) -> PACK (.tar.xz, about 20 MB)
+#   ci/gpu_lease.sh run PACK OUT   there: unpack, point the paths the build baked in
+#                                  (source dir, venv Python, torch's libraries) at this
+#                                  machine's, then run the stages into OUT
+#
+# Stages (FSDPP_LEASE_STAGES, space-separated, run in the order given; default
+# "cuda bench offload tests profile"):
+#   cuda     the CUDA tests (ctest -R ^Cuda): every GPU code path, first
+#   bench    GPT-2 124M and Llama 3.2 1B at N=1, fsdpp FULL_SHARD beside PyTorch FSDP2, with
+#            and without AC (fsdpp bench --preset gpu --device cuda) -> OUT/gpu.json
+#   offload  Llama presets (FSDPP_LEASE_OFFLOAD_SIZES, default "7B") with CPU offload and
+#            AC, fsdpp bench-step beside FSDP2 with CPUOffloadPolicy, 1+2 steps; a size runs
+#            only while the host has 1.15x its AdamW state free -> OUT/offload.tar.gz
+#   tests    every other suite, -j(cores/2), each test given 2 cores, as ci/gpu.sh test;
+#            left out (FSDPP_LEASE_CTEST_EXCLUDE): the CPU-only benchmark and reference
+#            runs that CI runs on every commit (for time), the linters (their tools are
+#            not on the image) and ci.setup_errors (it runs ci/setup.sh, which needs
+#            Debian's archive)
+#   profile  the Llama 1B cells without AC, both systems, profiled -> OUT/kernels.md
+# FSDPP_LEASE_DEADLINE_S (default 560): no stage starts, and each is cut, so the whole run
+# ends by then. Each stage's own cap, in seconds: FSDPP_LEASE_CUDA_CAP_S (150),
+# FSDPP_LEASE_BENCH_CAP_S (240), FSDPP_LEASE_OFFLOAD_CAP_S (150, per system and size),
+# FSDPP_LEASE_TESTS_CAP_S (300), FSDPP_LEASE_PROFILE_CAP_S (120). OUT also gets log.txt (everything printed) and lease.tar.gz (the rest).
+set -uo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+step=${1:-}
+
+pack() {
+  local out=${1:?ci/gpu_lease.sh pack PACK}
+  local build=${FSDPP_BUILD_DIR:-$repo/build} staging
+  [ -x "$build/fsdpp" ] || { echo "ci/gpu_lease.sh pack: no $build/fsdpp (run bash ci/build.sh)" >&2; exit 1; }
+  staging=$(mktemp -d)
+  mkdir -p "$staging/.lease/lib" "$staging/.cache"
+  # Shared libraries from this system's packages that the binaries need, other than the
+  # C and C++ runtimes and OpenSSL (every image has those, and the Python there too).
+  find "$build" -maxdepth 2 -type f -perm -u+x -exec ldd {} \; 2>/dev/null |
+    awk '$3 ~ /^\/(usr\/)?lib\/x86_64-linux-gnu\// {print $3}' |
+    grep -Ev '/lib(c|m|dl|rt|pthread|util|gcc_s|stdc\+\+|crypto|ssl|z)\.so' | sort -u |
+    while read -r lib; do cp -L "$lib" "$staging/.lease/lib/"; done
+  cp -rL "$repo/.cache/assets" "$staging/.cache/assets"
+  # Test data from Debian packages that ci/setup.sh installs here (the GPU image lacks them).
+  cp -rL /usr/share/json-schema-test-suite/tests "$staging/.lease/json-schema-test-suite"
+  git -C "$repo" rev-parse HEAD >"$staging/.lease/COMMIT"
+  tar -C "$repo" -cf "$staging/build.tar" --exclude='*.o' --exclude='*.a' --exclude=CMakeFiles \
+    --exclude=Testing "$(realpath --relative-to="$repo" "$build")"
+  tar -C "$staging" -rf "$staging/build.tar" .lease .cache
+  xz -6 -T0 -c "$staging/build.tar" >"$out"
+  rm -rf "$staging"
+  echo "ci/gpu_lease.sh pack: $out ($(du -h "$out" | cut -f1)), commit $(git -C "$repo" rev-parse --short HEAD)"
+}
+
+started=$(date +%s)
+deadline=${FSDPP_LEASE_DEADLINE_S:-560}
+left() { echo $((deadline - ($(date +%s) - started))); }
+note() { echo "[lease +$(($(date +%s) - started))s] $*"; }
+# Runs "$@" for at most min(CAP, time left) seconds; says how it ended.
+capped() {
+  local cap=$1 name=$2
+  shift 2
+  local budget
+  budget=$(left)
+  [ "$cap" -lt "$budget" ] && budget=$cap
+  if [ "$budget" -lt 20 ]; then
+    note "$name: skipped, $(left) s left"
+    return 124
+  fi
+  note "$name: start (at most $budget s)"
+  timeout -k 10 "$budget" "$@"
+  local rc=$?
+  note "$name: exit $rc$([ $rc -eq 124 ] && echo ' (cut at its time cap)')"
+  return $rc
+}
+
+# Points the paths the build baked in at this machine's: the source dir, the venv Python
+# (FSDPP_PYTHON) and the site-packages holding torch and the NVIDIA wheels (RUNPATH).
+map_paths() {
+  local cache=$build/CMakeCache.txt baked_src baked_python torch_dir baked_site site
+  baked_src=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$cache")
+  if [ "$baked_src" != "$repo" ]; then
+    [ -e "$baked_src" ] || { mkdir -p "$(dirname "$baked_src")" && ln -s "$repo" "$baked_src"; }
+    [ "$(realpath "$baked_src")" = "$(realpath "$repo")" ] || { echo "lease: $baked_src is another tree" >&2; exit 1; }
+  fi
+  baked_python=$(sed -n 's/^FSDPP_PYTHON:STRING=//p' "$cache")
+  if [ -n "$baked_python" ] && ! "$baked_python" -c 'import torch' 2>/dev/null; then
+    mkdir -p "$(dirname "$baked_python")"
+    printf '#!/bin/sh\nexec %s "$@"\n' "$python" >"$baked_python"
+    chmod +x "$baked_python"
+  fi
+  site=$("$python" -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))')
+  torch_dir=$(sed -n 's/^Torch_DIR:PATH=//p' "$cache")
+  baked_site=${torch_dir%/torch/share/cmake/Torch}
+  if [ ! -e "$baked_site/torch" ]; then
+    mkdir -p "$baked_site"
+    ln -sfn "$site/torch" "$baked_site/torch"
+    [ -d "$site/nvidia" ] && ln -sfn "$site/nvidia" "$baked_site/nvidia"
+  fi
+  local cuda_libs
+  cuda_libs=$(ls -d "$site"/nvidia/*/lib 2>/dev/null | tr '\n' ':')
+  export LD_LIBRARY_PATH="$site/torch/lib:${cuda_libs}$repo/.lease/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export FSDPP_ASSETS_DIR=$repo/.cache/assets
+  export FSDPP_JSON_SCHEMA_TEST_SUITE=$repo/.lease/json-schema-test-suite
+  export FSDPP_COMMIT=${FSDPP_COMMIT:-$(cat "$repo/.lease/COMMIT")}
+}
+
+stage_cuda() {
+  FSDPP_CORES=2 OMP_NUM_THREADS=2 capped "${FSDPP_LEASE_CUDA_CAP_S:-150}" cuda \
+    ctest --test-dir "$build" -j 4 --timeout 300 --output-on-failure -R '^Cuda' \
+    --output-junit "$work/ctest-cuda-junit.xml"
+  cp "$work/ctest-cuda-junit.xml" "$out/" 2>/dev/null
+}
+
+stage_tests() {
+  local exclude=${FSDPP_LEASE_CTEST_EXCLUDE:-'^(Cuda|bench\.smoke|references\.hf_(models|training)|lint\.|ci\.setup_errors)'}
+  FSDPP_CORES=2 OMP_NUM_THREADS=2 capped "${FSDPP_LEASE_TESTS_CAP_S:-300}" tests \
+    ctest --test-dir "$build" -j "$(($(nproc) / 2))" --timeout 300 --output-on-failure -E "$exclude" \
+    --output-junit "$work/ctest-junit.xml"
+  cp "$work/ctest-junit.xml" "$out/" 2>/dev/null
+}
+
+stage_bench() {
+  capped "${FSDPP_LEASE_BENCH_CAP_S:-240}" bench "$build/fsdpp" bench --preset gpu --device cuda --python "$python" \
+    --filter '^(gpt2-124M-s1024|llama-1B-s2048)/(fsdp-full_shard|pytorch_fsdp2)/bf16/n1/' --repetitions 1 \
+    --out "$work/gpu.json" --resume
+  cp "$work/gpu.json" "$out/" 2>/dev/null
+}
+
+# Host memory the offloaded AdamW state needs (fp32 parameters, gradients and two moments).
+offload_host_bytes() { "$build/fsdpp" model-size "$1" | awk '{print $2 * 16}'; }
+
+stage_offload() {
+  local dir=$work/offload size need avail
+  mkdir -p "$dir"
+  "$build/fsdpp" model-size --config-dir "$dir/configs" >/dev/null
+  for size in ${FSDPP_LEASE_OFFLOAD_SIZES:-7B}; do
+    need=$(offload_host_bytes "$size")
+    # FSDPP_LEASE_HOST_BYTES: the machine's memory where /proc/meminfo reads low at first
+    # (virtual machines whose memory grows as it is used).
+    avail=${FSDPP_LEASE_HOST_BYTES:-$(awk '/MemAvailable/ {print $2 * 1024}' /proc/meminfo)}
+    if awk -v n="$need" -v a="$avail" 'BEGIN { exit !(n * 1.15 > a) }'; then
+      note "offload $size: skipped, needs ~$((need / 1000000000)) GB of host memory, $((avail / 1000000000)) GB available"
+      continue
+    fi
+    local shape=(--batch-size 4 --seq-len 2048 --warmup 1 --steps 2 --mixed-precision bf16 --activation-checkpointing
+      --cpu-offload --seed 0 --threads "$(nproc)" --device cuda)
+    capped "${FSDPP_LEASE_OFFLOAD_CAP_S:-150}" "offload $size fsdpp" "$build/fsdpp" bench-step --model-type llama --model-size "$size" \
+      --strategy full_shard "${shape[@]}" --out "$dir/fsdpp-$size.json"
+    tar -C "$work" -czf "$out/offload.tar.gz" offload
+    capped "${FSDPP_LEASE_OFFLOAD_CAP_S:-150}" "offload $size fsdp2" "$python" "$repo/harness/peers/torch_peer.py" --mode fsdp2 --nproc 1 \
+      --model-config "$dir/configs/$size/config.json" --fixed-batch --lr 3e-4 --lr-schedule constant \
+      --weight-decay 0.1 --grad-clip 1.0 --adam-impl fused "${shape[@]}" --out "$dir/fsdp2-$size.json"
+    tar -C "$work" -czf "$out/offload.tar.gz" offload
+  done
+}
+
+stage_profile() {
+  FSDPP_BUILD_DIR=$build PYTHON=$python capped "${FSDPP_LEASE_PROFILE_CAP_S:-120}" profile \
+    bash "$repo/ci/gpu.sh" profile "$work" '^llama-1B-s2048/(fsdp-full_shard|pytorch_fsdp2)/bf16/n1/.*ac0'
+  cp "$work/profile/kernels.md" "$out/" 2>/dev/null
+}
+
+run() {
+  local pack_file=${1:?ci/gpu_lease.sh run PACK OUT} stage
+  out=${2:?ci/gpu_lease.sh run PACK OUT}
+  mkdir -p "$out"
+  exec > >(tee -a "$out/log.txt") 2>&1
+  python=${PYTHON:-$(command -v python3)}
+  work=$(mktemp -d /tmp/lease.XXXX)
+  tar -C "$repo" -xJf "$pack_file" || exit 1
+  build=$repo/$(tar -tJf "$pack_file" | head -1 | cut -d/ -f1)
+  map_paths
+  note "commit $FSDPP_COMMIT, python $python"
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  "$python" -c 'import torch; print("torch", torch.__version__, torch.version.cuda)'
+  free -g | head -2
+  "$build/fsdpp" --version || { ldd "$build/fsdpp" | grep 'not found'; exit 1; }
+  for stage in ${FSDPP_LEASE_STAGES:-cuda bench offload tests profile}; do
+    "stage_$stage"
+  done
+  rm -rf "$work/profile"/*.trace.json
+  tar -C "$work" -czf "$out/lease.tar.gz" . 2>/dev/null
+  note "done"
+}
+
+case "$step" in
+  pack) pack "${2:-}" ;;
+  run) run "${2:-}" "${3:-}" ;;
+  *) echo "ci/gpu_lease.sh: unknown step '$step': expected pack PACK or run PACK OUT" >&2; exit 2 ;;
+esac
