@@ -20,6 +20,13 @@ class ShardAverage : public GradReducer {
 
   PendingReduction issue(const at::Tensor& input) override {
     PendingReduction pending;
+    if (shard_->size() == 1) {
+      // A group of one: the average is this rank's own gradients, bit for bit. No
+      // collective (FSDP2's foreach_reduce skips it too at world size 1, and copies);
+      // the packed input is the output.
+      pending.output = input;
+      return pending;
+    }
     pending.output = at::empty({shard_total_}, input.options());
     pending.work = shard_->reduce_scatter_async(pending.output, input, ReduceOp::Avg);
     return pending;

@@ -148,10 +148,12 @@ MemoryEstimate estimate_memory(const ModelShape& model, const PlanConfig& c) {
   e.all_gather_buffer_bytes =
       replicated || shard == 1 ? 0 : (largest_block_padded / shard + largest_block_padded) * cbytes;
   // The reduce-scatter's input and output; on the CPU, Gloo's receive buffer of the input's
-  // size too (core/comm/gloo_backend.cpp), alive while the collective runs.
+  // size too (core/comm/gloo_backend.cpp), alive while the collective runs. A shard group
+  // of one runs no collective: its input is the output (core/fsdp/grad_reducer.cpp).
   const int64_t receive_buffer = c.device.name == "cpu" && shard > 1 ? largest_block_padded * kReduceBytes : 0;
+  const int64_t output_numel = shard > 1 ? largest_block_padded / shard : 0;
   e.reduce_scatter_buffer_bytes =
-      replicated ? 0 : (largest_block_padded + largest_block_padded / shard) * kReduceBytes + receive_buffer;
+      replicated ? 0 : (largest_block_padded + output_numel) * kReduceBytes + receive_buffer;
 
   // Activations of one micro-batch on this rank.
   const int64_t tokens = c.batch_size * c.seq_len;

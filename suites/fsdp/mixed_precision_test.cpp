@@ -95,6 +95,26 @@ TEST(MixedPrecision, AllGatherMovesParamDtypeBytesAndShardsStayFp32) {
   });
 }
 
+// A shard group of one (N=1 with mixed precision takes the flat-buffer path) runs no
+// reduce-scatter: the packed fp32 input is its own average, so the gradient shard is the
+// bf16 gradient widened to fp32, with no collective issued (FSDP2 skips it there too).
+TEST(MixedPrecision, AShardGroupOfOneRunsNoReduceScatterAndKeepsItsGradient) {
+  harness::expect_ranks_pass(1, [](harness::RankContext& ctx) {
+    auto linear = torch::nn::Linear(torch::nn::LinearOptions(8, 4).bias(false));
+    fsdp::FsdpOptions o;
+    o.mixed_precision.param_dtype = at::kBFloat16;
+    o.mixed_precision.reduce_dtype = at::kFloat;
+    auto sharded = fsdp::ShardedModel::create(linear.ptr(), ctx.comm, o, fsdp::wrap_nothing());
+    const auto upstream = torch::arange(4, at::kFloat).add(1).mul(std::ldexp(1.0, -9)).to(at::kBFloat16);
+    (nn::call(linear, torch::ones({1, 8}, at::kBFloat16)) * upstream).sum().backward();
+    auto grads = sharded->gather_full_gradients();
+    ASSERT_EQ(grads.size(), 1u);
+    // d(sum(out * u)) / dW[i][j] = u[i] (the input is all ones), exact in bf16 and fp32.
+    EXPECT_TRUE(torch::equal(grads[0].second, upstream.to(at::kFloat).unsqueeze(1).expand({4, 8}))) << grads[0].second;
+    EXPECT_EQ(sharded->comm_stats(comm::CollectiveKind::ReduceScatter).calls, 0);
+  });
+}
+
 // Gradients exact in bf16 whose sums are not: rank 0's two micro-steps give 1 and 2^-9,
 // rank 1's give 2^-9 twice. Accumulated and averaged in fp32 the weight gradient is
 // (1 + 2^-9 + 2^-8) / 2; bf16 (8 significant bits) cannot hold that, so accumulating or

@@ -8,7 +8,8 @@
 //                                          CPU counting allocator)
 //   peak bytes                             within 10%: every CUDA cell, and every CPU cell's
 //                                          newest tensor-byte measurement
-//   step time                              within 25%, H100 cells
+//   step time                              within 25%, H100 cells (the model's constants were
+//                                          fitted on them; H200 cells are reported beside)
 // A CPU cell measured more than once (the smoke preset runs in CI and lands in the history)
 // is held to its newest measurement: the earlier ones measured older code. CPU documents
 // before the counting allocator (core/runtime/counting_cpu_allocator.h) measured memory
@@ -44,6 +45,7 @@ struct MeasuredCell {
   std::string id;         // the cell id alone
   std::string timestamp;  // the document's (ISO 8601, UTC): later sorts later
   std::string model_type, model_size, strategy, mixed_precision, device;
+  std::string gpu;  // the document machine's GPU model (CUDA cells)
   int64_t vocab = 0, batch = 0, seq = 0;
   int world = 1, hybrid_shard_size = 0;
   bool ac = false, offload = false, prefetch = true;
@@ -83,6 +85,8 @@ void read_v1(const fs::path& path, const json& doc, std::vector<MeasuredCell>& o
     x.strategy = c["strategy"];
     x.mixed_precision = c["mixed_precision"];
     x.device = c["device"];
+    if (doc.contains("machine") && doc["machine"].value("gpu_model", json()).is_string())
+      x.gpu = doc["machine"]["gpu_model"];
     x.vocab = c["vocab_size"];
     x.batch = c["batch_per_rank"];
     x.seq = c["seq_len"];
@@ -118,6 +122,7 @@ void read_v0(const fs::path& path, const json& doc, std::vector<MeasuredCell>& o
     x.strategy = c["strategy"];
     x.mixed_precision = c["mixed_precision"];
     x.device = c["device"];
+    x.gpu = "NVIDIA H100 80GB HBM3";  // version 0: results/gpu/gpu-nvidia-h100-*.json only
     x.vocab = c["vocab_size"];
     x.batch = c["batch_size_per_rank"];
     x.hybrid_shard_size = c.value("hybrid_shard_size", 0);
@@ -172,7 +177,9 @@ plan::PlanConfig config_of(const MeasuredCell& x) {
   c.prefetch = x.prefetch;
   c.batch_size = x.batch;
   c.seq_len = x.seq;
-  c.device = x.device.rfind("cuda", 0) == 0 ? plan::device_spec("h100") : plan::DeviceSpec{"cpu", 0, 0, 0};
+  c.device = x.device.rfind("cuda", 0) != 0            ? plan::DeviceSpec{"cpu", 0, 0, 0}
+             : x.gpu.find("H200") != std::string::npos ? plan::device_spec("h200")
+                                                       : plan::device_spec("h100");
   return c;
 }
 
@@ -230,7 +237,7 @@ TEST(PlanValidation, EveryMeasuredCellIsWithinItsBound) {
   const auto cells = measured_cells();
   ASSERT_GT(cells.size(), 100u) << "expected the committed documents under results/";
   const auto newest = newest_cpu_tensor_measurement(cells);
-  Errors bytes, persistent, peak, cpu_persistent, cpu_peak, step;
+  Errors bytes, persistent, peak, cpu_persistent, cpu_peak, step, step_out_of_sample;
   int rss_only = 0, superseded = 0, not_comparable_unsharded = 0, exact_bytes = 0;
   for (const auto& x : cells) {
     if (x.strategy == "unsharded") {  // the plain model: no collectives at all
@@ -286,14 +293,21 @@ TEST(PlanValidation, EveryMeasuredCellIsWithinItsBound) {
         << x.where << ": predicted peak " << memory.peak_bytes << ", measured " << x.peak;
     const auto time = plan::estimate_step_time(shape, config, memory);
     ASSERT_TRUE(time.predicted) << x.where;
+    if (config.device.name != "h100") {
+      // The step-time model's constants were fitted on H100 cells; other GPUs are
+      // reported out of sample, not held to the fit's bound.
+      step_out_of_sample.add(time.step_ms, x.step_ms, x.where);
+      continue;
+    }
     step.add(time.step_ms, x.step_ms, x.where);
     EXPECT_LE(std::abs(time.step_ms - x.step_ms), 0.25 * x.step_ms)
         << x.where << ": predicted step " << time.step_ms << " ms, measured " << x.step_ms;
   }
-  std::printf("%s\n%s\n%s\n%s\n%s\n%s\n", bytes.summary("bytes per step").c_str(),
+  std::printf("%s\n%s\n%s\n%s\n%s\n%s\n%s\n", bytes.summary("bytes per step").c_str(),
               persistent.summary("persistent after setup (CUDA)").c_str(), peak.summary("peak (CUDA)").c_str(),
               cpu_persistent.summary("persistent after setup (CPU)").c_str(), cpu_peak.summary("peak (CPU)").c_str(),
-              step.summary("step time (H100)").c_str());
+              step.summary("step time (H100)").c_str(),
+              step_out_of_sample.summary("step time (other GPUs, out of sample, not held to 25%)").c_str());
   std::printf(
       "cells: %zu ok fsdpp cells; %d with collectives (all exact); CPU peaks: %zu compared, %d measured again "
       "later, %d RSS-only (documents before the counting allocator; each measured again later); %d unsharded "
