@@ -25,6 +25,7 @@
 #include "harness/oracle/tolerance.h"
 #include "harness/testing/assets.h"
 #include "harness/testing/temp_dir.h"
+#include "harness/testing/token_streams.h"
 #include "suites/cli/fsdpp_binary.h"
 
 namespace fsdpp {
@@ -67,22 +68,6 @@ TrainRun train(const TempDir& dir, const std::string& name, const std::string& f
                             : r.eval.emplace_back()) = record;
   }
   return r;
-}
-
-// A learnable token stream: each token mostly follows from the previous one, so the
-// loss visibly falls within a few steps (random tokens would leave it flat).
-fs::path write_markov_tokens(const TempDir& dir, int64_t count, int64_t vocab) {
-  torch::manual_seed(11);
-  auto noise = torch::randint(0, 3, {count}, torch::kLong);
-  auto tokens = torch::empty({count}, torch::kLong);
-  int64_t t = 1;
-  for (int64_t i = 0; i < count; ++i) {
-    t = (t * 5 + 3 + noise[i].item<int64_t>()) % vocab;
-    tokens[i] = t;
-  }
-  auto path = dir / "tokens.bin";
-  data::write_llmc_tokens(path, tokens);
-  return path;
 }
 
 // A path for /bin/sh, quoted so that a "train_*.tok" pattern reaches fsdpp unexpanded.
@@ -153,7 +138,7 @@ TEST(TrainCommand, FineTuningOnARealCorpusLowersHeldOutPerplexityAndExportsAnHfF
 // its loss scale; an overflowing step is skipped (optimizer_step false) on every rank alike.
 TEST(TrainCommand, Fp16MixedPrecisionTrainsOnTheCpuWithDynamicLossScaling) {
   TempDir dir;
-  const auto data = write_markov_tokens(dir, 4000, 32).string();
+  const auto data = harness::write_markov_tokens(dir.path(), 4000, 32).string();
   auto run = train(dir, "fp16",
                    "--from-scratch --model-type gpt2 --model-size tiny --vocab-size 32 --seq-len 16 --batch-size 4 "
                    "--max-steps 30 --lr 3e-3 --nproc 2 --strategy full_shard --mixed-precision fp16 --data " +
@@ -176,7 +161,7 @@ class TrainEquivalence : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(TrainEquivalence, LossCurveIsTheSameOnOneTwoAndFourRanks) {
   TempDir dir;
-  const auto data = write_markov_tokens(dir, 4000, 32).string();
+  const auto data = harness::write_markov_tokens(dir.path(), 4000, 32).string();
   // AdamW at lr 3e-3 / eps 1e-6, the equivalence runner's policy (harness/equiv/equivalence.h):
   // with eps 1e-8 Adam magnifies the round-off of near-zero gradient elements (summed in
   // another order on N ranks) by up to lr/eps, past fp32 tolerance within a few steps.
@@ -212,7 +197,7 @@ INSTANTIATE_TEST_SUITE_P(Families, TrainEquivalence, ::testing::Values("gpt2", "
 
 TEST(TrainCommand, FirstStepLossIsTheInitialModelsMeanLossOnTheSamplersFirstGlobalBatch) {
   TempDir dir;
-  const auto data = write_markov_tokens(dir, 3000, 256);
+  const auto data = harness::write_markov_tokens(dir.path(), 3000, 256);
   const int64_t seq = 16, global = int64_t{2} * 3;  // 2 ranks x batch 3
   auto dataset = data::TokenDataset::open(data.string());
   auto initial_loss_on = [&](const std::vector<int64_t>& windows) {
@@ -249,7 +234,7 @@ TEST(TrainCommand, FirstStepLossIsTheInitialModelsMeanLossOnTheSamplersFirstGlob
 
 TEST(TrainCommand, MetricsRecordEveryStepAndEvalWithTheDocumentedKeys) {
   TempDir dir;
-  const auto data = write_markov_tokens(dir, 3000, 256).string();
+  const auto data = harness::write_markov_tokens(dir.path(), 3000, 256).string();
   auto r = train(dir, "m",
                  "--nproc 2 --from-scratch --model-type llama --model-size tiny --vocab-size 256 "
                  "--seq-len 16 --batch-size 2 --max-steps 4 --warmup-steps 1 --lr 1e-3 --min-lr 1e-4 "
@@ -287,7 +272,7 @@ TEST(TrainCommand, MetricsRecordEveryStepAndEvalWithTheDocumentedKeys) {
 
 TEST(TrainCommand, NumEpochsSetsTheStepsAndCkptFreqKeepsTheLastCheckpoints) {
   TempDir dir;
-  const auto data = write_markov_tokens(dir, 1000, 256).string();  // 999 targets: 62 windows of 16
+  const auto data = harness::write_markov_tokens(dir.path(), 1000, 256).string();  // 999 targets: 62 windows of 16
   auto r = train(dir, "e",
                  "--nproc 2 --from-scratch --model-size tiny --vocab-size 256 --seq-len 16 --batch-size 4 "
                  "--num-epochs 1 --ckpt-freq 3 --keep-last 2 --data " +
@@ -326,7 +311,7 @@ class Resume : public ::testing::TestWithParam<ResumeCase> {};
 
 TEST_P(Resume, AKilledRunRerunWithTheSameCommandContinuesBitwise) {
   TempDir dir;
-  const auto data = write_markov_tokens(dir, 4000, 64).string();
+  const auto data = harness::write_markov_tokens(dir.path(), 4000, 64).string();
   const auto& c = GetParam();
   const std::string flags =
       "--nproc " + std::to_string(c.nproc) + " --strategy " + c.strategy +
@@ -369,7 +354,7 @@ TEST_P(Resume, AKilledRunRerunWithTheSameCommandContinuesBitwise) {
 // as a run that was never interrupted; --resume never still refuses the folder.
 TEST(TrainCommand, ARunKilledBeforeItsFirstCheckpointStartsOverWithTheSameCommand) {
   TempDir dir;
-  const auto data = write_markov_tokens(dir, 4000, 64).string();
+  const auto data = harness::write_markov_tokens(dir.path(), 4000, 64).string();
   const std::string flags =
       "--nproc 2 --from-scratch --model-size tiny --vocab-size 64 --seq-len 16 --batch-size 2 "
       "--max-steps 4 --ckpt-freq 3 --lr 3e-3 --data " +
@@ -413,7 +398,7 @@ INSTANTIATE_TEST_SUITE_P(Strategies, Resume,
 // long the save took. Asynchronous: held only for the host copy (and the previous save).
 TEST(TrainCommand, AsyncCheckpointsHoldTheBytesOfSynchronousOnesAndAreLogged) {
   TempDir dir;
-  const auto data = write_markov_tokens(dir, 4000, 64).string();
+  const auto data = harness::write_markov_tokens(dir.path(), 4000, 64).string();
   const std::string flags =
       "--nproc 2 --from-scratch --model-size tiny --vocab-size 64 --seq-len 16 --batch-size 2 "
       "--max-steps 6 --ckpt-freq 2 --keep-last 0 --lr 3e-3 --data " +
@@ -458,7 +443,7 @@ TEST(TrainCommand, AsyncCheckpointsHoldTheBytesOfSynchronousOnesAndAreLogged) {
 // continue as the uninterrupted run would: it still resumes, and says so in one line.
 TEST(TrainCommand, ResumingWithAnotherGlobalBatchSaysItIsNotTheUninterruptedRun) {
   TempDir dir;
-  const auto data = write_markov_tokens(dir, 4000, 64).string();
+  const auto data = harness::write_markov_tokens(dir.path(), 4000, 64).string();
   const std::string common = "--from-scratch --model-size tiny --vocab-size 64 --seq-len 16 --lr 3e-3 --data " + data;
   auto first = train(dir, "run", "--nproc 2 --batch-size 2 --max-steps 2 " + common);
   ASSERT_EQ(first.code, 0) << first.output;
@@ -512,7 +497,7 @@ void expect_valid_safetensors(const fs::path& path) {
 // `checkpoint inspect` reports the step and checksums, and a flipped byte names the file.
 TEST(CheckpointCommands, ExportIsTheTrainedModelBitwiseAndValidSafetensors) {
   TempDir dir;
-  const auto data = write_markov_tokens(dir, 3000, 64).string();
+  const auto data = harness::write_markov_tokens(dir.path(), 3000, 64).string();
   auto r = train(dir, "run",
                  "--nproc 2 --from-scratch --model-size tiny --vocab-size 64 --seq-len 16 "
                  "--batch-size 2 --max-steps 3 --data " +
@@ -566,7 +551,7 @@ TEST(CheckpointCommands, ExportIsTheTrainedModelBitwiseAndValidSafetensors) {
 // run: only the order of the sums changes.
 TEST(Resharding, ACheckpointOfFourRanksContinuesOnTwoThreeAndOne) {
   TempDir dir;
-  const auto data = write_markov_tokens(dir, 6000, 64).string();
+  const auto data = harness::write_markov_tokens(dir.path(), 6000, 64).string();
   const std::string common =
       "--from-scratch --model-size tiny --vocab-size 64 --seq-len 16 --max-steps 4 "
       "--ckpt-freq 2 --lr 3e-3 --adam-eps 1e-6 --data " +
@@ -612,7 +597,7 @@ std::map<int64_t, std::pair<double, double>> loss_and_norm_by_step(const TrainRu
 // per rank and micro-step: 4 x 3 = 3 x 4 = 2 x 6 = 1 x 12.
 TEST(Resharding, InDeterministicModeACheckpointOfFourRanksContinuesBitwiseOnTwoThreeAndOne) {
   TempDir dir;
-  const auto data = write_markov_tokens(dir, 6000, 64).string();
+  const auto data = harness::write_markov_tokens(dir.path(), 6000, 64).string();
   const std::string common =
       "--deterministic --from-scratch --model-size tiny --vocab-size 64 --seq-len 16 "
       "--batch-size 1 --max-steps 4 --ckpt-freq 2 --lr 3e-3 --adam-eps 1e-6 --grad-clip 0.5 "
@@ -643,7 +628,7 @@ TEST(Resharding, InDeterministicModeACheckpointOfFourRanksContinuesBitwiseOnTwoT
 // accumulating the 4 chunks.
 TEST(TrainCommand, InDeterministicModeFourRanksOfEveryStrategyGiveTheOneRankBits) {
   TempDir dir;
-  const auto data = write_markov_tokens(dir, 4000, 64).string();
+  const auto data = harness::write_markov_tokens(dir.path(), 4000, 64).string();
   const std::string common =
       "--deterministic --from-scratch --model-size tiny --vocab-size 64 --seq-len 16 "
       "--batch-size 2 --max-steps 3 --lr 3e-3 --grad-clip 0.5 --data " +
@@ -671,7 +656,7 @@ TEST(TrainCommand, InDeterministicModeFourRanksOfEveryStrategyGiveTheOneRankBits
 TEST(TrainCommand, CudaDeviceTrainsLikeTheCpuAndResumesBitwise) {
   if (!runtime::cuda_available()) GTEST_SKIP() << "needs a CUDA build and a GPU (this build/machine has none)";
   TempDir dir;
-  const auto data = write_markov_tokens(dir, 4000, 64).string();
+  const auto data = harness::write_markov_tokens(dir.path(), 4000, 64).string();
   const std::string flags =
       "--from-scratch --model-size tiny --vocab-size 64 --seq-len 16 --batch-size 4 "
       "--max-steps 4 --ckpt-freq 2 --lr 3e-3 --adam-eps 1e-6 --data " +
@@ -703,7 +688,7 @@ TEST(TrainCommand, CudaDeviceTrainsLikeTheCpuAndResumesBitwise) {
 
 TEST(TrainCommand, Bf16OffloadAndActivationCheckpointingRuns) {
   TempDir dir;
-  const auto data = write_markov_tokens(dir, 3000, 32).string();
+  const auto data = harness::write_markov_tokens(dir.path(), 3000, 32).string();
   const std::string flags =
       "--nproc 2 --from-scratch --model-size tiny --vocab-size 32 --seq-len 16 --batch-size 2 "
       "--max-steps 8 --lr 1e-3 --lr-schedule constant --data " +
@@ -726,7 +711,7 @@ TEST(TrainCommand, Bf16OffloadAndActivationCheckpointingRuns) {
 
 TEST(TrainCommand, DeterministicRunsGiveIdenticalBits) {
   TempDir dir;
-  const auto data = write_markov_tokens(dir, 3000, 256).string();
+  const auto data = harness::write_markov_tokens(dir.path(), 3000, 256).string();
   const std::string flags =
       "--nproc 2 --deterministic --from-scratch --model-size tiny --vocab-size 256 --seq-len 16 "
       "--batch-size 2 --max-steps 3 --data " +
@@ -744,7 +729,7 @@ TEST(TrainCommand, DeterministicRunsGiveIdenticalBits) {
 
 TEST(TrainCommand, ConfigFileGivesOptionsAndFlagsOverrideThem) {
   TempDir dir;
-  const auto data = write_markov_tokens(dir, 2000, 256).string();
+  const auto data = harness::write_markov_tokens(dir.path(), 2000, 256).string();
   std::ofstream(dir / "train.yaml") << "from_scratch: true\nmodel-size: tiny\nvocab_size: 256\nseq_len: 16\n"
                                        "batch_size: 2\nmax_steps: 5\nlr: 0.002\nno_shuffle: true\ndata: "
                                     << data << "\n";
@@ -765,7 +750,7 @@ TEST(TrainCommand, ConfigFileGivesOptionsAndFlagsOverrideThem) {
 
 TEST(TrainCommand, EachBadInputIsOneErrorLineAndExitTwo) {
   TempDir dir;
-  const auto good = write_markov_tokens(dir, 500, 256).string();
+  const auto good = harness::write_markov_tokens(dir.path(), 500, 256).string();
   data::write_llmc_tokens(dir / "empty.bin", torch::empty({0}, torch::kLong));
   data::write_llmc_tokens(dir / "short.bin", torch::arange(10));
   std::ofstream(dir / "garbage.bin") << "this is not a token file";
@@ -805,7 +790,7 @@ TEST(TrainCommand, EachBadInputIsOneErrorLineAndExitTwo) {
 // `timeout` turns a hang into a failure.
 TEST(TrainCommand, RunTimeFailureWithoutNprocIsOneLineAndExitOne) {
   TempDir dir;
-  const auto data = write_markov_tokens(dir, 500, 32).string();
+  const auto data = harness::write_markov_tokens(dir.path(), 500, 32).string();
   fs::create_directories(dir / "taken");
   // A run directory already used, whose checkpoints are gone: never overwritten.
   std::ofstream(dir / "taken" / "metrics.jsonl") << R"({"kind": "checkpoint", "step": 2, "async": false})"

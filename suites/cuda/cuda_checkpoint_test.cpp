@@ -24,6 +24,7 @@
 #include "core/runtime/device.h"
 #include "harness/testing/multirank.h"
 #include "harness/testing/temp_dir.h"
+#include "harness/testing/token_streams.h"
 #include "suites/checkpoint/checkpoint_fixtures.h"
 #include "suites/cli/fsdpp_binary.h"
 
@@ -190,22 +191,6 @@ TrainOutcome run_train(const harness::TempDir& dir, const std::string& name, con
   return r;
 }
 
-// A learnable token stream (as suites/cli/train_command_test.cpp's), written to <dir>/tokens.bin.
-fs::path write_tokens(const harness::TempDir& dir) {
-  torch::manual_seed(11);
-  const int64_t count = 4000, vocab = 64;
-  auto noise = torch::randint(0, 3, {count}, torch::kLong);
-  auto tokens = torch::empty({count}, torch::kLong);
-  int64_t t = 1;
-  for (int64_t i = 0; i < count; ++i) {
-    t = (t * 5 + 3 + noise[i].item<int64_t>()) % vocab;
-    tokens[i] = t;
-  }
-  auto path = dir / "tokens.bin";
-  data::write_llmc_tokens(path, tokens);
-  return path;
-}
-
 // `fsdpp train --device <device> --async-checkpoint` against the same run without it: the
 // same losses, the same rank files, and records saying whether the staging was pinned.
 void check_async_train_on(const std::string& device) {
@@ -213,7 +198,7 @@ void check_async_train_on(const std::string& device) {
   const std::string flags = "--nproc 1 --device " + device +
                             " --from-scratch --model-size tiny --vocab-size 64 --seq-len 16 --batch-size 4 "
                             "--max-steps 4 --ckpt-freq 2 --keep-last 0 --lr 3e-3 --adam-eps 1e-6 --data " +
-                            write_tokens(dir).string();
+                            harness::write_markov_tokens(dir.path(), 4000, 64).string();
   const auto sync = run_train(dir, "sync", flags);
   ASSERT_EQ(sync.code, 0) << sync.output;
   const auto async = run_train(dir, "async", flags + " --async-checkpoint");
