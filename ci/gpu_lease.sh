@@ -29,7 +29,8 @@
 # FSDPP_LEASE_DEADLINE_S (default 560): no stage starts, and each is cut, so the whole run
 # ends by then. Each stage's own cap, in seconds: FSDPP_LEASE_CUDA_CAP_S (150),
 # FSDPP_LEASE_BENCH_CAP_S (240), FSDPP_LEASE_OFFLOAD_CAP_S (150, per system and size),
-# FSDPP_LEASE_TESTS_CAP_S (300), FSDPP_LEASE_PROFILE_CAP_S (120). OUT also gets log.txt (everything printed) and lease.tar.gz (the rest).
+# FSDPP_LEASE_TESTS_CAP_S (300), FSDPP_LEASE_PROFILE_CAP_S (120). OUT also gets log.txt
+# (everything printed) and lease.tar.gz (the rest).
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 step=${1:-}
