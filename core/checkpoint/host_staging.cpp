@@ -41,7 +41,6 @@ StagedContent HostStaging::stage(const CheckpointContent& content) {
       if (pin && std::find(queued_on.begin(), queued_on.end(), rows.device()) == queued_on.end())
         queued_on.push_back(rows.device());
       out.bytes += bytes;
-      if (pin) out.pinned_bytes += bytes;
       out.pinned = out.pinned || pin;
       staged.rows = buffer.host;
       out.content.tensors.push_back(std::move(staged));

@@ -28,7 +28,6 @@ namespace fsdpp::checkpoint {
 struct StagedContent {
   CheckpointContent content;    // the caller's, rows replaced by host buffers (contiguous)
   int64_t bytes = 0;            // rows copied to host memory
-  int64_t pinned_bytes = 0;     // of which into page-locked memory (rows on a CUDA device)
   int64_t allocated_bytes = 0;  // buffers this call allocated (0: every buffer was reused)
   bool pinned = false;          // some rows came from a CUDA device (their copy is page-locked)
 };

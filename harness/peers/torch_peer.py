@@ -1560,13 +1560,12 @@ def parallelize(args, model, device, ranks):
             # torchtitan: the last block stays unsharded after forward (backward needs it at once).
             fully_shard(block, mesh=mesh, mp_policy=mp, reshard_after_forward=i < len(blocks) - 1, **extra)
         fully_shard(model, mesh=mesh, mp_policy=mp, **extra)
-        precision = "FSDP2 MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), fp32 master weights"
+        precision = (
+            "FSDP2 MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), fp32 master weights" if bf16 else "fp32"
+        )
         if args.cpu_offload:
-            offload = ", CPUOffloadPolicy(pin_memory=%s)" % (device.type == "cuda")
-            precision += offload
-            if not bf16:
-                return model, mesh.get_group(), "fp32" + offload
-        return model, mesh.get_group(), precision if bf16 else "fp32"
+            precision += ", CPUOffloadPolicy(pin_memory=%s)" % extra["offload_policy"].pin_memory
+        return model, mesh.get_group(), precision
     return model, None, autocast_words if bf16 else "fp32"
 
 

@@ -14,7 +14,6 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <regex>
 #include <string>
 #include <vector>
 
@@ -27,10 +26,7 @@
 #include "harness/testing/token_streams.h"
 #include "suites/checkpoint/checkpoint_fixtures.h"
 #include "suites/cli/fsdpp_binary.h"
-
-#ifndef FSDPP_WITH_CUDA
-#define FSDPP_WITH_CUDA 0
-#endif
+#include "suites/cuda/cuda_testing.h"
 
 namespace fsdpp::cuda_checkpoint_test {
 namespace {
@@ -43,33 +39,6 @@ using checkpoint::step_dir_name;
 using checkpoint::testing::bitwise_equal;
 using checkpoint::testing::folder_names;
 using checkpoint::testing::read_text;
-
-// GPUs visible to this machine, counted without initialising CUDA here (0 in CPU builds).
-int gpus_seen_from_dev() {
-#if FSDPP_WITH_CUDA
-  int count = 0;
-  const std::regex node("nvidia[0-9]+");
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator("/dev", ec))
-    if (std::regex_match(entry.path().filename().string(), node)) ++count;
-  return count;
-#else
-  return 0;
-#endif
-}
-
-#define SKIP_UNLESS_A_GPU()                                                                                            \
-  do {                                                                                                                 \
-    const int gpus_ = gpus_seen_from_dev();                                                                            \
-    if (gpus_ < 1)                                                                                                     \
-      GTEST_SKIP() << "needs 1 CUDA device, this " << (FSDPP_WITH_CUDA ? "machine" : "CPU build") << " has " << gpus_; \
-  } while (0)
-
-harness::RunOptions quiet_ranks() {
-  harness::RunOptions options;
-  options.launch.echo_output = false;
-  return options;
-}
 
 // One rank's tensors on `device`, as a trainer hands them to save(): a matrix still being
 // produced by queued kernels, a bf16 tensor, a non-contiguous view, and a CPU tensor (the
@@ -223,15 +192,15 @@ void check_async_train_on(const std::string& device) {
 }
 
 TEST(CudaCheckpoint, AsyncSaveStagesIntoReusedPinnedBuffersAndWritesTheBytesOfASynchronousSave) {
-  SKIP_UNLESS_A_GPU();
+  REQUIRE_GPUS(1);
   harness::TempDir dir("ckpt-cuda");
   harness::expect_ranks_pass(
       1, [&](harness::RankContext& ctx) { check_async_save_on(ctx, at::Device(at::kCUDA, 0), dir.path()); },
-      quiet_ranks());
+      cuda_testing::with_env());
 }
 
 TEST(CudaCheckpoint, TrainWithAsyncCheckpointOnCudaMatchesTheSynchronousRun) {
-  SKIP_UNLESS_A_GPU();
+  REQUIRE_GPUS(1);
   check_async_train_on("cuda");
 }
 

@@ -19,7 +19,6 @@
 #include <fstream>
 #include <limits>
 #include <map>
-#include <regex>
 
 #include "core/comm/communicator.h"
 #include "core/compat/torch_compat.h"
@@ -40,43 +39,13 @@
 #include "harness/testing/multirank.h"
 #include "harness/testing/temp_dir.h"
 #include "suites/cli/fsdpp_binary.h"
-
-#ifndef FSDPP_WITH_CUDA
-#define FSDPP_WITH_CUDA 0
-#endif
+#include "suites/cuda/cuda_testing.h"
 
 using namespace fsdpp;
 
 namespace {
 
-// GPUs visible to this machine without initialising CUDA in this process (0 in CPU builds).
-int gpus_without_cuda_init() {
-#if FSDPP_WITH_CUDA
-  int count = 0;
-  std::regex node("nvidia[0-9]+");
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator("/dev", ec))
-    if (std::regex_match(entry.path().filename().string(), node)) ++count;
-  return count;
-#else
-  return 0;
-#endif
-}
-
-#define REQUIRE_GPUS(n)                                                                                          \
-  do {                                                                                                           \
-    int have_ = gpus_without_cuda_init();                                                                        \
-    if (have_ < (n))                                                                                             \
-      GTEST_SKIP() << "needs " << (n) << " CUDA device(s), this " << (FSDPP_WITH_CUDA ? "machine" : "CPU build") \
-                   << " has " << have_;                                                                          \
-  } while (0)
-
-harness::RunOptions with_env(const std::map<std::string, std::string>& env = {}) {
-  harness::RunOptions options;
-  options.launch.echo_output = false;
-  for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);  // inherited by the forked ranks
-  return options;
-}
+using cuda_testing::with_env;
 
 at::Device gpu() { return at::Device(at::kCUDA, 0); }
 
