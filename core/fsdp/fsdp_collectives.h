@@ -16,7 +16,8 @@
 
 namespace fsdpp::fsdp {
 
-// An issued all-gather and the buffer [S * shard_total] it fills.
+// An issued all-gather and the buffer [S * shard_total] it fills. For a group of one the
+// work is empty (its wait() returns at once) and the buffer may be the flat shard itself.
 struct PendingGather {
   comm::CommWork work;
   at::Tensor output;
@@ -25,6 +26,10 @@ struct PendingGather {
 // Copy-in and all-gather of a unit's flat shard over `shard`: the shard goes as it is, or,
 // with offload or mixed precision (`copy_in`), as a copy on `device` in `param_dtype`, so
 // that the all-gather moves param_dtype bytes. Returns at once.
+// A group of one runs no collective: the output is the shard itself where it is on
+// `device` (in the master dtype: copy-out casts, and reads the shard when it runs, so the
+// shard must not change until then; ShardedModel lets no all-gather outlive a backward),
+// else its copy on `device` in `param_dtype`.
 PendingGather all_gather_async(comm::Communicator& shard, const at::Tensor& flat_shard, bool copy_in, at::Device device,
                                at::ScalarType param_dtype);
 
@@ -34,8 +39,10 @@ PendingGather all_gather_async(comm::Communicator& shard, const at::Tensor& flat
 void all_gather_copy_out(std::vector<FsdpParam>& params, const at::Tensor& gathered, int64_t shard_total);
 
 // The reduce-scatter input [group_size * shard_total] with `options` (reduce dtype, the
-// compute device): every rank's rows of each accumulated gradient at its shard's place,
-// zero padding. Moves the gradients out of `accumulated` (they are reduced now).
+// compute device): every rank's rows of each accumulated gradient at its shard's place
+// (cast to the reduce dtype as they are copied in), zeros everywhere else (padding rows,
+// parameters without a gradient, gaps). Moves the gradients out of `accumulated` (they
+// are reduced now). Throws std::logic_error if two parameters' shards overlap.
 at::Tensor reduce_scatter_input(const std::vector<FsdpParam>& params, std::vector<at::Tensor>& accumulated,
                                 const std::vector<bool>& has_grad, int64_t shard_total, int group_size,
                                 const at::TensorOptions& options);

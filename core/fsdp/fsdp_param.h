@@ -71,8 +71,9 @@ class FsdpParam {
   // gathered: [S * S_total] all-gather output. Writes every rank's rows into `full`
   // (a tensor of shape()). Does not touch autograd's version counter.
   void copy_out(const at::Tensor& gathered, int64_t shard_total, at::Tensor full) const;
-  // grad: the full gradient (shape()). Writes rank r's rows into rs_input[r*S_total +
-  // offset ...] for every r; padding stays as it is (callers pass zeros).
+  // grad: the full gradient (shape()), any dtype (copy_ casts to rs_input's). Writes rank
+  // r's rows into rs_input[r*S_total + offset ...] for every r; padding rows are not
+  // written (reduce_scatter_input zeroes them).
   void copy_in_grad(const at::Tensor& grad, at::Tensor rs_input, int64_t shard_total) const;
 
  private:

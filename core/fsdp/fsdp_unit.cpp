@@ -71,6 +71,15 @@ const char* to_string(FsdpUnit::TrainingState state) {
   return "?";
 }
 
+// Whether casting a gradient in per-rank pieces (copy_in_grad's copies into the packed
+// reduce-scatter input) gives the bits of one cast of the whole tensor, for every value.
+// bf16 -> fp32 is a 16-bit shift in every kernel (CPU scalar and vectorized, CUDA), NaN
+// payloads included. fp16 -> fp32 is not: LibTorch's CPU kernel keeps a NaN's sign and
+// payload in its vectorized body but returns 0x7fffffff in its scalar tail, so pieces
+// would change the NaN bits of an overflowed fp16 step (ShardedGradScaler's bitwise test
+// compares them).
+bool casts_alike_in_pieces(at::ScalarType from, at::ScalarType to) { return from == at::kBFloat16 && to == at::kFloat; }
+
 }  // namespace
 
 std::string FsdpUnit::describe_state() const {
@@ -146,15 +155,22 @@ void FsdpUnit::reduce_gradients_async(bool sync) {
   if (!replicated_) {
     // This backward's unsharded gradients join the accumulator (in reduce_dtype), so
     // that no-sync micro-steps add up at that precision; the first one is taken as is.
+    // A first bf16 gradient reduced in this same call stays bf16: packing it
+    // (copy_in_grad's copy_) casts it to fp32 on the way, the same bits in one pass over
+    // the bytes instead of a cast and a copy. One kept across no-sync micro-steps is cast
+    // now, so that they add up in reduce_dtype (fp16 sums overflow).
+    const bool packed_now = sync && reducer_ != nullptr;
     grad_accumulators_.resize(params_.size());
     for (size_t i = 0; i < params_.size(); ++i) {
       auto& g = params_[i].unsharded().mutable_grad();
       if (!g.defined()) continue;
       auto& acc = grad_accumulators_[i];
-      if (!acc.defined())
-        acc = g.scalar_type() == reduce_dtype() ? g : g.to(reduce_dtype());
-      else
+      if (acc.defined()) {
         acc.add_(g);
+      } else {
+        const bool cast_when_packed = packed_now && casts_alike_in_pieces(g.scalar_type(), reduce_dtype());
+        acc = g.scalar_type() == reduce_dtype() || cast_when_packed ? g : g.to(reduce_dtype());
+      }
       g = at::Tensor();
     }
   }
@@ -210,8 +226,11 @@ std::vector<at::Tensor> FsdpUnit::gather_full(bool gradients) {
     }
   }
   input = input.to(device_);
-  at::Tensor gathered = at::empty({shard_total_ * shard.size()}, input.options());
-  shard.all_gather_into(gathered, input);
+  at::Tensor gathered = input;  // a group of one: the identity, no collective (all_gather_async's rule)
+  if (shard.size() > 1) {
+    gathered = at::empty({shard_total_ * shard.size()}, input.options());
+    shard.all_gather_into(gathered, input);
+  }
   for (size_t i = 0; i < params_.size(); ++i) {
     auto& p = params_[i];
     // A gradient is undefined everywhere if it is undefined here (same params got grads).

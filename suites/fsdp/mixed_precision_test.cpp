@@ -115,6 +115,47 @@ TEST(MixedPrecision, AShardGroupOfOneRunsNoReduceScatterAndKeepsItsGradient) {
   });
 }
 
+// The all-gather of a shard group of one is the identity: no collective runs, and the
+// module's tensors hold the bf16 cast of the fp32 master shard (cast straight from it),
+// also after an optimizer step has changed the master.
+TEST(MixedPrecision, AShardGroupOfOneRunsNoAllGatherAndUnshardsTheBf16CastOfItsMasterWeights) {
+  harness::expect_ranks_pass(1, [](harness::RankContext& ctx) {
+    auto linear = torch::nn::Linear(torch::nn::LinearOptions(8, 4));
+    fsdp::FsdpOptions o;
+    o.mixed_precision.param_dtype = at::kBFloat16;
+    o.mixed_precision.reduce_dtype = at::kFloat;
+    auto sharded = fsdp::ShardedModel::create(linear.ptr(), ctx.comm, o, fsdp::wrap_nothing());
+    const auto masters = sharded->named_parameters();  // fp32, whole on one rank
+    ASSERT_EQ(masters.size(), 2u);
+    torch::optim::AdamW opt(sharded->parameters(), torch::optim::AdamWOptions(1e-2));
+    for (int step = 0; step < 2; ++step) {
+      opt.zero_grad();
+      auto out = nn::call(linear, torch::randn({2, 8}).to(at::kBFloat16));
+      // The root unit stays unsharded from forward to backward: the module's tensors now.
+      for (const auto& [name, master] : masters) {
+        const auto unsharded = linear->named_parameters()[name];
+        EXPECT_EQ(unsharded.scalar_type(), at::kBFloat16) << name;
+        EXPECT_TRUE(torch::equal(unsharded, master.to(at::kBFloat16))) << name << " at step " << step;
+      }
+      out.sum().backward();
+      opt.step();
+    }
+    EXPECT_EQ(sharded->comm_stats(comm::CollectiveKind::AllGather).calls, 0);
+    EXPECT_EQ(sharded->comm_stats(comm::CollectiveKind::ReduceScatter).calls, 0);
+  });
+}
+
+// A world of one through the flat-buffer path (a separate fp32 master): the all-gather is
+// the shard cast into the module's tensors, the reduce-scatter the packed input, each
+// gradient cast to fp32 as it is packed. The same bits as the reference, also with offload
+// (the shard copied to the compute device first).
+TEST(MixedPrecision, AWorldOfOneEqualsTheCastEmulatingReferenceBitwise) {
+  for (bool offload : {false, true})
+    harness::expect_equivalent(1, tiny_transformer,
+                               bitwise_config(ShardingStrategy::FullShard, at::kBFloat16, at::kFloat, offload),
+                               expect_bitwise);
+}
+
 // Gradients exact in bf16 whose sums are not: rank 0's two micro-steps give 1 and 2^-9,
 // rank 1's give 2^-9 twice. Accumulated and averaged in fp32 the weight gradient is
 // (1 + 2^-9 + 2^-8) / 2; bf16 (8 significant bits) cannot hold that, so accumulating or
