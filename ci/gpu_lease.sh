@@ -19,13 +19,17 @@
 #            and without AC (fsdpp bench --preset gpu --device cuda) -> OUT/gpu.json
 #   offload  Llama presets (FSDPP_LEASE_OFFLOAD_SIZES, default "7B") with CPU offload and
 #            AC, fsdpp bench-step beside FSDP2 with CPUOffloadPolicy, 1+2 steps; a size runs
-#            only while the host has 1.15x its AdamW state free -> OUT/offload.tar.gz
+#            only while the host has 1.15x its AdamW state free; FSDPP_LEASE_OFFLOAD_SYSTEMS
+#            (default "fsdpp fsdp2") picks the sides -> OUT/offload.tar.gz
 #   tests    every other suite, -j(cores/2), each test given 2 cores, as ci/gpu.sh test;
 #            left out (FSDPP_LEASE_CTEST_EXCLUDE): the CPU-only benchmark and reference
 #            runs that CI runs on every commit (for time), the linters (their tools are
 #            not on the image) and ci.setup_errors (it runs ci/setup.sh, which needs
 #            Debian's archive)
-#   profile  the Llama 1B cells without AC, both systems, profiled -> OUT/kernels.md
+#   profile  the Llama 1B cells without AC, both systems, profiled (FSDPP_LEASE_PROFILE_FILTER:
+#            other cells) -> OUT/kernels.md
+#   diag     the tiny GPT-2 offload/resident bench-step pair, repeated, deterministic and with
+#            per-tensor AdamW -> OUT/diag/losses.txt
 # FSDPP_LEASE_DEADLINE_S (default 560): no stage starts, and each is cut, so the whole run
 # ends by then. Each stage's own cap, in seconds: FSDPP_LEASE_CUDA_CAP_S (150),
 # FSDPP_LEASE_BENCH_CAP_S (240), FSDPP_LEASE_OFFLOAD_CAP_S (150, per system and size),
@@ -138,7 +142,7 @@ stage_bench() {
 offload_host_bytes() { "$build/fsdpp" model-size "$1" | awk '{print $2 * 16}'; }
 
 stage_offload() {
-  local dir=$work/offload size need avail
+  local dir=$work/offload size need avail systems=${FSDPP_LEASE_OFFLOAD_SYSTEMS:-fsdpp fsdp2}
   mkdir -p "$dir"
   "$build/fsdpp" model-size --config-dir "$dir/configs" >/dev/null
   for size in ${FSDPP_LEASE_OFFLOAD_SIZES:-7B}; do
@@ -152,9 +156,12 @@ stage_offload() {
     fi
     local shape=(--batch-size 4 --seq-len 2048 --warmup 1 --steps 2 --mixed-precision bf16 --activation-checkpointing
       --cpu-offload --seed 0 --threads "$(nproc)" --device cuda)
-    capped "${FSDPP_LEASE_OFFLOAD_CAP_S:-150}" "offload $size fsdpp" "$build/fsdpp" bench-step --model-type llama --model-size "$size" \
-      --strategy full_shard "${shape[@]}" --out "$dir/fsdpp-$size.json"
-    tar -C "$work" -czf "$out/offload.tar.gz" offload
+    if [[ " $systems " == *" fsdpp "* ]]; then
+      capped "${FSDPP_LEASE_OFFLOAD_CAP_S:-150}" "offload $size fsdpp" "$build/fsdpp" bench-step --model-type llama \
+        --model-size "$size" --strategy full_shard "${shape[@]}" --out "$dir/fsdpp-$size.json"
+      tar -C "$work" -czf "$out/offload.tar.gz" offload
+    fi
+    [[ " $systems " == *" fsdp2 "* ]] || continue
     capped "${FSDPP_LEASE_OFFLOAD_CAP_S:-150}" "offload $size fsdp2" "$python" "$repo/harness/peers/torch_peer.py" --mode fsdp2 --nproc 1 \
       --model-config "$dir/configs/$size/config.json" --fixed-batch --lr 3e-4 --lr-schedule constant \
       --weight-decay 0.1 --grad-clip 1.0 --adam-impl fused "${shape[@]}" --out "$dir/fsdp2-$size.json"
@@ -162,9 +169,35 @@ stage_offload() {
   done
 }
 
+# The CUDA offload-vs-resident loss gap (2026-11-27 H200 lease): the tiny GPT-2 bench-step
+# pair run twice each, then with --deterministic, then with torch's per-tensor AdamW, so
+# that run-to-run noise, nondeterministic kernels and the optimizer can be told apart.
+stage_diag() {
+  local dir=$out/diag variant flags rep
+  mkdir -p "$dir"
+  local base=(--model-type gpt2 --model-size tiny --vocab-size 256 --strategy full_shard --nproc 1 --batch-size 2
+    --seq-len 32 --warmup 1 --steps 2 --mixed-precision fp32 --device cuda)
+  for variant in plain deterministic per-tensor-adamw; do
+    flags=()
+    [ "$variant" = plain ] || flags=("--$variant")
+    for rep in 1 2; do
+      capped 60 "diag $variant resident $rep" "$build/fsdpp" bench-step "${base[@]}" "${flags[@]}" \
+        --out "$dir/$variant-resident-$rep.json" >/dev/null
+      capped 60 "diag $variant offload $rep" "$build/fsdpp" bench-step "${base[@]}" "${flags[@]}" --cpu-offload \
+        --out "$dir/$variant-offload-$rep.json" >/dev/null
+    done
+  done
+  "$python" - "$dir" <<'PY' | tee "$dir/losses.txt"
+import json, pathlib, sys
+for f in sorted(pathlib.Path(sys.argv[1]).glob("*.json")):
+    r = json.loads(f.read_text())
+    print(f.stem, r.get("adamw_step"), " ".join(f"{x:.9f}" for x in r["losses"]))
+PY
+}
+
 stage_profile() {
   FSDPP_BUILD_DIR=$build PYTHON=$python capped "${FSDPP_LEASE_PROFILE_CAP_S:-120}" profile \
-    bash "$repo/ci/gpu.sh" profile "$work" '^llama-1B-s2048/(fsdp-full_shard|pytorch_fsdp2)/bf16/n1/.*ac0'
+    bash "$repo/ci/gpu.sh" profile "$work" "${FSDPP_LEASE_PROFILE_FILTER:-^llama-1B-s2048/(fsdp-full_shard|pytorch_fsdp2)/bf16/n1/.*ac0}"
   cp "$work/profile/kernels.md" "$out/" 2>/dev/null
 }
 

@@ -167,10 +167,11 @@ MemoryEstimate estimate_memory(const ModelShape& model, const PlanConfig& c) {
   e.activation_bytes_with_ac = (model.layers - ac_layers) * block_bytes + ac_layers * block_input + root_bytes;
   e.activation_bytes = c.activation_checkpointing ? e.activation_bytes_with_ac : e.activation_bytes_without_ac;
   e.recompute_bytes = checkpointed > 0 ? block_bytes : 0;
-  // The loss (core/train/train_step.cpp: logits.to(fp32), cross_entropy): at
-  // log_softmax's backward its saved fp32 output, the incoming fp32 gradient and the
-  // outgoing one are alive together, 12 bytes per logit.
-  e.logits_bytes = tokens * model.vocab * 12;
+  // The loss (core/train/train_step.cpp). The composite (logits.to(fp32), cross_entropy):
+  // at log_softmax's backward its saved fp32 output, the incoming fp32 gradient and the
+  // outgoing one are alive together, 12 bytes per logit. The fused kernel: the saved
+  // logits and their gradient, both in the compute dtype.
+  e.logits_bytes = tokens * model.vocab * (c.fused_cross_entropy ? 2 * cbytes : 12);
 
   // Gradients of earlier micro-batches are held during later ones.
   const int64_t held_grads = !state_on_device || micro == 1 ? 0 : e.grad_shard_bytes;

@@ -49,7 +49,8 @@ struct MemoryEstimate {
   int64_t activation_bytes_without_ac = 0;  // everything autograd saves for one micro-batch
   int64_t activation_bytes_with_ac = 0;     // with this config's --ac-freq
   int64_t activation_bytes = 0;             // the one this config uses
-  int64_t logits_bytes = 0;                 // 12 bytes per logit at the loss's backward (fp32 copy, log-softmax, grads)
+  int64_t logits_bytes = 0;                 // at the loss's backward, per logit: 12 bytes (composite: fp32 copy,
+                                            // log-softmax, grads) or 2 x the compute dtype's (fused: logits, grad)
   int64_t recompute_bytes = 0;              // one checkpointed block's activations, rebuilt in backward
   int64_t all_gather_buffer_bytes = 0;      // largest unit: copy-in shard + gathered output
   // Largest unit: flat gradient input + output shard (+ Gloo's receive buffer on the CPU).

@@ -74,6 +74,7 @@ nlohmann::json plan_json(const Plan& p) {
         {"ac_freq", c.ac_freq},
         {"cpu_offload", c.cpu_offload},
         {"prefetch", c.prefetch},
+        {"cross_entropy", c.fused_cross_entropy ? "fused" : "composite"},
         {"batch_size", c.batch_size},
         {"seq_len", c.seq_len},
         {"grad_accum_steps", c.grad_accum_steps},

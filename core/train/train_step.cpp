@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "core/compat/torch_compat.h"
+#include "core/kernels/cross_entropy.h"
 #include "core/optim/adamw.h"
 #include "core/optim/gradients.h"
 #include "core/runtime/stopwatch.h"
@@ -17,13 +18,20 @@ namespace {
 using Clock = runtime::SteadyClock;
 using runtime::ms_since;
 
+// Targets that add nothing to the loss (torch's cross_entropy default).
+constexpr int64_t kIgnoreIndex = -100;
+
 }  // namespace
 
 at::Tensor summed_cross_entropy(const models::CausalLm& lm, const at::Tensor& inputs, const at::Tensor& targets) {
-  auto logits = lm.logits(inputs);
-  return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}).to(torch::kFloat),
-                                              targets.reshape({-1}),
-                                              torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+  const auto logits = lm.logits(inputs);
+  const auto rows = logits.reshape({-1, logits.size(-1)});
+  const auto classes = targets.reshape({-1});
+  // On CUDA one kernel each way instead of fp32 copies of the logits (core/kernels/cross_entropy.h).
+  if (kernels::has_fused_cross_entropy(rows)) return kernels::fused_summed_cross_entropy(rows, classes, kIgnoreIndex);
+  return torch::nn::functional::cross_entropy(
+      rows.to(torch::kFloat), classes,
+      torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum).ignore_index(kIgnoreIndex));
 }
 
 TrainStep::TrainStep(comm::Communicator& comm, const models::CausalLm& lm, fsdp::ShardedModel* sharded,

@@ -75,7 +75,9 @@ struct StepRecord {
   double data_ms = 0, forward_ms = 0, backward_ms = 0, optimizer_ms = 0;
 };
 
-// Sum of next-token cross-entropy over every target of [rows, seq_len], in fp32.
+// Sum of next-token cross-entropy over every target of [rows, seq_len], in fp32 (targets of
+// -100 add nothing). CUDA logits take the fused kernel (core/kernels/cross_entropy.h), the
+// CPU torch's cross_entropy on an fp32 copy; the two agree to fp32 round-off.
 at::Tensor summed_cross_entropy(const models::CausalLm& lm, const at::Tensor& inputs, const at::Tensor& targets);
 
 // What a micro-step minimises: the loss of one micro-batch, a scalar tensor that the step

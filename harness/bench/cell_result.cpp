@@ -180,6 +180,9 @@ json config_of(const CellOutcome& o, std::optional<double> parameters) {
   copy_first_recorded(o, "/host_heap", "host_heap", config);
   // Llama's RMSNorm, as each system recorded it: "fused" (PyTorch's kernel) or "eager".
   copy_first_recorded(o, "/rms_norm", "rms_norm", config);
+  // The loss: "fused" (fsdpp's CUDA kernel, core/kernels/cross_entropy.h) or "composite"
+  // (cross_entropy on an fp32 copy of the logits); documents before 2026-11-27 lack it.
+  copy_first_recorded(o, "/cross_entropy", "cross_entropy", config);
   if (c.strategy.rfind("hybrid", 0) == 0)
     copy_first_recorded(o, "/config/hybrid_shard_size", "hybrid_shard_size", config);
   if (c.system != System::Fsdpp) config["started_as_fsdpp"] = started_as_fsdpp(o);

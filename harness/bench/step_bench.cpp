@@ -14,6 +14,7 @@
 #include "core/data/token_dataset.h"
 #include "core/fsdp/activation_checkpointing.h"
 #include "core/fsdp/sharded_model.h"
+#include "core/kernels/cross_entropy.h"
 #include "core/models/causal_lm.h"
 #include "core/models/layers.h"
 #include "core/models/presets.h"
@@ -374,6 +375,7 @@ nlohmann::json run_step_bench(comm::Communicator& comm, int local_rank, const St
       {"libtorch", compat::torch_version_string()},
   };
   if (c.model_type == "llama") record["rms_norm"] = models::rms_norm_kernel_name(device);
+  record["cross_entropy"] = kernels::cross_entropy_kernel_name(device);
   return record;
 }
 

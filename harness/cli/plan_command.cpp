@@ -117,6 +117,7 @@ int PlanCommand::run(const std::vector<std::string>& /*argv*/) {
     c.seq_len = seq_len_ > 0 ? seq_len_ : r.shape.max_positions;
     c.grad_accum_steps = grad_accum_steps_;
     c.device = gpu_memory_.empty() ? plan::DeviceSpec{"cpu", 0, 0, 0} : plan::gpu_memory_device(gpu_memory_);
+    c.fused_cross_entropy = c.device.name != "cpu";  // as a CUDA build trains on a GPU
     if (!host_memory_.empty()) c.host_memory_bytes = plan::parse_bytes(host_memory_, "--host-memory");
     if (!link_bandwidth_.empty()) c.link_bytes_per_s = plan::parse_bandwidth(link_bandwidth_, "--link-bandwidth");
     plan::estimate_memory(r.shape, c);  // a configuration that cannot run is bad input

@@ -1770,6 +1770,7 @@ def train_record(args, c, device, ranks, run):
     }
     if c["model_type"] == "llama":  # which RMSNorm ran, as fsdpp's record says it
         record["rms_norm"] = "fused" if FUSED_RMS_NORM else "eager"
+    record["cross_entropy"] = "composite"  # F.cross_entropy(logits.float()), as fsdpp's record says it
     return record
 
 

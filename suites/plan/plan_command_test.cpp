@@ -39,6 +39,9 @@ TEST(PlanCommand, PrintsEachPartOfThePlanAndWritesAVersionedDocument) {
   EXPECT_NO_THROW(plan::check_plan_document(doc, out));
   EXPECT_EQ(doc["config"]["world_size"], 8);
   EXPECT_GT(doc["comm_bytes_per_step"]["all_gather"].get<int64_t>(), 0);
+  // A GPU plan takes the fused loss: the saved bf16 logits and their bf16 gradient.
+  EXPECT_EQ(doc["config"]["cross_entropy"], "fused");
+  EXPECT_EQ(doc["transient_bytes"]["logits"].get<int64_t>(), int64_t{2} * 2048 * 128256 * 2 * 2);
   doc["version"] = 2;
   EXPECT_THROW(plan::check_plan_document(doc, out), std::invalid_argument);
 }

@@ -49,6 +49,7 @@ struct MeasuredCell {
   int64_t vocab = 0, batch = 0, seq = 0;
   int world = 1, hybrid_shard_size = 0;
   bool ac = false, offload = false, prefetch = true;
+  bool fused_cross_entropy = false;  // the cell's record says "fused" (since 2026-11-27)
   double all_gather = 0, reduce_scatter = 0, all_reduce = 0;
   double persistent_after_setup = -1, peak = -1, step_ms = -1;
 };
@@ -95,6 +96,7 @@ void read_v1(const fs::path& path, const json& doc, std::vector<MeasuredCell>& o
     x.ac = c["activation_checkpointing"];
     x.offload = c["cpu_offload"];
     x.prefetch = c["prefetch"];
+    x.fused_cross_entropy = c.value("cross_entropy", "composite") == "fused";
     x.all_gather = value_or(m, "comm_bytes_per_step_all_gather", 0);
     x.reduce_scatter = value_or(m, "comm_bytes_per_step_reduce_scatter", 0);
     x.all_reduce = value_or(m, "comm_bytes_per_step_all_reduce", 0);
@@ -175,6 +177,7 @@ plan::PlanConfig config_of(const MeasuredCell& x) {
   c.activation_checkpointing = x.ac;
   c.cpu_offload = x.offload;
   c.prefetch = x.prefetch;
+  c.fused_cross_entropy = x.fused_cross_entropy;
   c.batch_size = x.batch;
   c.seq_len = x.seq;
   c.device = x.device.rfind("cuda", 0) != 0            ? plan::DeviceSpec{"cpu", 0, 0, 0}
