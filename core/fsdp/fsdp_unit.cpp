@@ -225,12 +225,10 @@ std::vector<at::Tensor> FsdpUnit::gather_full(bool gradients) {
       if (g.defined() && g.numel() > 0) input.narrow(0, p.offset(), g.numel()).copy_(g.reshape({-1}));
     }
   }
-  input = input.to(device_);
-  at::Tensor gathered = input;  // a group of one: the identity, no collective (all_gather_async's rule)
-  if (shard.size() > 1) {
-    gathered = at::empty({shard_total_ * shard.size()}, input.options());
-    shard.all_gather_into(gathered, input);
-  }
+  // all_gather_async's rules, a group of one's identity included; waited on at once.
+  PendingGather gather = all_gather_async(shard, input.to(device_), /*copy_in=*/false, device_, input.scalar_type());
+  gather.work.wait();
+  const at::Tensor& gathered = gather.output;
   for (size_t i = 0; i < params_.size(); ++i) {
     auto& p = params_[i];
     // A gradient is undefined everywhere if it is undefined here (same params got grads).

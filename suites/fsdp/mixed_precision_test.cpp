@@ -9,7 +9,9 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <memory>
 
+#include "core/fsdp/sharded_model.h"
 #include "core/fsdp/sharding.h"
 #include "core/nn/module_hooks.h"
 #include "core/runtime/capabilities.h"
@@ -36,6 +38,22 @@ EquivConfig bitwise_config(ShardingStrategy strategy, std::optional<at::ScalarTy
   c.steps = 5;
   c.compare_full_at = {0, 4};
   return c;
+}
+
+// A Linear(8, 4) sharded over `comm` as one FSDP unit with bf16 parameters and fp32
+// gradient reduction.
+struct ShardedBf16Linear {
+  torch::nn::Linear linear;
+  std::shared_ptr<fsdp::ShardedModel> sharded;
+};
+
+ShardedBf16Linear sharded_bf16_linear(comm::Communicator& comm, bool bias) {
+  auto linear = torch::nn::Linear(torch::nn::LinearOptions(8, 4).bias(bias));
+  fsdp::FsdpOptions o;
+  o.mixed_precision.param_dtype = at::kBFloat16;
+  o.mixed_precision.reduce_dtype = at::kFloat;
+  auto sharded = fsdp::ShardedModel::create(linear.ptr(), comm, o, fsdp::wrap_nothing());
+  return {linear, sharded};
 }
 
 void expect_bitwise(const harness::EquivReport& r) {
@@ -100,11 +118,7 @@ TEST(MixedPrecision, AllGatherMovesParamDtypeBytesAndShardsStayFp32) {
 // bf16 gradient widened to fp32, with no collective issued (FSDP2 skips it there too).
 TEST(MixedPrecision, AShardGroupOfOneRunsNoReduceScatterAndKeepsItsGradient) {
   harness::expect_ranks_pass(1, [](harness::RankContext& ctx) {
-    auto linear = torch::nn::Linear(torch::nn::LinearOptions(8, 4).bias(false));
-    fsdp::FsdpOptions o;
-    o.mixed_precision.param_dtype = at::kBFloat16;
-    o.mixed_precision.reduce_dtype = at::kFloat;
-    auto sharded = fsdp::ShardedModel::create(linear.ptr(), ctx.comm, o, fsdp::wrap_nothing());
+    auto [linear, sharded] = sharded_bf16_linear(ctx.comm, /*bias=*/false);
     const auto upstream = torch::arange(4, at::kFloat).add(1).mul(std::ldexp(1.0, -9)).to(at::kBFloat16);
     (nn::call(linear, torch::ones({1, 8}, at::kBFloat16)) * upstream).sum().backward();
     auto grads = sharded->gather_full_gradients();
@@ -120,11 +134,7 @@ TEST(MixedPrecision, AShardGroupOfOneRunsNoReduceScatterAndKeepsItsGradient) {
 // also after an optimizer step has changed the master.
 TEST(MixedPrecision, AShardGroupOfOneRunsNoAllGatherAndUnshardsTheBf16CastOfItsMasterWeights) {
   harness::expect_ranks_pass(1, [](harness::RankContext& ctx) {
-    auto linear = torch::nn::Linear(torch::nn::LinearOptions(8, 4));
-    fsdp::FsdpOptions o;
-    o.mixed_precision.param_dtype = at::kBFloat16;
-    o.mixed_precision.reduce_dtype = at::kFloat;
-    auto sharded = fsdp::ShardedModel::create(linear.ptr(), ctx.comm, o, fsdp::wrap_nothing());
+    auto [linear, sharded] = sharded_bf16_linear(ctx.comm, /*bias=*/true);
     const auto masters = sharded->named_parameters();  // fp32, whole on one rank
     ASSERT_EQ(masters.size(), 2u);
     torch::optim::AdamW opt(sharded->parameters(), torch::optim::AdamWOptions(1e-2));
@@ -162,11 +172,7 @@ TEST(MixedPrecision, AWorldOfOneEqualsTheCastEmulatingReferenceBitwise) {
 // reducing in bf16 would round it (to 0.5 or nearby).
 TEST(MixedPrecision, Fp32ReduceDtypeAccumulatesAndReducesInFp32) {
   harness::expect_ranks_pass(2, [](harness::RankContext& ctx) {
-    auto linear = torch::nn::Linear(torch::nn::LinearOptions(8, 4).bias(false));
-    fsdp::FsdpOptions o;
-    o.mixed_precision.param_dtype = at::kBFloat16;
-    o.mixed_precision.reduce_dtype = at::kFloat;
-    auto sharded = fsdp::ShardedModel::create(linear.ptr(), ctx.comm, o, fsdp::wrap_nothing());
+    auto [linear, sharded] = sharded_bf16_linear(ctx.comm, /*bias=*/false);
     const double tiny = std::ldexp(1.0, -9);
     const double upstream[2][2] = {{1.0, tiny}, {tiny, tiny}};  // [rank][micro-step]
     for (int micro = 0; micro < 2; ++micro) {
