@@ -140,10 +140,14 @@ void fold_reduced_gradients(std::vector<FsdpParam>& params, const std::vector<bo
         auto& grad = p.sharded().mutable_grad();
         if (!grad.defined() && from_zero) grad = at::zeros(p.sharded().sizes(), master);
         for (const auto& buffer : reduced) {
-          if (grad.defined())
+          if (grad.defined()) {
             grad.add_(rows_in(buffer).to(grad.device(), grad.scalar_type()));
-          else
-            grad = rows_in(buffer).to(master, /*non_blocking=*/false, /*copy=*/true);
+          } else {
+            // A lone buffer is the gradient: its copy may stay in flight (to pinned host
+            // memory when offloaded, as FSDP2's non-blocking D2H of each reduced
+            // gradient). Another buffer to add reads it on the host at once: blocking.
+            grad = rows_in(buffer).to(master, /*non_blocking=*/reduced.size() == 1, /*copy=*/true);
+          }
         }
       }
     }

@@ -55,7 +55,9 @@ at::Tensor replica_reduce_input(const std::vector<FsdpParam>& params, const std:
 // parameters that had one: a replicated unit's module tensors get a copy of their part of
 // the single flat buffer; a sharded unit's .grad becomes ((grad + b_0) + b_1) + ... in the
 // master dtype and place (`master`: the flat shard's options), starting from zeros when
-// `from_zero` and .grad is undefined, else from a copy of b_0.
+// `from_zero` and .grad is undefined, else from a copy of b_0. The copy of a lone b_0 is
+// non-blocking: to pinned host memory (offload) it may still be in flight on return, and
+// the caller synchronizes the device before host code reads the gradients.
 void fold_reduced_gradients(std::vector<FsdpParam>& params, const std::vector<bool>& has_grad,
                             const std::vector<at::Tensor>& reduced, bool replicated, bool from_zero,
                             const at::TensorOptions& master);

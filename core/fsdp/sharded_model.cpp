@@ -42,6 +42,7 @@
 #include "core/nn/deferred_init.h"
 #include "core/nn/module_hooks.h"
 #include "core/optim/gradients.h"
+#include "core/runtime/device.h"
 
 namespace fsdpp::fsdp {
 
@@ -210,6 +211,11 @@ void ShardedModel::Hooks::final_callback(ShardedModel& m) {
     }
   }
   for (auto& unit : m.units_) unit->enter_idle();
+  // Offloaded gradients went to pinned host memory without blocking
+  // (fold_reduced_gradients): one wait for all of them, before a clip or the optimizer
+  // reads them on the host (FSDP2 waits on each parameter's grad_offload_event in
+  // finalize_backward). A no-op on the CPU.
+  if (m.options_.cpu_offload && m.options_.device) runtime::synchronize(*m.options_.device);
   m.reducing_ = nullptr;
   m.callback_queued_ = false;
 }
