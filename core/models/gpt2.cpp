@@ -59,8 +59,10 @@ Gpt2MlpImpl::Gpt2MlpImpl(const Gpt2Config& c) {
   c_proj = register_module("c_proj", Conv1D(c.inner(), c.n_embd));
 }
 
+// The block only adds the MLP's output to the residual stream and returns the sum: the
+// projection's value is summed, never saved (nn::call_summed).
 torch::Tensor Gpt2MlpImpl::forward(const torch::Tensor& x) {
-  return nn::call(c_proj, torch::gelu(nn::call(c_fc, x), "tanh"));  // gelu_new
+  return nn::call_summed(c_proj, torch::gelu(nn::call(c_fc, x), "tanh"));  // gelu_new
 }
 
 Gpt2BlockImpl::Gpt2BlockImpl(const Gpt2Config& c) {
@@ -84,7 +86,7 @@ Gpt2ModelImpl::Gpt2ModelImpl(const Gpt2Config& c) {
   nn::release_to_meta(*wpe);
   h = register_module("h", torch::nn::ModuleList());
   for (int64_t i = 0; i < c.n_layer; ++i) {
-    blocks.push_back(Gpt2Block(c));
+    blocks.emplace_back(c);
     h->push_back(blocks.back());
     nn::release_to_meta(*blocks.back());
   }

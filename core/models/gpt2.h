@@ -20,7 +20,7 @@ struct Gpt2Config {
   double layer_norm_epsilon = 1e-5;
 
   // From a config.json object; `source` names it in errors.
-  static Gpt2Config from_json(const nlohmann::json& config, const std::string& source);
+  static Gpt2Config from_json(const nlohmann::json& json, const std::string& source);
   nlohmann::json to_json() const;
   int64_t inner() const { return n_inner > 0 ? n_inner : 4 * n_embd; }
 };

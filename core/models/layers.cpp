@@ -3,6 +3,7 @@
 #include <atomic>
 
 #include "core/compat/torch_compat.h"
+#include "core/nn/gradient_only_linear.h"
 
 namespace fsdpp::models {
 
@@ -17,6 +18,10 @@ torch::Tensor Conv1DImpl::forward(const torch::Tensor& x) {
   auto sizes = x.sizes().vec();
   sizes.back() = weight.size(1);
   return torch::addmm(bias, flat, weight).view(sizes);
+}
+
+torch::Tensor Conv1DImpl::gradient_only_forward(const torch::Tensor& x) {
+  return nn::gradient_only_linear(x, weight, bias, nn::WeightLayout::InOut);
 }
 
 LmHeadImpl::LmHeadImpl(int64_t dim, int64_t vocab) {

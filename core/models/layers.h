@@ -9,6 +9,8 @@ namespace fsdpp::models {
 struct Conv1DImpl : torch::nn::Module {
   Conv1DImpl(int64_t in, int64_t out);
   torch::Tensor forward(const torch::Tensor& x);
+  // forward's backward without its value (nn::gradient_only_linear), or undefined.
+  torch::Tensor gradient_only_forward(const torch::Tensor& x);
   torch::Tensor weight, bias;
 };
 TORCH_MODULE(Conv1D);

@@ -186,8 +186,8 @@ torch::Tensor rope_inverse_frequencies(const LlamaConfig& c) {
   if (c.rope_scaling) {
     // Llama 3: keep high frequencies, divide low ones by `factor`, blend in between.
     const auto& s = *c.rope_scaling;
-    double low_wavelen = s.original_max_position_embeddings / s.low_freq_factor;
-    double high_wavelen = s.original_max_position_embeddings / s.high_freq_factor;
+    double low_wavelen = static_cast<double>(s.original_max_position_embeddings) / s.low_freq_factor;
+    double high_wavelen = static_cast<double>(s.original_max_position_embeddings) / s.high_freq_factor;
     auto wavelen = 2 * M_PI / inv;
     auto smooth =
         (s.original_max_position_embeddings / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
@@ -239,8 +239,10 @@ LlamaMlpImpl::LlamaMlpImpl(const LlamaConfig& c) {
   down_proj = linear("down_proj", c.intermediate_size, c.hidden_size);
 }
 
+// The decoder layer only adds the MLP's output to the residual stream and returns the sum:
+// the down-projection's value is summed, never saved (nn::call_summed).
 torch::Tensor LlamaMlpImpl::forward(const torch::Tensor& x) {
-  return nn::call(down_proj, torch::silu(nn::call(gate_proj, x)) * nn::call(up_proj, x));
+  return nn::call_summed(down_proj, torch::silu(nn::call(gate_proj, x)) * nn::call(up_proj, x));
 }
 
 LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const LlamaConfig& c, std::shared_ptr<RotaryTable> rotary) {
@@ -262,7 +264,7 @@ LlamaModelImpl::LlamaModelImpl(const LlamaConfig& c)
   nn::release_to_meta(*embed_tokens);
   layers = register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    layer_list.push_back(LlamaDecoderLayer(c, rotary));
+    layer_list.emplace_back(c, rotary);
     layers->push_back(layer_list.back());
     nn::release_to_meta(*layer_list.back());
   }

@@ -40,7 +40,7 @@ struct LlamaConfig {
   bool attention_bias = false;
   int64_t sliding_window = 0;  // Mistral; 0: none. Longer sequences are refused, not mis-attended.
 
-  static LlamaConfig from_json(const nlohmann::json& config, const std::string& source);
+  static LlamaConfig from_json(const nlohmann::json& json, const std::string& source);
   nlohmann::json to_json() const;
   int64_t dim_per_head() const { return head_dim > 0 ? head_dim : hidden_size / num_attention_heads; }
   // Exact parameter count (tied embeddings counted once), without building the model.

@@ -68,7 +68,8 @@ OptAttentionImpl::OptAttentionImpl(const OptConfig& c) : heads(c.num_attention_h
 
 torch::Tensor OptAttentionImpl::forward(const torch::Tensor& x) {
   // HF scales the query projection (bias included) by head_dim^-0.5, then no scale.
-  double scaling = 1.0 / std::sqrt(static_cast<double>(x.size(-1) / heads));
+  const int64_t head_dim = x.size(-1) / heads;
+  double scaling = 1.0 / std::sqrt(static_cast<double>(head_dim));
   auto q = split_heads(nn::call(q_proj, x) * scaling, heads);
   auto k = split_heads(nn::call(k_proj, x), heads), v = split_heads(nn::call(v_proj, x), heads);
   return nn::call(out_proj, merge_heads(causal_attention(q, k, v, /*scale=*/1.0)));
@@ -93,7 +94,7 @@ torch::Tensor OptLayerImpl::forward(torch::Tensor x) {
   h = pre_norm ? nn::call(final_layer_norm, x) : x;
   h = nn::call(fc1, h);
   h = activation == "relu" ? torch::relu(h) : torch::gelu(h);
-  x = x + nn::call(fc2, h);
+  x = x + nn::call_summed(fc2, h);  // post-norm: the norm's call after it makes it not the last
   if (!pre_norm) x = nn::call(final_layer_norm, x);
   return x;
 }
@@ -120,7 +121,7 @@ OptDecoderImpl::OptDecoderImpl(const OptConfig& c) {
   }
   layers = register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    layer_list.push_back(OptLayer(c));
+    layer_list.emplace_back(c);
     layers->push_back(layer_list.back());
     nn::release_to_meta(*layer_list.back());
   }

@@ -24,7 +24,7 @@ struct OptConfig {
   bool remove_final_layer_norm = false;  // HF's _remove_final_layer_norm
   std::string activation_function = "relu";
 
-  static OptConfig from_json(const nlohmann::json& config, const std::string& source);
+  static OptConfig from_json(const nlohmann::json& json, const std::string& source);
   nlohmann::json to_json() const;
 };
 

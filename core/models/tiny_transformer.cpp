@@ -29,7 +29,7 @@ torch::Tensor TinyBlockImpl::forward(torch::Tensor x) {
   auto attn = torch::matmul(torch::softmax(scores, -1), v).transpose(1, 2).reshape({b, s, d});
   x = x + nn::call(proj, attn);
   auto h = nn::call(fc, nn::call(ln2, x));
-  return x + nn::call(fc_proj, torch::gelu(h, "tanh"));
+  return x + nn::call_summed(fc_proj, torch::gelu(h, "tanh"));
 }
 
 // Each part goes to the meta device as soon as it is built under nn::DeferredInit.
@@ -40,7 +40,7 @@ TinyTransformerImpl::TinyTransformerImpl(const TinyTransformerConfig& c) : confi
   nn::release_to_meta(*wpe);
   blocks = register_module("blocks", torch::nn::ModuleList());
   for (int64_t i = 0; i < c.layers; ++i) {
-    block_list.push_back(TinyBlock(c));
+    block_list.emplace_back(c);
     blocks->push_back(block_list.back());
     nn::release_to_meta(*block_list.back());
   }

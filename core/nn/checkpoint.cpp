@@ -5,6 +5,7 @@
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <atomic>
 #include <utility>
 
 #include "core/compat/torch_compat.h"
@@ -16,6 +17,26 @@ namespace {
 // the thread that called it, and hooks run on the thread of the forward or backward.
 thread_local int checkpointed_forward_depth = 0;
 thread_local int recompute_depth = 0;
+
+// The module calls of the innermost checkpointed forward or recomputation on this thread:
+// how many it has made, and (recomputation only) how many its forward made, else -1.
+struct ModuleCalls {
+  int64_t made = 0;
+  int64_t expected = -1;
+};
+thread_local ModuleCalls* current_module_calls = nullptr;
+
+std::atomic<int64_t> calls_without_value_total{0};
+std::atomic<bool> skips_summed{true};
+
+// Makes `calls` the innermost count while alive.
+struct ModuleCallScope {
+  explicit ModuleCallScope(ModuleCalls& calls) : previous_(current_module_calls) { current_module_calls = &calls; }
+  ~ModuleCallScope() { current_module_calls = previous_; }
+  ModuleCallScope(const ModuleCallScope&) = delete;
+  ModuleCallScope& operator=(const ModuleCallScope&) = delete;
+  ModuleCalls* previous_;
+};
 
 struct DepthScope {
   explicit DepthScope(int& depth) : depth_(depth) { ++depth_; }
@@ -34,6 +55,7 @@ struct Recompute : torch::CustomClassHolder {
   // thread), and the recomputation must cast as the forward did, as torch.utils.checkpoint
   // re-enters the forward's torch.autocast.
   compat::AutocastState autocast;
+  int64_t module_calls = -1;  // made by the forward
 };
 
 // Inputs: x, the anchor, the function. Autograd creates no node for a call none of whose
@@ -48,7 +70,11 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     ctx->saved_data["recompute"] = c10::IValue::make_capsule(recompute);
     // Function::apply has turned grad mode off: fn records no graph, saves nothing.
     DepthScope scope(checkpointed_forward_depth);
-    return recompute->fn(x);
+    ModuleCalls calls;
+    ModuleCallScope call_scope(calls);
+    at::Tensor y = recompute->fn(x);
+    recompute->module_calls = calls.made;
+    return y;
   }
 
   // Recomputes y = fn(x) on a detached copy of x, then backpropagates grad_y through it
@@ -64,6 +90,8 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
       at::AutoGradMode grad_mode(true);  // the engine runs backward with grad mode off
       compat::AutocastGuard autocast(recompute->autocast);
       DepthScope scope(recompute_depth);
+      ModuleCalls calls{0, recompute->module_calls};
+      ModuleCallScope call_scope(calls);
       y = recompute->fn(x);
     }
     if (y.requires_grad()) torch::autograd::backward({y}, {grad_outputs[0]});
@@ -82,5 +110,17 @@ at::Tensor checkpoint(std::function<at::Tensor(at::Tensor)> fn, at::Tensor x) {
 
 bool in_checkpointed_forward() { return checkpointed_forward_depth > 0; }
 bool recomputing() { return recompute_depth > 0; }
+
+bool count_module_call() {
+  if (current_module_calls == nullptr) return false;
+  ++current_module_calls->made;
+  return current_module_calls->made == current_module_calls->expected;
+}
+
+void set_recompute_skips_summed(bool skips) { skips_summed.store(skips); }
+bool recompute_skips_summed() { return skips_summed.load(); }
+
+void record_call_without_value() { calls_without_value_total.fetch_add(1, std::memory_order_relaxed); }
+int64_t calls_without_value() { return calls_without_value_total.load(std::memory_order_relaxed); }
 
 }  // namespace fsdpp::nn

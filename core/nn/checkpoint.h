@@ -15,6 +15,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cstdint>
 #include <functional>
 
 namespace fsdpp::nn {
@@ -34,5 +35,24 @@ bool in_checkpointed_forward();
 // Whether this thread is recomputing a checkpointed forward, inside backward. Hooks use
 // it to tell a recomputation from the iteration's forward.
 bool recomputing();
+
+// Counts one module call (nn::call counts each as it enters) in the innermost checkpointed
+// forward or recomputation running on this thread, and returns whether the call is that
+// recomputation's last: its forward counted as many. Outside both it counts nothing and
+// returns false. A recomputation that makes fewer module calls than its forward did (one
+// that checkpoints a nested module anew counts that module's calls apart) never reports a
+// last call.
+bool count_module_call();
+
+// Whether nn::call_summed may skip a value in a recomputation (default true). false gives
+// the full recomputation, for an A/B in one process (bench-step --full-recompute).
+// Process-wide, like torch.backends flags. Thread-safe.
+void set_recompute_skips_summed(bool skips);
+bool recompute_skips_summed();
+
+// Module calls that recomputations ran for their gradients only, without computing their
+// value (nn::call_summed): recorded by the caller, counted for the whole process.
+void record_call_without_value();
+int64_t calls_without_value();
 
 }  // namespace fsdpp::nn

@@ -9,14 +9,17 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/GradMode.h>
 #include <torch/nn/module.h>
+#include <torch/nn/modules/linear.h>
 
 #include <functional>
 #include <memory>
 #include <stdexcept>
 #include <tuple>
 #include <type_traits>
+#include <utility>
 
 #include "core/nn/checkpoint.h"
+#include "core/nn/gradient_only_linear.h"
 
 namespace fsdpp::nn {
 
@@ -59,25 +62,77 @@ inline void check_checkpointed_arg(const at::Tensor& t) {
 template <class T>
 void check_checkpointed_arg(const T&) {}
 
+// call_impl without counting the call.
+template <class Impl, class... Rest>
+at::Tensor call_counted(Impl& module, at::Tensor x, Rest&&... rest) {
+  if (c10::GradMode::is_enabled() && is_checkpointed(&module)) {
+    (check_checkpointed_arg(rest), ...);
+    auto fn = [&module, args = std::make_tuple(std::decay_t<Rest>(rest)...)](at::Tensor in) mutable {
+      return std::apply([&](auto&... a) { return call_with_hooks(module, std::move(in), a...); }, args);
+    };
+    return checkpoint(std::move(fn), std::move(x));
+  }
+  return call_with_hooks(module, std::move(x), std::forward<Rest>(rest)...);
+}
+
+// Conv1D-like modules provide `gradient_only_forward(x)`; torch::nn::Linear is known here.
+template <class Impl, class = void>
+struct has_gradient_only_forward : std::false_type {};
+template <class Impl>
+struct has_gradient_only_forward<
+    Impl, std::void_t<decltype(std::declval<Impl&>().gradient_only_forward(std::declval<const at::Tensor&>()))>>
+    : std::true_type {};
+
+template <class Impl>
+at::Tensor gradient_only_forward(Impl& module, const at::Tensor& x) {
+  if constexpr (std::is_base_of_v<torch::nn::LinearImpl, Impl>) {
+    return gradient_only_linear(x, module.weight, module.bias, WeightLayout::OutIn);
+  } else {
+    static_assert(has_gradient_only_forward<Impl>::value,
+                  "nn::call_summed: the module is neither a torch::nn::Linear nor has gradient_only_forward(x)");
+    return module.gradient_only_forward(x);
+  }
+}
+
 }  // namespace detail
 
 // Runs module.forward(x, rest...) between the module's hooks (in a checkpoint if marked).
 template <class Impl, class... Rest>
 at::Tensor call_impl(Impl& module, at::Tensor x, Rest&&... rest) {
-  if (c10::GradMode::is_enabled() && is_checkpointed(&module)) {
-    (detail::check_checkpointed_arg(rest), ...);
-    auto fn = [&module, args = std::make_tuple(std::decay_t<Rest>(rest)...)](at::Tensor in) mutable {
-      return std::apply([&](auto&... a) { return detail::call_with_hooks(module, std::move(in), a...); }, args);
-    };
-    return checkpoint(std::move(fn), std::move(x));
-  }
-  return detail::call_with_hooks(module, std::move(x), std::forward<Rest>(rest)...);
+  count_module_call();
+  return detail::call_counted(module, std::move(x), std::forward<Rest>(rest)...);
 }
 
 // The same through a module holder (TORCH_MODULE types): nn::call(block, x).
 template <class Holder, class... Rest>
 at::Tensor call(Holder& module, at::Tensor x, Rest&&... rest) {
   return call_impl(*module, std::move(x), std::forward<Rest>(rest)...);
+}
+
+// nn::call of a linear layer (torch::nn::Linear, or a module with gradient_only_forward)
+// whose output the caller only sums into what it returns: a residual branch's last
+// projection, `return x + nn::call_summed(down_proj, h)`, through every caller up to the
+// checkpointed block. No op then saves the output's value for backward. When the call is
+// the last module call of a checkpoint's recomputation, it skips the value (the matmul)
+// and keeps the backward: nn::gradient_only_linear, between the module's hooks. Anywhere
+// else, or where that declines the inputs, it is nn::call. A caller that does read the
+// value gets NaN, never a wrong number. nn::set_recompute_skips_summed(false) turns it off. (Module calls after it,
+// e.g. a post-norm, make it not the last, so the claim is about the plain ops between it and the block's end.)
+template <class Holder>
+at::Tensor call_summed(Holder& module, at::Tensor x) {
+  auto& impl = *module;
+  if (count_module_call() && recompute_skips_summed() && !is_checkpointed(&impl)) {
+    auto hooks = forward_hooks(&impl);
+    if (hooks && hooks->pre) x = hooks->pre(x);
+    at::Tensor y = detail::gradient_only_forward(impl, x);
+    if (y.defined())
+      record_call_without_value();
+    else
+      y = impl.forward(x);
+    if (hooks && hooks->post) y = hooks->post(y);
+    return y;
+  }
+  return detail::call_counted(impl, std::move(x));
 }
 
 }  // namespace fsdpp::nn

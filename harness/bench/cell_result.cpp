@@ -183,6 +183,9 @@ json config_of(const CellOutcome& o, std::optional<double> parameters) {
   // The loss: "fused" (fsdpp's CUDA kernel, core/kernels/cross_entropy.h) or "composite"
   // (cross_entropy on an fp32 copy of the logits); documents before 2026-11-27 lack it.
   copy_first_recorded(o, "/cross_entropy", "cross_entropy", config);
+  // With AC, fsdpp's recomputation: "skips-summed" (nn::call_summed skips each block's last
+  // projection) or "full"; documents before 2026-11-27 (3) lack it: full.
+  copy_first_recorded(o, "/recompute", "recompute", config);
   if (c.strategy.rfind("hybrid", 0) == 0)
     copy_first_recorded(o, "/config/hybrid_shard_size", "hybrid_shard_size", config);
   if (c.system != System::Fsdpp) config["started_as_fsdpp"] = started_as_fsdpp(o);

@@ -18,6 +18,7 @@
 #include "core/models/causal_lm.h"
 #include "core/models/layers.h"
 #include "core/models/presets.h"
+#include "core/nn/checkpoint.h"
 #include "core/nn/deferred_init.h"
 #include "core/nn/unique_parameters.h"
 #include "core/optim/adamw.h"
@@ -188,6 +189,7 @@ nlohmann::json run_step_bench(comm::Communicator& comm, int local_rank, const St
   if (c.inject_delay_pct < 0) throw std::invalid_argument("--inject-delay-pct must be >= 0");
   if (c.deterministic) at::globalContext().setDeterministicAlgorithms(true, false);
   models::set_rms_norm_kernel(c.eager_rms_norm ? models::RmsNormKernel::Eager : models::RmsNormKernel::Fused);
+  nn::set_recompute_skips_summed(!c.full_recompute);
 
   // The model: sharded, built on the meta device, each rank materialising its own rows on
   // `device`; unsharded, built whole with the same values (init_rows = init_from_scratch).
@@ -376,6 +378,7 @@ nlohmann::json run_step_bench(comm::Communicator& comm, int local_rank, const St
   };
   if (c.model_type == "llama") record["rms_norm"] = models::rms_norm_kernel_name(device);
   record["cross_entropy"] = kernels::cross_entropy_kernel_name(device);
+  if (c.activation_checkpointing) record["recompute"] = nn::recompute_skips_summed() ? "skips-summed" : "full";
   return record;
 }
 

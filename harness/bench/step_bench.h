@@ -55,6 +55,9 @@ struct StepBenchConfig {
   uint64_t seed = 0;
   // Llama's RMSNorm on CUDA: PyTorch's fused kernel or HF's eager formula (models/layers.h).
   bool eager_rms_norm = false;
+  // With activation checkpointing: recompute each block's last projection too (the
+  // recomputation before nn::call_summed; an A/B in one run). Records say which in `recompute`.
+  bool full_recompute = false;
   // AdamW through torch::optim::AdamW's per-tensor step instead of FusedAdamW (an A/B of
   // the optimizer kernels; records say which ran in adamw_step).
   bool per_tensor_adamw = false;

@@ -57,6 +57,8 @@ void BenchCommand::add_to(CLI::App& app) {
   command_->add_option("--seed", c.seed, "Initial weights and data");
   command_->add_flag("--eager-rms-norm", c.eager_rms_norm,
                      "Llama on CUDA: RMSNorm op by op (HF's formula) instead of PyTorch's fused kernel");
+  command_->add_flag("--full-recompute", c.full_recompute,
+                     "With --activation-checkpointing: recompute each block's last projection too (an A/B)");
   command_->add_flag("--per-tensor-adamw", c.per_tensor_adamw,
                      "AdamW with torch::optim::AdamW's per-tensor step instead of the fused kernels");
   command_->add_flag("--no-count-cpu-tensors", no_count_cpu_tensors_,
@@ -139,7 +141,9 @@ int BenchCommand::run_step(const std::vector<std::string>& argv) {
           config_.model_type.c_str(), config_.model_size.c_str(), strategy_.c_str(), comm.size(),
           config_.mixed_precision.c_str(), config_.activation_checkpointing ? ", AC" : "",
           cell["step_ms_median"].get<double>(), cell["tokens_per_s"].get<double>(), 100 * cell["mfu"].get<double>(),
-          cell["memory_bytes"].value("peak_allocated", cell["memory_bytes"].value("rss_peak", int64_t{0})) / 1e9);
+          static_cast<double>(
+              cell["memory_bytes"].value("peak_allocated", cell["memory_bytes"].value("rss_peak", int64_t{0}))) /
+              1e9);
       std::fflush(stdout);
       if (!out_.empty()) io::write_file_atomic(out_, cell.dump(2) + "\n");
     }

@@ -3,17 +3,24 @@
 // and the activations kept between forward and backward shrink.
 #include <gtest/gtest.h>
 #include <malloc.h>
+#include <torch/cuda.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <optional>
 #include <ostream>
+#include <sstream>
 #include <string>
 #include <tuple>
 
 #include "core/compat/torch_compat.h"
 #include "core/fsdp/activation_checkpointing.h"
 #include "core/fsdp/sharded_model.h"
+#include "core/models/causal_lm.h"
+#include "core/models/layers.h"
+#include "core/models/presets.h"
+#include "core/models/tiny_transformer.h"
+#include "core/nn/gradient_only_linear.h"
 #include "core/nn/module_hooks.h"
 #include "harness/testing/equivalence_check.h"
 
@@ -306,13 +313,188 @@ TEST(ActivationCheckpointing, KeepsFarFewerActivationsBetweenForwardAndBackward)
       "  after forward: %lld without AC, %lld with AC (%.3fx)\n"
       "  peak at block boundaries: %lld without AC, %lld with AC (%.3fx)\n",
       static_cast<long long>(plain.after_forward), static_cast<long long>(checkpointed.after_forward),
-      static_cast<double>(checkpointed.after_forward) / plain.after_forward, static_cast<long long>(plain.peak),
-      static_cast<long long>(checkpointed.peak), static_cast<double>(checkpointed.peak) / plain.peak);
+      static_cast<double>(checkpointed.after_forward) / static_cast<double>(plain.after_forward),
+      static_cast<long long>(plain.peak), static_cast<long long>(checkpointed.peak),
+      static_cast<double>(checkpointed.peak) / static_cast<double>(plain.peak));
   // Without AC each block keeps its attention probabilities and MLP activations (tens of
   // times its input); with AC it keeps its input only. In backward AC holds one block's
   // recomputed activations plus the inputs, so with 6 blocks its peak is well under 0.7x.
   EXPECT_LT(checkpointed.after_forward, plain.after_forward / 4);
   EXPECT_LT(checkpointed.peak, plain.peak * 7 / 10);
+}
+
+// gradient_only_linear against autograd through the layer it stands for.
+struct LinearCase {
+  nn::WeightLayout layout;
+  bool bias;
+  int64_t dims;
+  at::ScalarType dtype;
+  at::DeviceType device = at::kCPU;
+};
+
+std::ostream& operator<<(std::ostream& os, const LinearCase& c) {
+  return os << (c.layout == nn::WeightLayout::OutIn ? "Linear" : "Conv1D") << (c.bias ? "_bias" : "") << "_" << c.dims
+            << "d_" << c10::toString(c.dtype) << (c.device == at::kCUDA ? "_cuda" : "");
+}
+
+class GradientOnlyLinear : public ::testing::TestWithParam<LinearCase> {};
+
+TEST_P(GradientOnlyLinear, SendsAutogradsGradientsBitwiseAndAValueOfNaN) {
+  const auto c = GetParam();
+  if (c.device == at::kCUDA && !torch::cuda::is_available()) GTEST_SKIP() << "needs a CUDA device";
+  torch::manual_seed(3);
+  // Long enough rows and sums for the GEMMs to block them: another layout of the same
+  // product would round differently.
+  const int64_t in = 96, out = 80, batch = 4, seq = 150;
+  const auto opts = torch::TensorOptions().dtype(c.dtype).device(c.device);
+  const auto x_shape = c.dims == 3 ? std::vector<int64_t>{batch, seq, in} : std::vector<int64_t>{batch * seq, in};
+  auto y_shape = x_shape;
+  y_shape.back() = out;
+  auto x = torch::randn(x_shape, opts);
+  auto weight = c.layout == nn::WeightLayout::OutIn ? torch::randn({out, in}, opts) : torch::randn({in, out}, opts);
+  auto bias = c.bias ? torch::randn({out}, opts) : torch::Tensor();
+  auto upstream = torch::randn(y_shape, opts);
+  auto leaves = [&] {
+    std::vector<torch::Tensor> v{x.clone().requires_grad_(), weight.clone().requires_grad_()};
+    if (c.bias) v.push_back(bias.clone().requires_grad_());
+    return v;
+  };
+  auto expected = leaves();
+  const torch::Tensor b = c.bias ? expected[2] : torch::Tensor();
+  torch::Tensor y;
+  if (c.layout == nn::WeightLayout::OutIn) {
+    y = torch::nn::functional::linear(expected[0], expected[1], b);
+  } else {  // Conv1D's forward
+    auto flat = expected[0].reshape({-1, in});
+    y = (b.defined() ? torch::addmm(b, flat, expected[1]) : flat.mm(expected[1])).view(upstream.sizes());
+  }
+  (y + 1).backward(upstream);  // an add between, as the block's residual
+
+  auto actual = leaves();
+  auto value = nn::gradient_only_linear(actual[0], actual[1], c.bias ? actual[2] : torch::Tensor(), c.layout);
+  ASSERT_TRUE(value.defined());
+  EXPECT_EQ(value.sizes(), y.sizes());
+  EXPECT_EQ(value.scalar_type(), c.dtype);
+  EXPECT_TRUE(value.isnan().all().item<bool>());
+  (value + 1).backward(upstream);
+  for (size_t i = 0; i < expected.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_TRUE(torch::equal(expected[i].grad(), actual[i].grad()));
+    EXPECT_EQ(expected[i].grad().strides(), actual[i].grad().strides());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, GradientOnlyLinear,
+    ::testing::Values(LinearCase{nn::WeightLayout::OutIn, false, 3, at::kFloat},
+                      LinearCase{nn::WeightLayout::OutIn, true, 3, at::kFloat},
+                      LinearCase{nn::WeightLayout::OutIn, false, 2, at::kFloat},
+                      LinearCase{nn::WeightLayout::OutIn, true, 2, at::kFloat},
+                      LinearCase{nn::WeightLayout::InOut, true, 3, at::kFloat},
+                      LinearCase{nn::WeightLayout::InOut, true, 2, at::kFloat},
+                      LinearCase{nn::WeightLayout::OutIn, false, 3, at::kBFloat16},
+                      LinearCase{nn::WeightLayout::OutIn, true, 3, at::kBFloat16},
+                      LinearCase{nn::WeightLayout::InOut, true, 3, at::kBFloat16},
+                      // cuBLAS picks its kernel by layout: the same ops, not merely the same product.
+                      LinearCase{nn::WeightLayout::OutIn, false, 3, at::kBFloat16, at::kCUDA},
+                      LinearCase{nn::WeightLayout::OutIn, true, 3, at::kFloat, at::kCUDA},
+                      LinearCase{nn::WeightLayout::InOut, true, 3, at::kBFloat16, at::kCUDA}),
+    [](const auto& info) {
+      std::ostringstream name;
+      name << info.param;
+      return name.str();
+    });
+
+TEST(GradientOnlyLinearInputs, DeclinesWhatItDoesNotReplicate) {
+  auto w = torch::randn({4, 6});
+  auto x = torch::randn({3, 6});
+  EXPECT_TRUE(nn::gradient_only_linear(x, w, {}, nn::WeightLayout::OutIn).defined());
+  EXPECT_FALSE(nn::gradient_only_linear(torch::randn({6, 3}).t(), w, {}, nn::WeightLayout::OutIn).defined());
+  EXPECT_FALSE(nn::gradient_only_linear(torch::randn({2, 2, 3, 6}), w, {}, nn::WeightLayout::OutIn).defined());
+  EXPECT_FALSE(nn::gradient_only_linear(x, torch::randn({6, 4}).t(), {}, nn::WeightLayout::OutIn).defined());
+  EXPECT_FALSE(nn::gradient_only_linear(x.to(at::kBFloat16), w, {}, nn::WeightLayout::OutIn).defined());
+  EXPECT_FALSE(nn::gradient_only_linear(x, w, torch::randn({5}), nn::WeightLayout::OutIn).defined());
+  EXPECT_FALSE(nn::gradient_only_linear(x, w, {}, nn::WeightLayout::InOut).defined());  // 6 != 4 inputs
+  compat::AutocastGuard autocast(compat::AutocastState::only(at::kCPU, at::kBFloat16));
+  EXPECT_FALSE(nn::gradient_only_linear(x, w, {}, nn::WeightLayout::OutIn).defined());
+}
+
+// Every family's block, checkpointed: the recomputation skips the value of the block's last
+// projection (one call per block) where that projection is the block's last module call,
+// and every gradient is still bitwise that of the run without checkpointing.
+struct FamilyCase {
+  std::string type;
+  bool post_norm;  // OPT-350M's layout: a norm's call follows the last projection
+  at::ScalarType dtype;
+};
+
+std::ostream& operator<<(std::ostream& os, const FamilyCase& c) {
+  return os << c.type << (c.post_norm ? "_post_norm" : "") << "_" << c10::toString(c.dtype);
+}
+
+class SkippedProjection : public ::testing::TestWithParam<FamilyCase> {};
+
+struct LmPass {
+  double loss = 0;
+  Named grads;
+  int64_t skipped = 0;  // calls_without_value during the pass
+};
+
+LmPass lm_forward_backward(const FamilyCase& c, const std::string& checkpointed_type) {
+  auto config = models::from_scratch_config(c.type, "tiny", 128);
+  if (c.post_norm) config["do_layer_norm_before"] = false;
+  auto lm = models::build_causal_lm(config, "test");
+  models::init_from_scratch(lm, 11);
+  lm.module->to(c.dtype);
+  if (!checkpointed_type.empty()) fsdp::apply_activation_checkpointing(*lm.module, {{checkpointed_type}, 1});
+  auto tokens = torch::randint(128, {2, 17}, torch::kLong);  // the caller seeds
+  const int64_t before = nn::calls_without_value();
+  auto logits = lm.logits(tokens.slice(1, 0, 16));
+  auto loss = models::lm_loss(logits.to(at::kFloat), tokens.slice(1, 1, 17));
+  loss.backward();
+  LmPass out{loss.item<double>(), {}, nn::calls_without_value() - before};
+  for (const auto& item : lm.module->named_parameters()) out.grads.emplace_back(item.key(), item.value().grad());
+  return out;
+}
+
+TEST_P(SkippedProjection, EachBlocksLastProjectionIsNotRecomputedAndGradientsStayBitwise) {
+  const auto c = GetParam();
+  const auto block_type = models::build_causal_lm(models::from_scratch_config(c.type, "tiny", 128), "test").block_type;
+  torch::manual_seed(5);
+  auto plain = lm_forward_backward(c, "");
+  torch::manual_seed(5);
+  auto checkpointed = lm_forward_backward(c, block_type);
+  EXPECT_EQ(plain.skipped, 0);
+  const int64_t layers = models::from_scratch_config(c.type, "tiny", 128)
+                             .value(c.type == "gpt2" ? "n_layer" : "num_hidden_layers", int64_t{0});
+  ASSERT_GT(layers, 0);
+  EXPECT_EQ(checkpointed.skipped, c.post_norm ? 0 : layers);
+  EXPECT_EQ(plain.loss, checkpointed.loss);
+  expect_bitwise_equal(plain.grads, checkpointed.grads);
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, SkippedProjection,
+                         ::testing::Values(FamilyCase{"gpt2", false, at::kFloat},
+                                           FamilyCase{"llama", false, at::kFloat}, FamilyCase{"opt", false, at::kFloat},
+                                           FamilyCase{"opt", true, at::kFloat},
+                                           FamilyCase{"gpt2", false, at::kBFloat16},
+                                           FamilyCase{"llama", false, at::kBFloat16}),
+                         [](const auto& info) {
+                           std::ostringstream name;
+                           name << info.param;
+                           return name.str();
+                         });
+
+// Checkpointing the whole model: its last module call is the head, not a block's
+// projection, so nothing is skipped, and a block's projection is never taken for the last.
+TEST(SkippedProjectionWholeModel, NothingIsSkippedWhenTheLastCallIsNotASummedProjection) {
+  const FamilyCase c{"llama", false, at::kFloat};
+  torch::manual_seed(5);
+  auto plain = lm_forward_backward(c, "");
+  torch::manual_seed(5);
+  auto whole = lm_forward_backward(c, "fsdpp::models::LlamaForCausalLMImpl");
+  EXPECT_EQ(whole.skipped, 0);
+  expect_bitwise_equal(plain.grads, whole.grads);
 }
 
 }  // namespace
