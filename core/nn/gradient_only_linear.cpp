@@ -80,8 +80,8 @@ at::Tensor gradient_only_linear(const at::Tensor& x, const at::Tensor& weight, c
   const int64_t in = layout == WeightLayout::OutIn ? weight.size(1) : weight.size(0);
   const int64_t out = layout == WeightLayout::OutIn ? weight.size(0) : weight.size(1);
   if (x.size(-1) != in) return {};
-  if (bias.defined() && (bias.dim() != 1 || bias.size(0) != out || bias.scalar_type() != x.scalar_type() ||
-                         bias.device() != x.device()))
+  if (bias.defined() &&
+      (bias.dim() != 1 || bias.size(0) != out || bias.scalar_type() != x.scalar_type() || bias.device() != x.device()))
     return {};
   return GradientOnlyLinear::apply(x, weight, bias.defined() ? bias : at::empty({0}, x.options()),
                                    static_cast<int64_t>(layout));

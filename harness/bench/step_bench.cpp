@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <optional>
 #include <set>
 #include <stdexcept>
@@ -250,6 +251,8 @@ nlohmann::json run_step_bench(comm::Communicator& comm, int local_rank, const St
   BatchSource batches(c, lm.vocab_size, comm, device);
 
   std::vector<double> step_ms, losses, injected_ms;
+  // Rank 0's host time in each phase of each timed step (train::StepRecord's).
+  std::map<std::string, std::vector<double>> phase_ms;
   StepProfiler profiler(comm.rank() == 0 ? c.profile_trace : "", device.is_cuda());
   for (int step = -c.warmup_steps; step < c.steps; ++step) {
     if (step == 0) {
@@ -277,6 +280,10 @@ nlohmann::json run_step_bench(comm::Communicator& comm, int local_rank, const St
       step_ms.push_back(slowest.item<double>());
       losses.push_back(done.loss);
       injected_ms.push_back(delay_ms);
+      phase_ms["data"].push_back(done.data_ms);
+      phase_ms["forward"].push_back(done.forward_ms);
+      phase_ms["backward"].push_back(done.backward_ms);
+      phase_ms["optimizer"].push_back(done.optimizer_ms);
     }
   }
   profiler.stop_and_save();
@@ -361,6 +368,7 @@ nlohmann::json run_step_bench(comm::Communicator& comm, int local_rank, const St
       {"host_heap", runtime::host_heap_policy()},
       {"step_ms", step_ms},
       {"injected_delay_ms", injected_ms},  // this rank's sleep inside each timed step (requested)
+      {"phase_ms", phase_ms},
       {"step_ms_median", results::median(step_ms)},
       {"step_ms_min", step_ms.empty() ? 0.0 : *std::min_element(step_ms.begin(), step_ms.end())},
       {"tokens_per_s", tokens_per_s},

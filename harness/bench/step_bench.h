@@ -79,7 +79,10 @@ struct StepBenchConfig {
 // peak reserved; on the CPU the resident set after setup, between steps and its peak
 // (VmRSS, VmHWM); rank 0's, and the maximum over ranks), comm bytes per step by kind
 // with the communication thread's busy time and the part callers waited for (exposed),
-// the sleep injected into each timed step (injected_delay_ms, this rank's), which RMSNorm
+// the sleep injected into each timed step (injected_delay_ms, this rank's), the host time of
+// each phase of each timed step (phase_ms: data, forward, backward, optimizer; this rank's,
+// train::StepRecord's: on CUDA a phase ends when its last kernel is queued, and the offload
+// copies' wait closes backward), which RMSNorm
 // ran (rms_norm: "fused" or "eager"; Llama only), losses (per timed step, the loss train
 // logs: the mean over every rank's tokens; without `data` each rank trains every step on
 // one batch: randint(0, vocab) from a CPU generator seeded seed * 1000003 + rank;

@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <string>
+#include <vector>
 
 #include "core/data/token_file.h"
 #include "harness/results/results_document.h"
@@ -65,22 +67,33 @@ TEST(BenchCommand, GpuCellsNeedingMoreGpusThanTheMachineHasAreUnavailableWithThe
   EXPECT_NE(output.find("4 unavailable"), std::string::npos) << output;
 }
 
+// A double's bits, for bit-for-bit comparisons (-0.0 and 0.0, and NaN payloads, differ).
+uint64_t bits_of(double value) {
+  uint64_t bits = 0;
+  std::memcpy(&bits, &value, sizeof bits);
+  return bits;
+}
+
+// The record of a small one-rank CPU bench-step cell (gpt2 tiny, 2 warm-up and 3 timed
+// steps) with `extra` flags.
+nlohmann::json bench_step_record(const TempDir& dir, const std::string& extra) {
+  const auto out = dir / "record.json";
+  auto [code, output] = run_shell(std::string(FSDPP_CLI_PATH) +
+                                  " bench-step --model-type gpt2 --model-size tiny --vocab-size 512 --strategy "
+                                  "full_shard --nproc 1 --threads 1 --batch-size 2 --seq-len 16 --warmup 2 --steps 3"
+                                  " --device cpu --mixed-precision fp32 --out " +
+                                  out.string() + extra);
+  EXPECT_EQ(code, 0) << output;
+  std::ifstream in(out);
+  return nlohmann::json::parse(in);
+}
+
 // bench-step records which AdamW kernels its optimizer ran: on the CPU, fsdpp's fused host
 // kernel by default, torch's per-tensor step with --per-tensor-adamw; the two train to the
 // same losses within fp32 round-off.
 TEST(BenchStep, StepsAdamWWithTheFusedHostKernelUnlessAskedForThePerTensorStep) {
   TempDir dir("bench-step-adamw");
-  auto run = [&](const std::string& extra) {
-    const auto out = dir / "record.json";
-    auto [code, output] = run_shell(std::string(FSDPP_CLI_PATH) +
-                                    " bench-step --model-type gpt2 --model-size tiny --vocab-size 512 --strategy "
-                                    "full_shard --nproc 1 --threads 1 --batch-size 2 --seq-len 16 --warmup 2 --steps 3"
-                                    " --device cpu --mixed-precision fp32 --out " +
-                                    out.string() + extra);
-    EXPECT_EQ(code, 0) << output;
-    std::ifstream in(out);
-    return nlohmann::json::parse(in);
-  };
+  auto run = [&](const std::string& extra) { return bench_step_record(dir, extra); };
   const auto fused = run(""), per_tensor = run(" --per-tensor-adamw");
   EXPECT_EQ(fused["adamw_step"], "fused-cpu");
   EXPECT_EQ(per_tensor["adamw_step"], "per-tensor");
@@ -90,17 +103,50 @@ TEST(BenchStep, StepsAdamWWithTheFusedHostKernelUnlessAskedForThePerTensorStep) 
   for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5 + 1.3e-6 * std::abs(b[i])) << "step " << i;
 }
 
+// Each timed step's phases are recorded, and they fit inside the step.
+TEST(BenchStep, RecordsEachTimedStepsPhasesWithinItsTime) {
+  TempDir dir("bench-step-phases");
+  const auto record = bench_step_record(dir, "");
+  const auto step_ms = record["step_ms"].get<std::vector<double>>();
+  ASSERT_EQ(step_ms.size(), 3u);
+  std::vector<double> phase_sum(step_ms.size(), 0.0);
+  for (const char* phase : {"data", "forward", "backward", "optimizer"}) {
+    SCOPED_TRACE(phase);
+    const auto ms = record["phase_ms"].at(phase).get<std::vector<double>>();
+    ASSERT_EQ(ms.size(), step_ms.size());
+    for (size_t i = 0; i < ms.size(); ++i) {
+      EXPECT_GE(ms[i], 0.0);
+      phase_sum[i] += ms[i];
+    }
+  }
+  for (size_t i = 0; i < step_ms.size(); ++i) {
+    EXPECT_LE(phase_sum[i], step_ms[i]) << "step " << i;
+    EXPECT_GT(phase_sum[i], 0.5 * step_ms[i]) << "step " << i;  // the phases are most of the step
+  }
+  EXPECT_GT(record["phase_ms"]["backward"][0].get<double>(), 0.0);
+}
+
+// With AC, the record says which recomputation ran, and --full-recompute (the A/B) trains
+// the same losses bit for bit as the default, which skips each block's last projection.
+TEST(BenchStep, RecordsWhichRecomputationRanAndBothTrainTheSameBits) {
+  TempDir dir("bench-step-recompute");
+  const auto skipping = bench_step_record(dir, " --activation-checkpointing");
+  const auto full = bench_step_record(dir, " --activation-checkpointing --full-recompute");
+  const auto plain = bench_step_record(dir, "");
+  EXPECT_EQ(skipping["recompute"], "skips-summed");
+  EXPECT_EQ(full["recompute"], "full");
+  EXPECT_FALSE(plain.contains("recompute"));
+  const auto a = skipping["losses"].get<std::vector<double>>(), b = full["losses"].get<std::vector<double>>();
+  ASSERT_EQ(a.size(), 3u);
+  ASSERT_EQ(b.size(), a.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(bits_of(a[i]), bits_of(b[i])) << "step " << i;
+  EXPECT_NE(a.front(), a.back());
+}
+
 TEST(BenchCommand, AFilterThatSelectsNothingIsAnError) {
   auto [code, output] = run_shell(std::string(FSDPP_CLI_PATH) + " bench --preset smoke --filter 'no-such-cell' --list");
   EXPECT_NE(code, 0);
   EXPECT_NE(output.find("no-such-cell"), std::string::npos) << output;
-}
-
-// A double's bits, for bit-for-bit comparisons (-0.0 and 0.0, and NaN payloads, differ).
-uint64_t bits_of(double value) {
-  uint64_t bits = 0;
-  std::memcpy(&bits, &value, sizeof bits);
-  return bits;
 }
 
 // Bench and train share one TrainStep (core/train/train_step.h): given the same model,
