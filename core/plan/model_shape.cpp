@@ -95,6 +95,8 @@ ModelShape ModelShape::of_config(const nlohmann::json& config, const std::string
   s.attention_width = head_dim > 0 ? s.heads * head_dim : s.hidden;
   // GPT-2's n_inner may be null (4 * n_embd); OPT's ffn_dim; Llama's intermediate_size.
   s.ffn = config_int(config, {"n_inner", "ffn_dim", "intermediate_size"}, 4 * s.hidden);
+  const bool post_norm = s.model_type == "opt" && !config.value("do_layer_norm_before", true);
+  s.skipped_projection_params = post_norm ? 0 : s.ffn * s.hidden;
   return s;
 }
 

@@ -42,6 +42,10 @@ struct ModelShape {
   int64_t attention_width = 0;  // heads * head_dim
   int64_t heads = 0;
   int64_t ffn = 0;  // MLP inner width
+  // Weight elements, per block, of the projection a checkpoint's recomputation skips: the
+  // MLP's output projection (ffn x hidden; nn::call_summed in core/models), which is the
+  // block's last module call in every family but post-norm OPT (0 there).
+  int64_t skipped_projection_params = 0;
   int64_t vocab = 0;
   int64_t max_positions = 0;
 

@@ -45,10 +45,12 @@ struct PlanConfig {
   bool activation_checkpointing = false;
   int ac_freq = 1;  // every k-th block is checkpointed
   bool cpu_offload = false;
-  bool prefetch = true;              // forward and backward prefetch (2 all-gathers in flight)
-  bool fused_cross_entropy = false;  // the loss: fsdpp's CUDA kernel (core/kernels/cross_entropy.h), else
-                                     // torch's cross_entropy on an fp32 copy of the logits
-  int64_t batch_size = 1;            // windows per rank per micro-step
+  bool prefetch = true;                // forward and backward prefetch (2 all-gathers in flight)
+  bool fused_cross_entropy = false;    // the loss: fsdpp's CUDA kernel (core/kernels/cross_entropy.h), else
+                                       // torch's cross_entropy on an fp32 copy of the logits
+  bool recompute_skips_summed = true;  // with AC: each block's last projection is not recomputed
+                                       // (nn::call_summed); false: bench-step --full-recompute
+  int64_t batch_size = 1;              // windows per rank per micro-step
   int64_t seq_len = 1024;
   int64_t grad_accum_steps = 1;
   DeviceSpec device;              // the accelerator, or "cpu"

@@ -75,6 +75,7 @@ nlohmann::json plan_json(const Plan& p) {
         {"cpu_offload", c.cpu_offload},
         {"prefetch", c.prefetch},
         {"cross_entropy", c.fused_cross_entropy ? "fused" : "composite"},
+        {"recompute", c.recompute_skips_summed ? "skips-summed" : "full"},
         {"batch_size", c.batch_size},
         {"seq_len", c.seq_len},
         {"grad_accum_steps", c.grad_accum_steps},

@@ -73,10 +73,16 @@ StepTimeEstimate estimate_step_time(const ModelShape& model, const PlanConfig& c
     if (p.name == "lm_head.weight") head_params = static_cast<double>(p.numel());
   const double head_flops = 6.0 * head_params;
   const double block_flops = t.flops_per_token - head_flops;
+  const int64_t checkpointed_blocks = model.layers / c.ac_freq;  // every ac_freq-th block
   const double recomputed = c.activation_checkpointing && model.layers > 0
-                                ? static_cast<double>(model.layers / c.ac_freq) / static_cast<double>(model.layers)
+                                ? static_cast<double>(checkpointed_blocks) / static_cast<double>(model.layers)
                                 : 0.0;
-  const double executed = (block_flops * (1.0 + recomputed / 3.0) + head_flops) * tokens;
+  // A recomputed block reruns its forward (a third of its FLOPs) less the projection it
+  // skips (2 FLOPs per weight element per token).
+  const double skipped = c.recompute_skips_summed ? 2.0 * static_cast<double>(model.skipped_projection_params) *
+                                                        static_cast<double>(model.layers)
+                                                  : 0.0;
+  const double executed = (block_flops * (1.0 + recomputed / 3.0) - recomputed * skipped + head_flops) * tokens;
   t.flops_per_step_per_rank = executed;
   const double logit_seconds = kLogitBytesMoved * tokens * static_cast<double>(model.vocab) / a.memory_bytes_per_s;
   const double compute_s = executed / (a.matmul_flops_per_s * a.efficiency) + logit_seconds;
@@ -91,9 +97,12 @@ StepTimeEstimate estimate_step_time(const ModelShape& model, const PlanConfig& c
   t.exposed_comm_ms = (std::max(0.0, comm_s - compute_s) + unhidden) * 1e3;
   if (c.cpu_offload) {
     const double gathers = static_cast<double>(memory.comm.all_gather > 0 ? 2 : 1);
-    const double pcie = (gathers * memory.param_shard_bytes + memory.grad_shard_bytes) / kPcieBytesPerS;
+    const double pcie =
+        (gathers * static_cast<double>(memory.param_shard_bytes) + static_cast<double>(memory.grad_shard_bytes)) /
+        kPcieBytesPerS;
     const double adam =
-        2.0 * (memory.param_shard_bytes + memory.grad_shard_bytes + memory.optimizer_state_bytes) / kHostAdamBytesPerS;
+        2.0 * static_cast<double>(memory.param_shard_bytes + memory.grad_shard_bytes + memory.optimizer_state_bytes) /
+        kHostAdamBytesPerS;
     t.offload_ms = (pcie + adam) * 1e3;
   }
   t.step_ms = t.compute_ms + t.exposed_comm_ms + t.offload_ms;

@@ -7,7 +7,8 @@
 // both use model_flops_per_token; there is no other copy in C++.
 //
 // Step time (a roofline with a width-dependent matmul efficiency, all terms in PLAN.md):
-//   compute   = (block FLOPs * (1 + recomputed share / 3) + head FLOPs) / (rate * e(h))
+//   compute   = (block FLOPs * (1 + recomputed share / 3) - recomputed share * skipped
+//                projection FLOPs + head FLOPs) / (rate * e(h))
 //               + 75 bytes per logit / (0.8 * memory bandwidth)
 //   e(h)      = 0.76 * h / (h + 1600), h the model width
 //   comm      = bytes sent per step / link bandwidth, overlapped with compute except one

@@ -1,5 +1,6 @@
 // The plan's model shape is the real one: the meta-device build gives the same units and
-// shard bytes as ShardedModel::create on real ranks, and the presets' parameter counts.
+// shard bytes as ShardedModel::create on real ranks, and the presets' parameter counts; the
+// projection it says a recomputation skips is the one the model skips.
 #include "core/plan/model_shape.h"
 
 #include <gtest/gtest.h>
@@ -9,6 +10,7 @@
 #include "core/models/llama.h"
 #include "core/models/presets.h"
 #include "core/plan/memory_model.h"
+#include "core/plan/step_time_model.h"
 #include "harness/testing/multirank.h"
 
 namespace fsdpp {
@@ -48,6 +50,50 @@ TEST(PlanModelShape, BigPresetsHaveTheirPublishedParameterCounts) {
   const auto seventy = plan::ModelShape::of_config(models::from_scratch_config("llama", "70B"), "llama 70B");
   EXPECT_EQ(seventy.parameter_count(), models::llama_preset("70B").parameter_count());
   EXPECT_EQ(seventy.units.size(), 81u);  // 80 decoder layers and the root
+}
+
+// The projection ModelShape says a recomputation skips is the parameter each family calls
+// through nn::call_summed, and the step-time model takes exactly its FLOPs off every
+// recomputed block: 2 per weight element per token (suites/fsdp/activation_checkpoint_test
+// shows the model skipping it).
+TEST(PlanModelShape, TheSkippedProjectionIsTheMlpOutputAndComesOffEachRecomputedBlock) {
+  struct Case {
+    const char* type;
+    bool post_norm;
+    const char* projection;  // layer 0's
+  };
+  for (const Case& k : {Case{"gpt2", false, "transformer.h.0.mlp.c_proj.weight"},
+                        Case{"llama", false, "model.layers.0.mlp.down_proj.weight"},
+                        Case{"opt", false, "model.decoder.layers.0.fc2.weight"},
+                        Case{"opt", true, "model.decoder.layers.0.fc2.weight"}}) {
+    SCOPED_TRACE(std::string(k.type) + (k.post_norm ? " post-norm" : ""));
+    auto config = models::from_scratch_config(k.type, "tiny");
+    if (k.post_norm) config["do_layer_norm_before"] = false;
+    const auto shape = plan::ModelShape::of_config(config, k.type);
+    int64_t numel = -1;
+    for (const auto& p : shape.named_parameters)
+      if (p.name == k.projection) numel = p.numel();
+    ASSERT_GT(numel, 0);
+    EXPECT_EQ(shape.skipped_projection_params, k.post_norm ? 0 : numel);
+
+    plan::PlanConfig pc;
+    pc.device = plan::device_spec("h100");
+    pc.batch_size = 2;
+    pc.seq_len = 64;
+    pc.activation_checkpointing = true;
+    pc.ac_freq = 2;  // every other block: half the layers recompute
+    auto flops = [&](bool skips) {
+      pc.recompute_skips_summed = skips;
+      return plan::estimate_step_time(shape, pc, plan::estimate_memory(shape, pc)).flops_per_step_per_rank;
+    };
+    const double tokens = 2.0 * 64,
+                 recomputed_blocks =
+                     static_cast<double>(shape.layers / pc.ac_freq);  // NOLINT(bugprone-integer-division): whole blocks
+    EXPECT_DOUBLE_EQ(flops(false) - flops(true),
+                     2.0 * static_cast<double>(shape.skipped_projection_params) * recomputed_blocks * tokens);
+    pc.activation_checkpointing = false;
+    EXPECT_EQ(flops(true), flops(false));  // nothing is recomputed without AC
+  }
 }
 
 }  // namespace

@@ -49,7 +49,8 @@ struct MeasuredCell {
   int64_t vocab = 0, batch = 0, seq = 0;
   int world = 1, hybrid_shard_size = 0;
   bool ac = false, offload = false, prefetch = true;
-  bool fused_cross_entropy = false;  // the cell's record says "fused" (since 2026-11-27)
+  bool fused_cross_entropy = false;     // the cell's record says "fused" (since 2026-11-27)
+  bool recompute_skips_summed = false;  // with AC, the record says "skips-summed" (absent before: full)
   double all_gather = 0, reduce_scatter = 0, all_reduce = 0;
   double persistent_after_setup = -1, peak = -1, step_ms = -1;
 };
@@ -97,6 +98,7 @@ void read_v1(const fs::path& path, const json& doc, std::vector<MeasuredCell>& o
     x.offload = c["cpu_offload"];
     x.prefetch = c["prefetch"];
     x.fused_cross_entropy = c.value("cross_entropy", "composite") == "fused";
+    x.recompute_skips_summed = c.value("recompute", "full") == "skips-summed";
     x.all_gather = value_or(m, "comm_bytes_per_step_all_gather", 0);
     x.reduce_scatter = value_or(m, "comm_bytes_per_step_reduce_scatter", 0);
     x.all_reduce = value_or(m, "comm_bytes_per_step_all_reduce", 0);
@@ -178,6 +180,7 @@ plan::PlanConfig config_of(const MeasuredCell& x) {
   c.cpu_offload = x.offload;
   c.prefetch = x.prefetch;
   c.fused_cross_entropy = x.fused_cross_entropy;
+  c.recompute_skips_summed = x.recompute_skips_summed;
   c.batch_size = x.batch;
   c.seq_len = x.seq;
   c.device = x.device.rfind("cuda", 0) != 0            ? plan::DeviceSpec{"cpu", 0, 0, 0}
