@@ -63,6 +63,8 @@ class FsdpUnit {
            bool reshard_after_forward, const UnitPrecision& precision = {});
 
   const std::string& name() const { return name_; }
+  // Where the module computes: the all-gather's and the unsharded parameters' device.
+  at::Device device() const { return device_; }
   State state() const { return state_; }
   TrainingState training_state() const { return training_state_; }
   // "UNSHARDED, FORWARD" and what is in flight ("all-gather in flight",

@@ -28,12 +28,14 @@
 #include <torch/nn/modules/container/moduledict.h>
 #include <torch/nn/modules/container/modulelist.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <numeric>
 #include <stdexcept>
 #include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 #include "core/comm/device_mesh.h"
 #include "core/fsdp/grad_norm.h"
@@ -215,7 +217,12 @@ void ShardedModel::Hooks::final_callback(ShardedModel& m) {
   // (fold_reduced_gradients): one wait for all of them, before a clip or the optimizer
   // reads them on the host (FSDP2 waits on each parameter's grad_offload_event in
   // finalize_backward). A no-op on the CPU.
-  if (m.options_.cpu_offload && m.options_.device) runtime::synchronize(*m.options_.device);
+  if (m.options_.cpu_offload) {
+    std::vector<at::Device> devices;  // the units' compute devices, each once
+    for (auto& unit : m.units_)
+      if (std::find(devices.begin(), devices.end(), unit->device()) == devices.end()) devices.push_back(unit->device());
+    for (const auto& device : devices) runtime::synchronize(device);
+  }
   m.reducing_ = nullptr;
   m.callback_queued_ = false;
 }

@@ -173,7 +173,9 @@ TEST(CoreBinding, NprocWithBindCoresGivesEveryRankItsOwnSliceAndWithoutItNone) {
     EXPECT_THAT(rank_world_line(output, rank), ::testing::EndsWith(" threads=1 cpus=" + cpus));
   }
   // A rank counts its own slice, not every local rank's threads against it.
-  if (allowed.size() >= 2) EXPECT_THAT(output, ::testing::Not(HasSubstr("exceed the"))) << output;
+  if (allowed.size() >= 2) {
+    EXPECT_THAT(output, ::testing::Not(HasSubstr("exceed the"))) << output;
+  }
   auto [free_code, free_output] = run_shell(kFsdpp + " selfcheck --nproc 2 --numel 101 --iterations 1 2>&1");
   ASSERT_EQ(free_code, 0) << free_output;
   EXPECT_THAT(rank_world_line(free_output, 0), ::testing::Not(HasSubstr("cpus=")));
