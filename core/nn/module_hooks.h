@@ -116,8 +116,9 @@ at::Tensor call(Holder& module, at::Tensor x, Rest&&... rest) {
 // the last module call of a checkpoint's recomputation, it skips the value (the matmul)
 // and keeps the backward: nn::gradient_only_linear, between the module's hooks. Anywhere
 // else, or where that declines the inputs, it is nn::call. A caller that does read the
-// value gets NaN, never a wrong number. nn::set_recompute_skips_summed(false) turns it off. (Module calls after it,
-// e.g. a post-norm, make it not the last, so the claim is about the plain ops between it and the block's end.)
+// value gets NaN, never a wrong number. Module calls after it (a post-norm) make it not
+// the last, so the claim is only about the plain ops between it and the block's end.
+// nn::set_recompute_skips_summed(false) turns the skipping off.
 template <class Holder>
 at::Tensor call_summed(Holder& module, at::Tensor x) {
   auto& impl = *module;
