@@ -78,11 +78,12 @@ StepTimeEstimate estimate_step_time(const ModelShape& model, const PlanConfig& c
                                 ? static_cast<double>(checkpointed_blocks) / static_cast<double>(model.layers)
                                 : 0.0;
   // A recomputed block reruns its forward (a third of its FLOPs) less the projection it
-  // skips (2 FLOPs per weight element per token).
-  const double skipped = c.recompute_skips_summed ? 2.0 * static_cast<double>(model.skipped_projection_params) *
-                                                        static_cast<double>(model.layers)
-                                                  : 0.0;
-  const double executed = (block_flops * (1.0 + recomputed / 3.0) - recomputed * skipped + head_flops) * tokens;
+  // skips: 2 FLOPs per weight element per token, per recomputed block.
+  const double skipped =
+      c.activation_checkpointing && c.recompute_skips_summed
+          ? 2.0 * static_cast<double>(model.skipped_projection_params) * static_cast<double>(checkpointed_blocks)
+          : 0.0;
+  const double executed = (block_flops * (1.0 + recomputed / 3.0) - skipped + head_flops) * tokens;
   t.flops_per_step_per_rank = executed;
   const double logit_seconds = kLogitBytesMoved * tokens * static_cast<double>(model.vocab) / a.memory_bytes_per_s;
   const double compute_s = executed / (a.matmul_flops_per_s * a.efficiency) + logit_seconds;

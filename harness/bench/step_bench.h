@@ -82,8 +82,8 @@ struct StepBenchConfig {
 // the sleep injected into each timed step (injected_delay_ms, this rank's), the host time of
 // each phase of each timed step (phase_ms: data, forward, backward, optimizer; this rank's,
 // train::StepRecord's: on CUDA a phase ends when its last kernel is queued, and the offload
-// copies' wait closes backward), which RMSNorm
-// ran (rms_norm: "fused" or "eager"; Llama only), losses (per timed step, the loss train
+// copies' wait closes backward), which RMSNorm ran (rms_norm: "fused" or "eager"; Llama
+// only), losses (per timed step, the loss train
 // logs: the mean over every rank's tokens; without `data` each rank trains every step on
 // one batch: randint(0, vocab) from a CPU generator seeded seed * 1000003 + rank;
 // torch_peer.py --fixed-batch draws the same), versions and device name.
