@@ -14,7 +14,10 @@
 #
 # Stages (FSDPP_LEASE_STAGES, space-separated, run in the order given; default
 # "cuda bench offload tests profile"):
-#   cuda     the CUDA tests (ctest -R ^Cuda): every GPU code path, first
+#   offload_profile  the Llama preset FSDPP_LEASE_OFFLOAD_PROFILE_SIZE (default 1B) with
+#            CPU offload and AC on both systems, profiled -> OUT/offload-profile.md
+#   cuda     the CUDA tests (ctest -R ^Cuda), then the CUDA cases of fsdp_tests and
+#            harness_tests (which CPU machines skip): every GPU code path, first
 #   bench    GPT-2 124M and Llama 3.2 1B at N=1, fsdpp FULL_SHARD beside PyTorch FSDP2, with
 #            and without AC (fsdpp bench --preset gpu --device cuda) -> OUT/gpu.json
 #   offload  Llama presets (FSDPP_LEASE_OFFLOAD_SIZES, default "7B") with CPU offload and
@@ -121,6 +124,12 @@ stage_cuda() {
     ctest --test-dir "$build" -j 4 --timeout 300 --output-on-failure -R '^Cuda' \
     --output-junit "$work/ctest-cuda-junit.xml"
   cp "$work/ctest-cuda-junit.xml" "$out/" 2>/dev/null
+  # The CUDA cases inside the CPU suites' groups (which skip them without a GPU): the
+  # gradient-only linear's cuBLAS layouts and `fsdpp train --device cuda`.
+  FSDPP_CORES=2 OMP_NUM_THREADS=2 capped 120 "cuda cases in fsdp_tests" "$build/suites/fsdp_tests" \
+    --gtest_filter='*GradientOnlyLinear*cuda*' --gtest_output="xml:$work/gtest-cuda-cases-fsdp.xml"
+  FSDPP_CORES=2 OMP_NUM_THREADS=2 capped 180 "cuda cases in harness_tests" "$build/suites/harness_tests" \
+    --gtest_filter='TrainCommand.Cuda*' --gtest_output="xml:$work/gtest-cuda-cases-cli.xml"
 }
 
 stage_tests() {
@@ -141,32 +150,72 @@ stage_bench() {
 # Host memory the offloaded AdamW state needs (fp32 parameters, gradients and two moments).
 offload_host_bytes() { "$build/fsdpp" model-size "$1" | awk '{print $2 * 16}'; }
 
+# One offload cell: Llama preset SIZE with CPU offload and AC on SYSTEM (fsdpp: bench-step;
+# fsdp2: torch_peer.py with CPUOffloadPolicy), 4 x 2048, bf16, 16 threads, into
+# DIR/SYSTEM-SIZE.json; extra arguments go to both commands (e.g. --profile-trace FILE).
+offload_cell() {
+  local dir=$1 size=$2 system=$3 warmup=$4 steps=$5
+  shift 5
+  local shape=(--batch-size 4 --seq-len 2048 --warmup "$warmup" --steps "$steps" --mixed-precision bf16
+    --activation-checkpointing --cpu-offload --seed 0 --threads "$(nproc)" --device cuda "$@")
+  if [ "$system" = fsdpp ]; then
+    capped "${FSDPP_LEASE_OFFLOAD_CAP_S:-150}" "offload $size fsdpp" "$build/fsdpp" bench-step --model-type llama \
+      --model-size "$size" --strategy full_shard "${shape[@]}" --out "$dir/fsdpp-$size.json"
+  else
+    capped "${FSDPP_LEASE_OFFLOAD_CAP_S:-150}" "offload $size fsdp2" "$python" "$repo/harness/peers/torch_peer.py" \
+      --mode fsdp2 --nproc 1 --model-config "$dir/configs/$size/config.json" --fixed-batch --lr 3e-4 \
+      --lr-schedule constant --weight-decay 0.1 --grad-clip 1.0 --adam-impl fused "${shape[@]}" \
+      --out "$dir/fsdp2-$size.json"
+  fi
+}
+
+# Whether the host has 1.15x the offloaded AdamW state of SIZE free (says so when not).
+# FSDPP_LEASE_HOST_BYTES: the machine's memory where /proc/meminfo reads low at first
+# (virtual machines whose memory grows as it is used).
+offload_fits() {
+  local need avail
+  need=$(offload_host_bytes "$1")
+  avail=${FSDPP_LEASE_HOST_BYTES:-$(awk '/MemAvailable/ {print $2 * 1024}' /proc/meminfo)}
+  if awk -v n="$need" -v a="$avail" 'BEGIN { exit !(n * 1.15 > a) }'; then
+    note "offload $1: skipped, needs ~$((need / 1000000000)) GB of host memory, $((avail / 1000000000)) GB available"
+    return 1
+  fi
+}
+
 stage_offload() {
-  local dir=$work/offload size need avail systems=${FSDPP_LEASE_OFFLOAD_SYSTEMS:-fsdpp fsdp2}
+  local dir=$work/offload size system
   mkdir -p "$dir"
   "$build/fsdpp" model-size --config-dir "$dir/configs" >/dev/null
   for size in ${FSDPP_LEASE_OFFLOAD_SIZES:-7B}; do
-    need=$(offload_host_bytes "$size")
-    # FSDPP_LEASE_HOST_BYTES: the machine's memory where /proc/meminfo reads low at first
-    # (virtual machines whose memory grows as it is used).
-    avail=${FSDPP_LEASE_HOST_BYTES:-$(awk '/MemAvailable/ {print $2 * 1024}' /proc/meminfo)}
-    if awk -v n="$need" -v a="$avail" 'BEGIN { exit !(n * 1.15 > a) }'; then
-      note "offload $size: skipped, needs ~$((need / 1000000000)) GB of host memory, $((avail / 1000000000)) GB available"
-      continue
-    fi
-    local shape=(--batch-size 4 --seq-len 2048 --warmup 1 --steps 2 --mixed-precision bf16 --activation-checkpointing
-      --cpu-offload --seed 0 --threads "$(nproc)" --device cuda)
-    if [[ " $systems " == *" fsdpp "* ]]; then
-      capped "${FSDPP_LEASE_OFFLOAD_CAP_S:-150}" "offload $size fsdpp" "$build/fsdpp" bench-step --model-type llama \
-        --model-size "$size" --strategy full_shard "${shape[@]}" --out "$dir/fsdpp-$size.json"
+    offload_fits "$size" || continue
+    for system in ${FSDPP_LEASE_OFFLOAD_SYSTEMS:-fsdpp fsdp2}; do
+      offload_cell "$dir" "$size" "$system" 1 2
       tar -C "$work" -czf "$out/offload.tar.gz" offload
-    fi
-    [[ " $systems " == *" fsdp2 "* ]] || continue
-    capped "${FSDPP_LEASE_OFFLOAD_CAP_S:-150}" "offload $size fsdp2" "$python" "$repo/harness/peers/torch_peer.py" --mode fsdp2 --nproc 1 \
-      --model-config "$dir/configs/$size/config.json" --fixed-batch --lr 3e-4 --lr-schedule constant \
-      --weight-decay 0.1 --grad-clip 1.0 --adam-impl fused "${shape[@]}" --out "$dir/fsdp2-$size.json"
-    tar -C "$work" -czf "$out/offload.tar.gz" offload
+    done
   done
+}
+
+# Where an offloaded step's time goes: the Llama preset FSDPP_LEASE_OFFLOAD_PROFILE_SIZE
+# (default 1B: the same per-parameter host work as 7B at a seventh of the time) on both
+# systems, one warm-up and two profiled steps each, summed by `fsdpp results profile` per
+# category (host operators, kernels, copies, CUDA runtime calls) -> OUT/offload-profile.md;
+# the records (phase_ms) and traces go into offload.tar.gz.
+stage_offload_profile() {
+  local dir=$work/offload size=${FSDPP_LEASE_OFFLOAD_PROFILE_SIZE:-1B} system category traces=()
+  mkdir -p "$dir/profile"
+  "$build/fsdpp" model-size --config-dir "$dir/configs" >/dev/null
+  offload_fits "$size" || return 0
+  ln -sfn ../configs "$dir/profile/configs"
+  for system in fsdpp fsdp2; do
+    offload_cell "$dir/profile" "$size" "$system" 1 2 --profile-trace "$dir/profile/$system-$size.trace.json"
+    [ -f "$dir/profile/$system-$size.trace.json" ] && traces+=("$dir/profile/$system-$size.trace.json")
+  done
+  for category in cpu_op kernel gpu_memcpy cuda_runtime; do
+    echo "## $category"
+    "$build/fsdpp" results profile "${traces[@]}" --category "$category" --top 40
+  done >"$out/offload-profile.md" 2>&1
+  gzip -f "$dir/profile"/*.trace.json
+  tar -C "$work" -czf "$out/offload.tar.gz" offload
 }
 
 # The CUDA offload-vs-resident loss gap (2026-11-27 H200 lease): the tiny GPT-2 bench-step

@@ -63,6 +63,19 @@ std::optional<double> peer_peak_bytes(const json& record, const std::string& dev
   return out;
 }
 
+// The device named in the repetitions' records (fsdpp's and the peers' `device_name`),
+// when every repetition names the same one.
+std::optional<std::string> device_name_of(const CellOutcome& o) {
+  std::optional<std::string> name;
+  for (const auto& r : o.repetitions) {
+    if (!r.record.contains("device_name") || !r.record["device_name"].is_string()) return std::nullopt;
+    const auto here = r.record["device_name"].get<std::string>();
+    if (name && *name != here) return std::nullopt;
+    name = here;
+  }
+  return name;
+}
+
 struct Measured {
   std::vector<double> step_ms;       // pooled
   std::vector<double> tokens_per_s;  // per repetition
@@ -272,6 +285,12 @@ std::optional<double> add_compute_and_memory(const CellOutcome& o, const Measure
   metrics["matmul_peak_flops_per_s"] = metric(peak, "FLOP/s per rank", "none");
   metrics["mfu"] = metric(achieved && peak && *peak > 0 ? std::optional<double>(*achieved / *peak) : std::nullopt,
                           "fraction", "higher");
+  const auto device = device_name_of(o);
+  const auto datasheet =
+      c.mixed_precision == "bf16" && device ? datasheet_bf16_flops_per_s(*device) : std::optional<double>();
+  metrics["datasheet_peak_flops_per_s"] = metric(datasheet, "FLOP/s per rank", "none");
+  metrics["mfu_datasheet"] = metric(
+      achieved && datasheet ? std::optional<double>(*achieved / *datasheet) : std::nullopt, "fraction", "higher");
   metrics["peak_bytes_per_rank"] = metric(peak_bytes, "bytes", "lower");
   return peak_bytes;
 }
@@ -365,6 +384,18 @@ json result_cell(const CellOutcome& o, const std::vector<CellOutcome>& outcomes,
 }
 
 }  // namespace
+
+std::optional<double> datasheet_bf16_flops_per_s(const std::string& device_name) {
+  // torchtitan's get_peak_flops (torchtitan/tools/utils.py): dense bf16 tensor-core peaks
+  // from the vendors' datasheets, matched on the name torch.cuda.get_device_name gives.
+  // The more specific names come first ("H100 PCIe" before "H100").
+  static const std::vector<std::pair<const char*, double>> kPeaks = {
+      {"H200 NVL", 836e12}, {"H100 NVL", 835e12}, {"H100 PCIe", 756e12}, {"H200", 989e12},
+      {"H100", 989e12},     {"A100", 312e12},     {"B200", 2250e12},     {"L40S", 362e12}};
+  for (const auto& [needle, peak] : kPeaks)
+    if (device_name.find(needle) != std::string::npos) return peak;
+  return std::nullopt;
+}
 
 json results_cells(const std::vector<CellOutcome>& outcomes) {
   const auto all = MatrixMeasurements::of(outcomes);

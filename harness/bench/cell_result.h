@@ -11,6 +11,9 @@
 //                              tokens_per_s / ranks: per rank, like the matmul peak
 //   matmul_peak_flops_per_s    median over repetitions of the rank's n^3 matmul in the
 //                              cell's dtype, measured in the same run; mfu = achieved / peak
+//   datasheet_peak_flops_per_s the vendor's dense bf16 peak of the records' device_name, as
+//                              torchtitan's MFU takes it (bf16 cells on a listed GPU; else
+//                              null); mfu_datasheet = achieved / that peak
 //   persistent_bytes_per_rank  median over repetitions of the largest rank's memory at the
 //                              start of the first timed step (after warm-up: parameters,
 //                              optimizer state, what the step keeps); CUDA: allocated bytes,
@@ -38,6 +41,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,6 +49,10 @@
 #include "harness/bench/matrix.h"
 
 namespace fsdpp::harness {
+
+// The vendor's datasheet dense bf16 FLOP/s of the GPU that torch names `device_name` (e.g.
+// "NVIDIA H200"), as torchtitan's MFU uses it; none for a device it does not list.
+std::optional<double> datasheet_bf16_flops_per_s(const std::string& device_name);
 
 struct CellOutcome {
   BenchCell cell;

@@ -492,6 +492,28 @@ TEST_F(DocumentCells, TokensPerSecondIsTheMedianRepetitionsGlobalTokensOverItsTi
   EXPECT_DOUBLE_EQ(value(c, "mfu"), 3.0e7 * results::median(per_rep) / 2 / 1.0e11);
 }
 
+TEST_F(DocumentCells, DatasheetMfuIsAchievedOverTheNamedGpusBf16PeakAndNullElsewhere) {
+  // fp32 cells and records without a device name have no datasheet figure.
+  auto fp32 = cell_with_id(results_cells(outcomes), fs.id());
+  EXPECT_TRUE(fp32["metrics"]["mfu_datasheet"]["value"].is_null());
+  EXPECT_TRUE(fp32["metrics"]["datasheet_peak_flops_per_s"]["value"].is_null());
+
+  const BenchCell bf16 = fsdp_cell(ref(), "full_shard", "bf16", 2, true, false, false, false);
+  auto named = [&](const std::string& device) {
+    auto rep = fsdpp_repetition({100, 100, 100, 100, 100}, 9.0e8);
+    rep.record["device_name"] = device;
+    return outcome(bf16, {rep, rep});
+  };
+  const auto h200 = cell_with_id(results_cells({named("NVIDIA H200")}), bf16.id());
+  const double achieved = value(h200, "achieved_flops_per_s");
+  EXPECT_DOUBLE_EQ(value(h200, "datasheet_peak_flops_per_s"), 989e12);
+  EXPECT_DOUBLE_EQ(value(h200, "mfu_datasheet"), achieved / 989e12);
+  EXPECT_DOUBLE_EQ(value(h200, "mfu"), achieved / 1.0e11);  // the timed matmul's, beside it
+  EXPECT_DOUBLE_EQ(value(cell_with_id(results_cells({named("NVIDIA H100 PCIe")}), bf16.id()), "mfu_datasheet"),
+                   achieved / 756e12);
+  EXPECT_TRUE(cell_with_id(results_cells({named("cpu")}), bf16.id())["metrics"]["mfu_datasheet"]["value"].is_null());
+}
+
 TEST_F(DocumentCells, ComparisonsAreRatiosToTheBaselineAndThePeersMeasuredInTheSameRun) {
   auto cells = results_cells(outcomes);
   const auto& c = cell_with_id(cells, fs.id());
