@@ -19,7 +19,8 @@
 #   cuda     the CUDA tests (ctest -R ^Cuda), then the CUDA cases of fsdp_tests and
 #            harness_tests (which CPU machines skip): every GPU code path, first
 #   bench    GPT-2 124M and Llama 3.2 1B at N=1, fsdpp FULL_SHARD beside PyTorch FSDP2, with
-#            and without AC (fsdpp bench --preset gpu --device cuda) -> OUT/gpu.json
+#            and without AC (fsdpp bench --preset gpu --device cuda; FSDPP_LEASE_BENCH_FILTER: other
+#            cells) -> OUT/gpu.json
 #   offload  Llama presets (FSDPP_LEASE_OFFLOAD_SIZES, default "7B") with CPU offload and
 #            AC, fsdpp bench-step beside FSDP2 with CPUOffloadPolicy, 1+2 steps; a size runs
 #            only while the host has 1.15x its AdamW state free; FSDPP_LEASE_OFFLOAD_SYSTEMS
@@ -142,7 +143,7 @@ stage_tests() {
 
 stage_bench() {
   capped "${FSDPP_LEASE_BENCH_CAP_S:-240}" bench "$build/fsdpp" bench --preset gpu --device cuda --python "$python" \
-    --filter '^(gpt2-124M-s1024|llama-1B-s2048)/(fsdp-full_shard|pytorch_fsdp2)/bf16/n1/' --repetitions 1 \
+    --filter "${FSDPP_LEASE_BENCH_FILTER:-^(gpt2-124M-s1024|llama-1B-s2048)/(fsdp-full_shard|pytorch_fsdp2)/bf16/n1/}" --repetitions 1 \
     --out "$work/gpu.json" --resume
   cp "$work/gpu.json" "$out/" 2>/dev/null
 }

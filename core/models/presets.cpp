@@ -1,13 +1,10 @@
 #include "core/models/presets.h"
 
 #include <ATen/CPUGeneratorImpl.h>
-#include <ATen/Parallel.h>
 
 #include <algorithm>
-#include <exception>
 #include <map>
 #include <stdexcept>
-#include <thread>
 #include <unordered_set>
 #include <vector>
 
@@ -15,6 +12,7 @@
 #include "core/models/gpt2.h"
 #include "core/models/llama.h"
 #include "core/models/opt.h"
+#include "core/runtime/threads.h"
 
 namespace fsdpp::models {
 
@@ -167,36 +165,14 @@ void init_rows(const std::string& name, const std::vector<int64_t>& shape, uint6
   }
   // One stream per row: any split of the rows, made in any order, gives the same values.
   // About 6 ns a value on one thread (0.8 s for GPT-2 124M, 40 s for Llama 7B), so large
-  // tensors split their rows over the rank's intra-op threads (std::thread: our code is
-  // built without -fopenmp, so at::parallel_for would run serially here).
+  // tensors split their rows over the rank's intra-op threads.
   const uint64_t name_key = splitmix64(splitmix64(seed) ^ fnv1a(name));
-  auto fill = [&](int64_t begin, int64_t end) {
+  constexpr int64_t kValuesPerThread = int64_t{1} << 22;  // below this, a thread costs more than it saves
+  const int64_t row_numel = std::max<int64_t>(1, target.numel() / std::max<int64_t>(1, rows));
+  runtime::parallel_chunks(rows, std::max<int64_t>(1, kValuesPerThread / row_numel), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r)
       target[r].normal_(0.0, 0.02, row_generator(splitmix64(name_key ^ static_cast<uint64_t>(first_row + r))));
-  };
-  constexpr int64_t kValuesPerThread = int64_t{1} << 22;  // below this, a thread costs more than it saves
-  const int64_t threads =
-      std::min<int64_t>({static_cast<int64_t>(at::get_num_threads()), rows, target.numel() / kValuesPerThread});
-  if (threads <= 1) {
-    fill(0, rows);
-    return;
-  }
-  std::vector<std::thread> workers;
-  std::vector<std::exception_ptr> failures(static_cast<size_t>(threads));
-  workers.reserve(static_cast<size_t>(threads - 1));
-  const int64_t per_thread = (rows + threads - 1) / threads;
-  auto fill_part = [&](int64_t t) {
-    try {
-      fill(std::min(rows, t * per_thread), std::min(rows, (t + 1) * per_thread));
-    } catch (...) {
-      failures[static_cast<size_t>(t)] = std::current_exception();
-    }
-  };
-  for (int64_t t = 1; t < threads; ++t) workers.emplace_back(fill_part, t);
-  fill_part(0);
-  for (auto& w : workers) w.join();
-  for (const auto& failure : failures)
-    if (failure) std::rethrow_exception(failure);
+  });
 }
 
 std::function<void(const std::string&, const std::vector<int64_t>&, int64_t, at::Tensor)> seeded_rows(uint64_t seed) {

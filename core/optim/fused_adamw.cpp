@@ -6,6 +6,7 @@
 
 #include "core/compat/torch_compat.h"
 #include "core/optim/adamw_kernel.h"
+#include "core/runtime/threads.h"
 
 namespace fsdpp::optim {
 
@@ -44,10 +45,12 @@ struct HostTensor {
   AdamWStepConstants constants;
 };
 
-// 128 KiB of each of the four arrays: a piece's working set stays in L2, and small pieces
-// keep the threads evenly loaded. Elementwise, so the split cannot change a bit.
+// 128 KiB of each of the four arrays: a piece's working set stays in L2. Elementwise, so
+// neither the pieces nor the threads that run them can change a bit.
 constexpr int64_t kHostPieceNumel = 32768;
 
+// Pieces split evenly over the rank's intra-op threads (runtime::parallel_chunks: the
+// tensors are stepped in parallel, not one thread after another).
 void step_host(const std::vector<HostTensor>& tensors) {
   struct Piece {
     const HostTensor* tensor;
@@ -57,7 +60,8 @@ void step_host(const std::vector<HostTensor>& tensors) {
   for (const auto& t : tensors)
     for (int64_t begin = 0; begin < t.numel; begin += kHostPieceNumel)
       pieces.push_back({&t, begin, std::min(t.numel, begin + kHostPieceNumel)});
-  at::parallel_for(0, static_cast<int64_t>(pieces.size()), 1, [&](int64_t first, int64_t last) {
+  // Below ~64 pieces (2 M values) a thread costs more than it saves.
+  runtime::parallel_chunks(static_cast<int64_t>(pieces.size()), 64, [&](int64_t first, int64_t last) {
     for (int64_t i = first; i < last; ++i) {
       const auto& [t, begin, end] = pieces[i];
       adamw_step_range(t->param + begin, t->grad + begin, t->exp_avg + begin, t->exp_avg_sq + begin, end - begin,

@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <tuple>
 
+#include "core/runtime/threads.h"
+
 namespace fsdpp::optim {
 
 namespace {
@@ -23,6 +25,74 @@ Groups by_device_and_dtype(const std::vector<at::Tensor>& tensors) {
   return groups;
 }
 
+// fp32 tensors in host memory that one pointer walks: what the host loops below take.
+bool host_fp32(const std::vector<at::Tensor>& group) {
+  return std::all_of(group.begin(), group.end(), [](const at::Tensor& t) {
+    return t.device().is_cpu() && t.scalar_type() == at::kFloat && t.layout() == at::kStrided && t.is_contiguous();
+  });
+}
+
+// 128 KiB of fp32 a piece; pieces are the unit of work on the intra-op threads, and each
+// tensor's sum adds its pieces' in order, so the thread count cannot change a bit.
+constexpr int64_t kReducePieceNumel = 32768;
+
+struct ReducePiece {
+  size_t tensor;
+  int64_t begin, end;
+};
+
+std::vector<ReducePiece> pieces_of(const std::vector<at::Tensor>& group) {
+  std::vector<ReducePiece> pieces;
+  for (size_t i = 0; i < group.size(); ++i)
+    for (int64_t begin = 0; begin < group[i].numel(); begin += kReducePieceNumel)
+      pieces.push_back({i, begin, std::min(group[i].numel(), begin + kReducePieceNumel)});
+  return pieces;
+}
+
+// Each tensor's 2-norm, rounded to fp32 as _foreach_norm returns it; the squares are summed
+// in fp64, four running sums a piece (independent adds keep the loop at memory speed).
+// _foreach_norm's CPU fallback reduces one tensor at a time at a fraction of the memory
+// bandwidth, which dominates an offloaded step's clipping.
+std::vector<float> host_l2_norms(const std::vector<at::Tensor>& group) {
+  const auto pieces = pieces_of(group);
+  std::vector<double> piece_sums(pieces.size());
+  runtime::parallel_chunks(static_cast<int64_t>(pieces.size()), 16, [&](int64_t first, int64_t last) {
+    for (int64_t k = first; k < last; ++k) {
+      const auto& piece = pieces[static_cast<size_t>(k)];
+      const float* x = group[piece.tensor].data_ptr<float>();
+      double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+      int64_t i = piece.begin;
+      for (; i + 4 <= piece.end; i += 4) {
+        s0 += static_cast<double>(x[i]) * x[i];
+        s1 += static_cast<double>(x[i + 1]) * x[i + 1];
+        s2 += static_cast<double>(x[i + 2]) * x[i + 2];
+        s3 += static_cast<double>(x[i + 3]) * x[i + 3];
+      }
+      for (; i < piece.end; ++i) s0 += static_cast<double>(x[i]) * x[i];
+      piece_sums[static_cast<size_t>(k)] = (s0 + s1) + (s2 + s3);
+    }
+  });
+  std::vector<double> sums(group.size(), 0.0);
+  for (size_t k = 0; k < pieces.size(); ++k) sums[pieces[k].tensor] += piece_sums[k];
+  std::vector<float> norms;
+  norms.reserve(group.size());
+  for (double sum : sums) norms.push_back(static_cast<float>(std::sqrt(sum)));
+  return norms;
+}
+
+// x *= coef in fp32, as _foreach_mul_ with a Scalar computes it on fp32 CPU tensors.
+void host_scale(const std::vector<at::Tensor>& group, double coef) {
+  const auto pieces = pieces_of(group);
+  const auto c = static_cast<float>(coef);
+  runtime::parallel_chunks(static_cast<int64_t>(pieces.size()), 16, [&](int64_t first, int64_t last) {
+    for (int64_t k = first; k < last; ++k) {
+      const auto& piece = pieces[static_cast<size_t>(k)];
+      float* x = group[piece.tensor].data_ptr<float>();
+      for (int64_t i = piece.begin; i < piece.end; ++i) x[i] *= c;
+    }
+  });
+}
+
 }  // namespace
 
 double gradient_power_sum(const std::vector<at::Tensor>& grads, double norm_type) {
@@ -30,6 +100,10 @@ double gradient_power_sum(const std::vector<at::Tensor>& grads, double norm_type
   const bool inf = std::isinf(norm_type);
   double result = 0;
   for (auto& [device, group] : by_device_and_dtype(grads)) {
+    if (norm_type == 2 && host_fp32(group)) {
+      for (float norm : host_l2_norms(group)) result += static_cast<double>(norm) * norm;
+      continue;
+    }
     auto norms = at::stack(at::_foreach_norm(group, norm_type)).to(at::kDouble);
     const double part = inf ? norms.max().item<double>() : norms.pow(norm_type).sum().item<double>();
     result = inf ? std::max(result, part) : result + part;
@@ -40,7 +114,13 @@ double gradient_power_sum(const std::vector<at::Tensor>& grads, double norm_type
 void clip_gradients(const std::vector<at::Tensor>& grads, double total_norm, double max_norm) {
   const double coef = max_norm / (total_norm + 1e-6);
   if (coef >= 1) return;
-  for (auto& [device, group] : by_device_and_dtype(grads)) at::_foreach_mul_(group, coef);
+  for (auto& [device, group] : by_device_and_dtype(grads)) {
+    if (host_fp32(group)) {
+      host_scale(group, coef);
+    } else {
+      at::_foreach_mul_(group, coef);
+    }
+  }
 }
 
 double clip_grad_norm(const std::vector<at::Tensor>& parameters, double max_norm, double norm_type) {

@@ -12,12 +12,16 @@ namespace fsdpp::optim {
 
 // sum_i ||g_i||_p^p over the defined, non-empty tensors (p = inf: the largest |element|),
 // in fp64 on the host. Each g_i's norm is taken in its own dtype, as clip_grad_norm_ does;
-// one _foreach_norm and one host sync per device and dtype. Throws std::invalid_argument unless p > 0.
+// one _foreach_norm and one host sync per device and dtype, except 2-norms of contiguous
+// fp32 host tensors (CPU training, offloaded shards), which fsdpp's own loop takes on the
+// intra-op threads (squares summed in fp64, each norm rounded to fp32).
+// Throws std::invalid_argument unless p > 0.
 double gradient_power_sum(const std::vector<at::Tensor>& grads, double norm_type);
 
 // clip_grad_norm_'s rule given the total norm: multiplies every defined tensor in place by
 // coef = max_norm / (total_norm + 1e-6) when that is below 1 (one _foreach_mul_ per device
-// and dtype); leaves them alone otherwise.
+// and dtype; contiguous fp32 host tensors by fsdpp's own loop, the same fp32 products);
+// leaves them alone otherwise.
 void clip_gradients(const std::vector<at::Tensor>& grads, double total_norm, double max_norm);
 
 // torch.nn.utils.clip_grad_norm_ on these parameters' gradients (those without one are

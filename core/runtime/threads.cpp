@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <exception>
+#include <functional>
 #include <string>
 #include <thread>
 
@@ -17,9 +19,9 @@ namespace fsdpp::runtime {
 
 namespace {
 
-// CPUs in a cpulist ("0-3,6" -> 5); 0 when the text is not one.
-int cpu_list_count(const std::string& text) {
-  int count = 0;
+// The CPUs of a cpulist ("0-3,6" -> 0 1 2 3 6); empty when the text is not one.
+std::vector<int> parse_cpu_list(const std::string& text) {
+  std::vector<int> cpus;
   size_t pos = 0;
   while (pos < text.size()) {
     size_t end = text.find(',', pos);
@@ -29,16 +31,30 @@ int cpu_list_count(const std::string& text) {
     try {
       size_t used = 0;
       const int first = std::stoi(item.substr(0, dash), &used);
-      if (used != (dash == std::string::npos ? item.size() : dash)) return 0;
+      if (used != (dash == std::string::npos ? item.size() : dash)) return {};
       const int last = dash == std::string::npos ? first : std::stoi(item.substr(dash + 1));
-      if (first < 0 || last < first) return 0;
-      count += last - first + 1;
+      if (first < 0 || last < first || last >= CPU_SETSIZE) return {};
+      for (int cpu = first; cpu <= last; ++cpu) cpus.push_back(cpu);
     } catch (const std::exception&) {
-      return 0;
+      return {};
     }
     pos = end + 1;
   }
-  return count;
+  return cpus;
+}
+
+// A worker of parallel_chunks may run on every CPU of the rank's `--bind-cores` slice:
+// threads inherit their creator's mask, and OpenMP binds the main thread to the slice's
+// first CPU (OMP_PROC_BIND=close), which would put every worker on that one CPU.
+void widen_to_bound_slice() {
+  const char* bound = std::getenv("FSDPP_BOUND_CPUS");
+  if (bound == nullptr) return;
+  const auto cpus = parse_cpu_list(bound);
+  if (cpus.empty()) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int cpu : cpus) CPU_SET(cpu, &set);
+  sched_setaffinity(0, sizeof(set), &set);  // best effort: a refusal leaves the inherited mask
 }
 
 }  // namespace
@@ -52,7 +68,7 @@ int available_cores() {
   // A rank pinned by `--bind-cores`: its slice, as the launcher gave it. Its own mask may
   // already be narrower: OpenMP binds the main thread to the first CPU of the slice.
   if (const char* bound = std::getenv("FSDPP_BOUND_CPUS")) {
-    const int cores = cpu_list_count(bound);
+    const int cores = static_cast<int>(parse_cpu_list(bound).size());
     if (cores >= 1) return cores;
   }
   cpu_set_t set;
@@ -83,6 +99,37 @@ std::string cpu_list_text(const std::vector<int>& cpus) {
 
 int default_threads_per_rank(int ranks_on_this_node) {
   return std::max(1, available_cores() / std::max(1, ranks_on_this_node));
+}
+
+void parallel_chunks(int64_t n, int64_t min_chunk, const std::function<void(int64_t, int64_t)>& f) {
+  if (n <= 0) return;
+  const int64_t threads = std::min<int64_t>(
+      at::get_num_threads(), (n + std::max<int64_t>(1, min_chunk) - 1) / std::max<int64_t>(1, min_chunk));
+  if (threads <= 1) {
+    f(0, n);
+    return;
+  }
+  const int64_t per_thread = (n + threads - 1) / threads;
+  std::vector<std::exception_ptr> failures(static_cast<size_t>(threads));
+  auto run_part = [&](int64_t t) {
+    try {
+      const int64_t begin = std::min(n, t * per_thread), end = std::min(n, (t + 1) * per_thread);
+      if (begin < end) f(begin, end);
+    } catch (...) {
+      failures[static_cast<size_t>(t)] = std::current_exception();
+    }
+  };
+  std::vector<std::thread> workers;
+  workers.reserve(static_cast<size_t>(threads - 1));
+  for (int64_t t = 1; t < threads; ++t)
+    workers.emplace_back([&, t] {
+      widen_to_bound_slice();
+      run_part(t);
+    });
+  run_part(0);
+  for (auto& w : workers) w.join();
+  for (const auto& failure : failures)
+    if (failure) std::rethrow_exception(failure);
 }
 
 void configure_threads(int threads) {

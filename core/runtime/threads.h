@@ -2,6 +2,8 @@
 // together so that ranks x threads never exceeds the machine's cores by accident.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -21,6 +23,14 @@ std::string cpu_list_text(const std::vector<int>& cpus);
 
 // floor(cores / ranks_on_this_node), at least 1.
 int default_threads_per_rank(int ranks_on_this_node);
+
+// Calls f(begin, end) on contiguous pieces of [0, n) that cover it once, on up to
+// at::get_num_threads() threads (the caller's among them), each piece at least
+// `min_chunk` long; returns when every piece is done and rethrows the first exception.
+// LibTorch's at::parallel_for runs serially in code built without -fopenmp, as fsdpp's
+// is (its OpenMP runtime is the wheel's own), so fsdpp's host loops use this instead.
+// Workers are threads of their own, allowed on every CPU of a `--bind-cores` slice.
+void parallel_chunks(int64_t n, int64_t min_chunk, const std::function<void(int64_t, int64_t)>& f);
 
 // Sets LibTorch's intra-op threads and OpenBLAS's threads to `threads`, and exports
 // OMP_NUM_THREADS / OPENBLAS_NUM_THREADS so processes we exec inherit the same budget.

@@ -66,6 +66,41 @@ TEST(Gradients, PowerSumIsTheSumOfEachTensorsNormToThePower) {
   EXPECT_THROW(gradient_power_sum({a}, 0.0), std::invalid_argument);
 }
 
+// Large fp32 host tensors (several of fsdpp's 32768-value pieces, tails not a multiple of
+// four), the kind an offloaded shard's gradients are.
+std::vector<at::Tensor> large_host_gradients() {
+  torch::manual_seed(5);
+  std::vector<at::Tensor> grads;
+  for (int64_t n : {int64_t{100003}, int64_t{32768}, int64_t{7}, int64_t{65537}})
+    grads.push_back(torch::randn({n}) * 3);
+  return grads;
+}
+
+TEST(Gradients, HostTwoNormsAreFp32RoundingsOfTheFp64NormsOnAnyThreadCount) {
+  const auto grads = large_host_gradients();
+  double truth = 0, foreach_sum = 0;  // fp64 ground truth; LibTorch's _foreach_norm as clip_grad_norm_ takes it
+  for (const auto& g : grads) truth += g.to(at::kDouble).pow(2).sum().item<double>();
+  for (const auto& n : at::_foreach_norm(grads, 2.0)) foreach_sum += std::pow(n.item<double>(), 2);
+  const int threads = at::get_num_threads();
+  at::set_num_threads(1);
+  const double one = gradient_power_sum(grads, 2.0);
+  at::set_num_threads(3);
+  const double three = gradient_power_sum(grads, 2.0);
+  at::set_num_threads(threads);
+  EXPECT_EQ(one, three);  // pieces are summed in order, whichever thread ran them
+  // Each norm is the fp64 one rounded to fp32 (2^-24 relative), squared: 2^-23 at most.
+  EXPECT_NEAR(one, truth, std::ldexp(1.0, -23) * truth);
+  EXPECT_NEAR(foreach_sum, truth, 1.3e-6 * truth);  // the fp32 policy's rtol (harness/oracle/tolerance.h)
+}
+
+TEST(Gradients, HostClippingMultipliesLikeForeachMulBitwise) {
+  auto ours = large_host_gradients(), theirs = large_host_gradients();
+  const double total = std::sqrt(gradient_power_sum(ours, 2.0));
+  clip_gradients(ours, total, 0.37);
+  at::_foreach_mul_(theirs, 0.37 / (total + 1e-6));
+  for (size_t i = 0; i < ours.size(); ++i) EXPECT_TRUE(torch::equal(ours[i], theirs[i])) << "tensor " << i;
+}
+
 TEST(Gradients, ClearingLeavesNoGradientSoAdamWSkipsAParameterWithoutOne) {
   auto used = torch::ones({2, 2}, torch::requires_grad()), unused = torch::ones({2, 2}, torch::requires_grad());
   auto opt = make_adamw({{"used", used}, {"unused", unused}}, AdamWSettings{0.1, 0.9, 0.999, 1e-8, 0.5});
