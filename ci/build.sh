@@ -7,6 +7,8 @@
 #   FSDPP_JOBS          parallel compile jobs (default: the "default" build preset's 2)
 #   FSDPP_EXTRA_PREFIX  more CMake prefixes after torch's (e.g. the GPU runner's .deps)
 #   FSDPP_BUILD_TARGETS only these targets (e.g. "fsdpp"; default: all)
+#   FSDPP_WERROR        ON (default): a warning in fsdpp's own sources fails the build; the
+#                       GPU runner, whose compiler is the GPU machine's, passes OFF
 # Extra arguments go to cmake's configure step (e.g. -DCMAKE_CUDA_ARCHITECTURES=native).
 # ccache is used when installed.
 set -euo pipefail
@@ -22,7 +24,7 @@ source "$repo/ci/lib/ccache.sh"  # sets `launcher`
 # CMAKE_CUDA_ARCHITECTURES): the configure output goes to a log, shown when it fails.
 mkdir -p "$build"
 if ! cmake --preset default -B "$build" -DCMAKE_PREFIX_PATH="$torch_cmake${FSDPP_EXTRA_PREFIX:+;$FSDPP_EXTRA_PREFIX}" \
-     "${launcher[@]}" "$@" >"$build/configure.log" 2>&1; then
+     -DFSDPP_WERROR="${FSDPP_WERROR:-ON}" "${launcher[@]}" "$@" >"$build/configure.log" 2>&1; then
   grep -E "CMake Error|FATAL|fsdpp" -A3 "$build/configure.log" >&2 || cat "$build/configure.log" >&2
   echo "ci/build.sh: configure failed (log: $build/configure.log)" >&2
   exit 1

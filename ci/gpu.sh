@@ -35,7 +35,7 @@ configure_and_build() {
     extra="$repo/.deps/usr;$repo/.deps/usr/lib/x86_64-linux-gnu/cmake;$repo/.deps/usr/share/cmake"
   fi
   FSDPP_TORCH_PYTHON="$(command -v "$python")" FSDPP_BUILD_DIR="$build" FSDPP_JOBS="$jobs" FSDPP_EXTRA_PREFIX="$extra" \
-    bash "$repo/ci/build.sh" -DCMAKE_CUDA_ARCHITECTURES=native
+    FSDPP_WERROR=${FSDPP_WERROR:-OFF} bash "$repo/ci/build.sh" -DCMAKE_CUDA_ARCHITECTURES=native
 }
 
 run_tests() {

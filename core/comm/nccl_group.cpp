@@ -47,18 +47,26 @@ ncclRedOp_t nccl_op(ReduceOp op) {
   return ncclSum;
 }
 
+
+}  // namespace
+
+// Named, not anonymous: NcclGroup::Impl (external linkage) holds a deque of these.
+namespace nccl_detail {
+
 class Done final : public NcclDone {
  public:
-  Done(std::string label, Clock::time_point issued) : label(std::move(label)), issued(issued) {}
+  Done(std::string label, std::chrono::steady_clock::time_point issued) : label(std::move(label)), issued(issued) {}
   void join() override { event.block(at::cuda::getCurrentCUDAStream(event.device_index())); }
   bool query() const override { return event.query(); }
 
   at::cuda::CUDAEvent event;
   std::string label;
-  Clock::time_point issued;
+  std::chrono::steady_clock::time_point issued;
 };
 
-}  // namespace
+}  // namespace nccl_detail
+
+using nccl_detail::Done;
 
 bool nccl_usable(int local_world_size) {
   if (const char* forced = std::getenv("FSDPP_CUDA_COMM")) {

@@ -30,6 +30,27 @@
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors I/O assumes a little-endian host");
 
 namespace fsdpp::io {
+// Named, not anonymous: SafetensorsFile::State (external linkage) holds one.
+namespace safetensors_detail {
+
+// A private (copy-on-write) mapping of the whole file, opened read-only: writes through a
+// view change this process's pages only. Unmapped when the last owner (file object or
+// view tensor's deleter) lets go.
+struct Mapping {
+  const uint8_t* bytes = nullptr;
+  uint64_t size = 0;
+  Mapping() = default;
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+  ~Mapping() {
+    if (bytes != nullptr) ::munmap(const_cast<uint8_t*>(bytes), size);
+  }
+};
+
+}  // namespace safetensors_detail
+
+using safetensors_detail::Mapping;
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -147,19 +168,6 @@ Json parse_rejecting_duplicates(const std::string& text, std::string* duplicate_
 
 // ---- the mapping -------------------------------------------------------------------------------
 
-// A private (copy-on-write) mapping of the whole file, opened read-only: writes through a
-// view change this process's pages only. Unmapped when the last owner (file object or
-// view tensor's deleter) lets go.
-struct Mapping {
-  const uint8_t* bytes = nullptr;
-  uint64_t size = 0;
-  Mapping() = default;
-  Mapping(const Mapping&) = delete;
-  Mapping& operator=(const Mapping&) = delete;
-  ~Mapping() {
-    if (bytes != nullptr) ::munmap(const_cast<uint8_t*>(bytes), size);
-  }
-};
 
 std::shared_ptr<const Mapping> map_file(const fs::path& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);

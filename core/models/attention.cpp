@@ -10,13 +10,12 @@
 namespace fsdpp::models {
 
 at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale) {
-  const int64_t s = q.size(-2), d = q.size(-1);
-  if (scale == 0) scale = 1.0 / std::sqrt(static_cast<double>(d));
+  if (scale == 0) scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
 #if FSDPP_HAS_SDPA
   return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, scale);
 #else
   auto scores = at::matmul(q, k.transpose(-2, -1)) * scale;
-  auto future = at::ones({s, k.size(-2)}, q.options().dtype(at::kBool)).triu(1);
+  auto future = at::ones({q.size(-2), k.size(-2)}, q.options().dtype(at::kBool)).triu(1);
   scores = scores.masked_fill(future, -std::numeric_limits<float>::infinity());
   return at::matmul(at::softmax(scores, -1, at::kFloat).to(q.scalar_type()), v);
 #endif

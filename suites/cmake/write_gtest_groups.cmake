@@ -29,14 +29,14 @@ foreach(suite IN LISTS suites)
     if(shards GREATER 1)
       math(EXPR index "${shard} - 1")
       set(name "${suite}.*[${shard}/${shards}]")
-      set(env "GTEST_TOTAL_SHARDS=${shards};GTEST_SHARD_INDEX=${index}")
+      set(env "GTEST_TOTAL_SHARDS=${shards};GTEST_SHARD_INDEX=${index};")
     endif()
+    # The group's ctest name, for the counts it records (suites/gtest_group_report.py).
+    string(APPEND env "FSDPP_CTEST_NAME=${name}")
     string(APPEND text "add_test([=[${name}]=] \"${RUNNER}\" \"${EXE}\" [=[--gtest_filter=${suite}.*]=])\n"
                        "set_tests_properties([=[${name}]=] PROPERTIES TIMEOUT ${TIMEOUT}"
-                       " SKIP_REGULAR_EXPRESSION [=[${skipped}]=])\n")
-    if(env)
-      string(APPEND text "set_tests_properties([=[${name}]=] PROPERTIES ENVIRONMENT [=[${env}]=])\n")
-    endif()
+                       " SKIP_REGULAR_EXPRESSION [=[${skipped}]=])\n"
+                       "set_tests_properties([=[${name}]=] PROPERTIES ENVIRONMENT [=[${env}]=])\n")
   endforeach()
 endforeach()
 file(WRITE "${OUT}" "${text}")
