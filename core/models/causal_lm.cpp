@@ -1,5 +1,7 @@
 #include "core/models/causal_lm.h"
 
+#include <algorithm>
+
 #include "core/models/gpt2.h"
 #include "core/models/llama.h"
 #include "core/models/opt.h"
@@ -8,7 +10,11 @@
 namespace fsdpp::models {
 
 const std::vector<std::string>& supported_model_types() {
-  static const std::vector<std::string> types = {"gpt2", "opt", "llama", "mistral"};
+  static const std::vector<std::string> types = [] {
+    std::vector<std::string> all = {"gpt2", "opt"};
+    for (const auto& type : llama_model_types()) all.push_back(type);
+    return all;
+  }();
   return types;
 }
 
@@ -33,12 +39,18 @@ CausalLm make_lm(const std::string& type, const Config& c, const char* block_typ
 
 namespace {
 
+std::string type_list() {
+  std::string list;
+  for (const auto& type : supported_model_types()) list += (list.empty() ? "" : ", ") + type;
+  return list;
+}
+
 // The family's config parsed once; `make` receives the typed config and its limits.
 template <class Make>
 auto dispatch(const nlohmann::json& config, const std::string& source, Make&& make) {
   if (!config.is_object()) throw std::invalid_argument(source + ": expected a JSON object");
   if (!config.contains("model_type") || !config["model_type"].is_string())
-    throw std::invalid_argument(source + ": key 'model_type' is missing (expected gpt2, opt, llama or mistral)");
+    throw std::invalid_argument(source + ": key 'model_type' is missing (expected one of " + type_list() + ")");
   const auto type = config["model_type"].get<std::string>();
   if (type == "gpt2") {
     auto c = Gpt2Config::from_json(config, source);
@@ -50,12 +62,13 @@ auto dispatch(const nlohmann::json& config, const std::string& source, Make&& ma
     return make(type, c, static_cast<OptForCausalLM*>(nullptr), "fsdpp::models::OptLayerImpl",
                 CausalLmLimits{c.vocab_size, c.max_position_embeddings});
   }
-  if (type == "llama" || type == "mistral") {
+  const auto& llama_types = llama_model_types();
+  if (std::find(llama_types.begin(), llama_types.end(), type) != llama_types.end()) {
     auto c = LlamaConfig::from_json(config, source);
     return make(type, c, static_cast<LlamaForCausalLM*>(nullptr), "fsdpp::models::LlamaDecoderLayerImpl",
                 CausalLmLimits{c.vocab_size, c.max_position_embeddings});
   }
-  throw std::invalid_argument(source + ": unknown model_type '" + type + "' (expected gpt2, opt, llama or mistral)");
+  throw std::invalid_argument(source + ": unknown model_type '" + type + "' (expected one of " + type_list() + ")");
 }
 
 }  // namespace

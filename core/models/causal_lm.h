@@ -16,7 +16,7 @@ namespace fsdpp::models {
 // memory makes them throw, which clang-tidy cannot rule out.
 // NOLINTNEXTLINE(bugprone-exception-escape)
 struct CausalLm {
-  std::string model_type;                                     // "gpt2", "opt", "llama", "mistral"
+  std::string model_type;                                     // one of supported_model_types()
   std::shared_ptr<torch::nn::Module> module;                  // HF-named parameters
   std::function<torch::Tensor(const torch::Tensor&)> logits;  // [b, s] int64 -> [b, s, vocab], through nn::call
   std::string block_type;  // Module::name() of a transformer block (for wrap policies)
@@ -25,7 +25,7 @@ struct CausalLm {
   nlohmann::json config;  // as written to config.json
 };
 
-// Supported model_type values: gpt2, opt, llama, mistral. Throws std::invalid_argument
+// Supported model_type values: gpt2, opt, llama, mistral, qwen2, qwen3. Throws std::invalid_argument
 // naming `source` and the model_type for anything else.
 CausalLm build_causal_lm(const nlohmann::json& config, const std::string& source);
 const std::vector<std::string>& supported_model_types();

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <set>
 #include <unordered_map>
 
 #include "core/io/atomic_file.h"
@@ -47,6 +48,66 @@ std::string stored_name(const io::SafetensorsIndex& checkpoint, const std::strin
   return found;
 }
 
+// Tensors a checkpoint may hold that no parameter reads, by family, and why they change
+// nothing: both are buffers transformers recomputes rather than loads.
+struct UnreadTensor {
+  const char* suffix;
+  std::set<std::string> model_types;
+  const char* why;
+};
+const std::vector<UnreadTensor>& known_unread_tensors() {
+  static const std::vector<UnreadTensor> tensors = {
+      {".attn.bias", {"gpt2"}, "GPT-2's causal mask (a constant), in the original checkpoints"},
+      {".attn.masked_bias", {"gpt2"}, "GPT-2's masking constant, in the original checkpoints"},
+      {".rotary_emb.inv_freq",
+       {"llama", "mistral", "qwen2", "qwen3"},
+       "the rotary inverse frequencies older transformers saved; both compute them from the rope settings"},
+  };
+  return tensors;
+}
+
+bool ends_with(const std::string& text, const std::string& suffix) {
+  return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Every tensor of `checkpoint` is read by a parameter of `params`, or is one of
+// known_unread_tensors(). A parameter stored under two of its names (a tied weight saved
+// under both, or with and without the base-model prefix) is read from the first; the other
+// copy must hold the same values, or the file describes another model than the one the
+// config ties. Throws std::runtime_error naming the file and the tensor, never ignores one:
+// a tensor nothing reads is a part of the model that would silently not be computed.
+void refuse_unread_tensors(const io::SafetensorsIndex& checkpoint, const std::vector<nn::UniqueParameter>& params,
+                           const std::string& model_type) {
+  std::unordered_map<std::string, std::string> read_from;  // stored name -> the stored name its parameter reads
+  for (const auto& param : params) {
+    std::string first;
+    for (const auto& alias : param.aliases)
+      for (const auto& stored : stored_names(alias)) {
+        if (!checkpoint.contains(stored)) continue;
+        if (first.empty()) first = stored;
+        read_from[stored] = first;
+      }
+  }
+  for (const auto& name : checkpoint.names()) {
+    auto it = read_from.find(name);
+    if (it != read_from.end()) {
+      if (it->second == name) continue;
+      auto copy = checkpoint.tensor(name), read = checkpoint.tensor(it->second);
+      if (copy.scalar_type() == read.scalar_type() && copy.sizes() == read.sizes() && at::equal(copy, read)) continue;
+      throw std::runtime_error(checkpoint.shard_path(name).string() + ": tensor '" + name + "' differs from '" +
+                               it->second +
+                               "', which the config makes the same parameter (tied or aliased); refusing to pick one");
+    }
+    bool known = false;
+    for (const auto& unread : known_unread_tensors())
+      known = known || (unread.model_types.count(model_type) && ends_with(name, unread.suffix));
+    if (!known)
+      throw std::runtime_error(checkpoint.shard_path(name).string() + ": tensor '" + name +
+                               "' is read by no parameter of the " + model_type +
+                               " model config.json describes (refusing to ignore part of a checkpoint)");
+  }
+}
+
 }  // namespace
 
 CausalLm load_pretrained(const std::filesystem::path& dir, at::ScalarType dtype) {
@@ -61,8 +122,10 @@ CausalLm load_pretrained(const std::filesystem::path& dir, const CausalLmConfig&
     lm = config.build();
   }
   auto checkpoint = io::load_checkpoint_dir(dir);
+  const auto params = nn::unique_parameters(*lm.module);
   torch::NoGradGuard no_grad;
-  for (auto& [name, param, aliases] : nn::unique_parameters(*lm.module)) {
+  for (const auto& [name, param_ref, aliases] : params) {
+    auto param = param_ref;
     auto stored = checkpoint.tensor(stored_name(checkpoint, name, aliases, param.sizes(), lm.model_type));
     if (stored.scalar_type() == dtype && stored.is_contiguous()) {
       // Zero copy: the parameter's storage is the file's mapped pages (copy-on-write), so
@@ -74,6 +137,7 @@ CausalLm load_pretrained(const std::filesystem::path& dir, const CausalLmConfig&
       nn::set_data_across_devices(param, converted);
     }
   }
+  refuse_unread_tensors(checkpoint, params, lm.model_type);
   lm.module->to(dtype);  // buffers
   return lm;
 }
@@ -113,7 +177,9 @@ PretrainedRows PretrainedRows::open(const std::filesystem::path& dir, const Caus
     lm = config.build();
   }
   auto state = std::make_shared<State>(State{dir, lm.model_type, io::load_checkpoint_dir(dir), {}});
-  for (const auto& param : nn::unique_parameters(*lm.module))
+  const auto params = nn::unique_parameters(*lm.module);
+  refuse_unread_tensors(state->checkpoint, params, lm.model_type);
+  for (const auto& param : params)
     for (const auto& name : param.aliases) state->aliases[name] = param.aliases;
   return PretrainedRows(std::move(state));
 }

@@ -20,7 +20,10 @@ namespace fsdpp::models {
 // ("transformer.", "model.") as some original checkpoints do. Tensors already in `dtype`
 // are not copied: parameters live in the file's copy-on-write mapping, so a model needs
 // its size in memory once, not twice. Throws std::runtime_error naming the folder and
-// the tensor when one is missing or has another shape.
+// the tensor when one is missing or has another shape, and naming the file and the tensor
+// when the checkpoint holds one that no parameter reads (the buffers transformers
+// recomputes, GPT-2's attn.bias and rotary_emb.inv_freq, excepted) or a second copy of a
+// tied weight that differs from the first.
 CausalLm load_pretrained(const std::filesystem::path& dir, at::ScalarType dtype = at::kFloat);
 // The same, with the folder's config.json already read and parsed by the caller (it is not
 // read again).
@@ -41,6 +44,7 @@ class PretrainedRows {
  public:
   // config.json + model.safetensors, or an index + shards. Builds the model once under
   // nn::DeferredInit to learn its parameter names and ties (one part in memory at a time).
+  // Refuses a checkpoint with a tensor no parameter reads, as load_pretrained does.
   static PretrainedRows open(const std::filesystem::path& dir);
   // The same, with the folder's config.json already read and parsed by the caller (it is
   // not read again).

@@ -1,5 +1,6 @@
 #include "core/models/llama.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
@@ -66,24 +67,178 @@ void read_rope(const nlohmann::json& json, const std::string& source, LlamaConfi
 
 }  // namespace
 
+namespace {
+
+// Keys any family's config.json may carry that do not change what the model computes, each
+// with the reason. PreTrainedConfig's own attributes (transformers 5 writes them all with
+// to_dict) and the 4.x names of the same things.
+const std::map<std::string, std::string>& config_keys_without_math() {
+  static const std::map<std::string, std::string> keys = {
+      {"_name_or_path", "where transformers loaded it from"},
+      {"_attn_implementation_autoset", "transformers' attention-kernel choice (eager, sdpa): the same math"},
+      {"architectures", "the class transformers instantiates; model_type decides here"},
+      {"model_type", "read by parse_causal_lm_config"},
+      {"transformers_version", "provenance"},
+      {"dtype", "the tensors carry their own dtype"},
+      {"torch_dtype", "transformers 4's name for dtype"},
+      {"use_cache", "the KV cache of generation; fsdpp recomputes the sequence, same logits"},
+      {"initializer_range", "random initialisation only; fsdpp's from-scratch init is its own"},
+      {"bos_token_id", "a tokenizer id, not part of the forward pass"},
+      {"eos_token_id", "a tokenizer id, not part of the forward pass"},
+      {"pad_token_id", "a tokenizer id (transformers' embedding has no padding_idx here)"},
+      {"output_attentions", "what transformers returns besides the logits"},
+      {"output_hidden_states", "what transformers returns besides the logits"},
+      {"return_dict", "what transformers returns besides the logits"},
+      {"chunk_size_feed_forward", "unused by these families' modeling code"},
+      {"is_encoder_decoder", "false for every causal LM here; the architecture is model_type's"},
+      {"id2label", "sequence-classification heads only"},
+      {"label2id", "sequence-classification heads only"},
+      {"problem_type", "sequence-classification heads only"},
+  };
+  return keys;
+}
+
+// The keys a family's config.json may hold beyond config_keys_without_math(): the ones
+// from_json computes, ones that do not change this family's math (with the reason), and keys
+// of another family's config accepted only at the value this family computes.
+struct FamilyKeys {
+  std::set<std::string> computed;
+  std::map<std::string, std::string> without_math;
+  std::map<std::string, nlohmann::json> fixed;
+};
+
+const FamilyKeys& family_keys(const std::string& model_type) {
+  static const std::set<std::string> kCommon = {
+      "vocab_size",          "hidden_size",         "intermediate_size", "num_hidden_layers",
+      "num_attention_heads", "num_key_value_heads", "head_dim",          "max_position_embeddings",
+      "rms_norm_eps",        "tie_word_embeddings", "hidden_act",        "rope_theta",
+      "rope_scaling",        "rope_parameters",     "attention_dropout"};
+  static const std::set<std::string> kQwenWindows = {"use_sliding_window", "sliding_window", "max_window_layers",
+                                                     "layer_types"};
+  auto with = [](std::set<std::string> keys, const std::set<std::string>& more) {
+    keys.insert(more.begin(), more.end());
+    return keys;
+  };
+  static const std::map<std::string, FamilyKeys> families = {
+      {"llama",
+       {with(kCommon, {"attention_bias", "mlp_bias"}),
+        {{"pretraining_tp", "transformers 5 ignores it; in 4.x it only split the projections' matmuls"}},
+        {}}},
+      // fsdpp wrote Llama's attention_bias into its Mistral exports before issue 41.
+      {"mistral", {with(kCommon, {"sliding_window"}), {}, {{"attention_bias", false}, {"mlp_bias", false}}}},
+      {"qwen2", {with(kCommon, kQwenWindows), {}, {{"mlp_bias", false}}}},
+      {"qwen3", {with(with(kCommon, kQwenWindows), {"attention_bias"}), {}, {{"mlp_bias", false}}}},
+  };
+  auto it = families.find(model_type);
+  if (it == families.end()) throw std::logic_error("family_keys: not a Llama-like model_type " + model_type);
+  return it->second;
+}
+
+std::string value_text(const nlohmann::json& value) {
+  auto text = value.dump();
+  return text.size() > 60 ? text.substr(0, 57) + "..." : text;
+}
+
+// Refuses, naming the key and its value, every key of `json` the family does not know.
+void refuse_unknown_keys(const nlohmann::json& json, const std::string& source, const std::string& model_type) {
+  const auto& family = family_keys(model_type);
+  for (const auto& item : json.items()) {
+    const auto& key = item.key();
+    if (family.computed.count(key) || family.without_math.count(key) || config_keys_without_math().count(key)) continue;
+    auto fixed = family.fixed.find(key);
+    if (fixed != family.fixed.end()) {
+      if (item.value() == fixed->second) continue;
+      throw std::invalid_argument(source + ": key '" + key + "' is " + value_text(item.value()) + ", but " +
+                                  model_type + " computes it as " + value_text(fixed->second) + " only");
+    }
+    throw std::invalid_argument(source + ": key '" + key + "' (" + value_text(item.value()) +
+                                ") is not one fsdpp knows for model_type '" + model_type +
+                                "'; refusing it rather than ignoring what it may change");
+  }
+}
+
+// A sliding_window key: absent means the family's default, null means none (0).
+int64_t window_of(const JsonReader& r, int64_t fallback) {
+  if (r.json.contains("sliding_window") && r.json["sliding_window"].is_null()) return 0;
+  return r.integer("sliding_window", fallback);
+}
+
+// Qwen2/Qwen3: which layers attend through a sliding window, as transformers' Qwen2Config
+// .__post_init__ decides: the window counts only with use_sliding_window (else sliding_window
+// is None), and then for layers from max_window_layers on, unless layer_types names every
+// layer. fsdpp computes full attention only, so a sliding layer is refused, never attended
+// in full.
+void refuse_sliding_layers(const nlohmann::json& json, const std::string& source, const LlamaConfig& c) {
+  JsonReader r{json, source};
+  const bool use_window = r.boolean("use_sliding_window", false);
+  const int64_t window = use_window ? window_of(r, 4096) : 0;
+  const int64_t max_window_layers = r.integer("max_window_layers", 28);
+  const std::string why = " (use_sliding_window " + std::string(use_window ? "true" : "false") + ", sliding_window " +
+                          std::to_string(window_of(r, 4096)) + ", max_window_layers " +
+                          std::to_string(max_window_layers) + ")";
+  if (json.contains("layer_types") && !json["layer_types"].is_null()) {
+    const auto& types = json["layer_types"];
+    if (!types.is_array() || static_cast<int64_t>(types.size()) != c.num_hidden_layers)
+      throw std::invalid_argument(source + ": key 'layer_types' is " + value_text(types) + ", expected a list of " +
+                                  std::to_string(c.num_hidden_layers) + " layer types (num_hidden_layers)");
+    for (size_t i = 0; i < types.size(); ++i) {
+      if (types[i] == "full_attention") continue;
+      throw std::invalid_argument(source + ": key 'layer_types' makes layer " + std::to_string(i) + " " +
+                                  value_text(types[i]) + why + "; fsdpp computes full_attention only");
+    }
+    return;
+  }
+  if (window > 0 && max_window_layers < c.num_hidden_layers)
+    throw std::invalid_argument(source + ": key 'use_sliding_window' is true: layers " +
+                                std::to_string(max_window_layers) + " to " + std::to_string(c.num_hidden_layers - 1) +
+                                " would attend through a window" + why + "; fsdpp computes full attention only");
+}
+
+}  // namespace
+
+const std::vector<std::string>& llama_model_types() {
+  static const std::vector<std::string> types = {"llama", "mistral", "qwen2", "qwen3"};
+  return types;
+}
+
+// Defaults are transformers' own for each family (LlamaConfig, MistralConfig, Qwen2Config,
+// Qwen3Config), so a key left out means what it means there.
 LlamaConfig LlamaConfig::from_json(const nlohmann::json& json, const std::string& source) {
   JsonReader r{json, source};
   LlamaConfig c;
+  c.model_type = r.text("model_type", "llama");
+  const auto& types = llama_model_types();
+  if (std::find(types.begin(), types.end(), c.model_type) == types.end())
+    throw std::invalid_argument(source + ": model_type '" + c.model_type + "' is not a Llama-like family (llama, " +
+                                "mistral, qwen2, qwen3)");
+  refuse_unknown_keys(json, source, c.model_type);
+  const bool qwen = c.model_type == "qwen2" || c.model_type == "qwen3";
   c.vocab_size = r.integer("vocab_size");
   c.hidden_size = r.integer("hidden_size");
   c.intermediate_size = r.integer("intermediate_size");
   c.num_hidden_layers = r.integer("num_hidden_layers");
   c.num_attention_heads = r.integer("num_attention_heads");
-  c.num_key_value_heads = r.integer("num_key_value_heads", c.num_attention_heads);
-  c.head_dim = r.integer("head_dim", 0);
-  c.max_position_embeddings = r.integer("max_position_embeddings", 4096);
+  const int64_t default_kv_heads = c.model_type == "mistral" ? 8 : qwen ? 32 : c.num_attention_heads;
+  c.num_key_value_heads = r.integer("num_key_value_heads", default_kv_heads);
+  c.head_dim = r.integer("head_dim", c.model_type == "qwen3" ? 128 : 0);
+  const int64_t default_positions = c.model_type == "mistral" ? 4096 * 32 : qwen ? 32768 : 2048;
+  c.max_position_embeddings = r.integer("max_position_embeddings", default_positions);
   c.rms_norm_eps = r.number("rms_norm_eps", 1e-6);
   c.tie_word_embeddings = r.boolean("tie_word_embeddings", false);
-  c.attention_bias = r.boolean("attention_bias", false);
-  c.sliding_window = r.integer("sliding_window", 0);
+  if (c.model_type == "qwen2") {
+    c.qkv_bias = true;  // Qwen2Attention: q/k/v always biased, o_proj never
+  } else if (c.model_type != "mistral") {
+    c.qkv_bias = c.o_proj_bias = r.boolean("attention_bias", false);
+  }
+  c.mlp_bias = c.model_type == "llama" && r.boolean("mlp_bias", false);
+  c.qk_norm = c.model_type == "qwen3";
+  if (c.model_type == "mistral") c.sliding_window = window_of(r, 4096);
   auto activation = r.text("hidden_act", "silu");
   if (activation != "silu")
     throw std::invalid_argument(source + ": hidden_act '" + activation + "' is not supported (silu)");
+  if (r.number("attention_dropout", 0.0) != 0.0)
+    throw std::invalid_argument(source + ": key 'attention_dropout' is " + value_text(json["attention_dropout"]) +
+                                "; attention dropout is not implemented (expected 0)");
   read_rope(json, source, c);
   if (c.num_attention_heads < 1 || c.num_key_value_heads < 1)
     throw std::invalid_argument(source + ": num_attention_heads is " + std::to_string(c.num_attention_heads) +
@@ -91,12 +246,19 @@ LlamaConfig LlamaConfig::from_json(const nlohmann::json& json, const std::string
                                 ", expected both at least 1");
   if (c.num_attention_heads % c.num_key_value_heads != 0)
     throw std::invalid_argument(source + ": num_attention_heads is not a multiple of num_key_value_heads");
+  if (qwen) refuse_sliding_layers(json, source, c);
   return c;
 }
 
+// The family's own config.json: the keys transformers writes for it (both the 4.x
+// rope_theta/rope_scaling and, through them, 5.x's rope_parameters are read back).
 nlohmann::json LlamaConfig::to_json() const {
-  nlohmann::json j = {{"model_type", "llama"},
-                      {"architectures", {"LlamaForCausalLM"}},
+  static const std::map<std::string, std::string> architectures = {{"llama", "LlamaForCausalLM"},
+                                                                   {"mistral", "MistralForCausalLM"},
+                                                                   {"qwen2", "Qwen2ForCausalLM"},
+                                                                   {"qwen3", "Qwen3ForCausalLM"}};
+  nlohmann::json j = {{"model_type", model_type},
+                      {"architectures", {architectures.at(model_type)}},
                       {"vocab_size", vocab_size},
                       {"hidden_size", hidden_size},
                       {"intermediate_size", intermediate_size},
@@ -108,9 +270,17 @@ nlohmann::json LlamaConfig::to_json() const {
                       {"rms_norm_eps", rms_norm_eps},
                       {"rope_theta", rope_theta},
                       {"tie_word_embeddings", tie_word_embeddings},
-                      {"attention_bias", attention_bias},
                       {"hidden_act", "silu"},
                       {"rope_scaling", nullptr}};
+  if (model_type == "llama" || model_type == "qwen3") j["attention_bias"] = qkv_bias;
+  if (model_type == "llama") j["mlp_bias"] = mlp_bias;
+  if (model_type == "mistral") j["sliding_window"] = sliding_window > 0 ? nlohmann::json(sliding_window) : nullptr;
+  if (model_type == "qwen2" || model_type == "qwen3") {
+    j["use_sliding_window"] = false;
+    j["sliding_window"] = nullptr;
+    j["max_window_layers"] = num_hidden_layers;
+    j["layer_types"] = std::vector<std::string>(static_cast<size_t>(num_hidden_layers), "full_attention");
+  }
   if (rope_scaling)
     j["rope_scaling"] = {{"rope_type", "llama3"},
                          {"factor", rope_scaling->factor},
@@ -124,8 +294,10 @@ int64_t LlamaConfig::parameter_count() const {
   const int64_t d = hidden_size, hd = dim_per_head();
   const int64_t q = num_attention_heads * hd, kv = num_key_value_heads * hd;
   int64_t attention = d * q + 2 * d * kv + q * d;
-  if (attention_bias) attention += q + 2 * kv + d;
-  const int64_t mlp = 3 * d * intermediate_size;
+  if (qkv_bias) attention += q + 2 * kv;
+  if (o_proj_bias) attention += d;
+  if (qk_norm) attention += 2 * hd;
+  const int64_t mlp = 3 * d * intermediate_size + (mlp_bias ? 2 * intermediate_size + d : 0);
   const int64_t layer = attention + mlp + 2 * d;  // + two RMSNorm weights
   const int64_t embeddings = vocab_size * d * (tie_word_embeddings ? 1 : 2);
   return num_hidden_layers * layer + embeddings + d;  // + final norm
@@ -203,13 +375,17 @@ LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& c, std::shared_ptr<Rot
       head_dim(c.dim_per_head()),
       sliding_window(c.sliding_window),
       rotary(std::move(rotary_)) {
-  auto linear = [&](const char* name, int64_t in, int64_t out) {
-    return register_module(name, torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(c.attention_bias)));
+  auto linear = [&](const char* name, int64_t in, int64_t out, bool bias) {
+    return register_module(name, torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias)));
   };
-  q_proj = linear("q_proj", c.hidden_size, heads * head_dim);
-  k_proj = linear("k_proj", c.hidden_size, kv_heads * head_dim);
-  v_proj = linear("v_proj", c.hidden_size, kv_heads * head_dim);
-  o_proj = linear("o_proj", heads * head_dim, c.hidden_size);  // HF: same bias switch as q/k/v
+  q_proj = linear("q_proj", c.hidden_size, heads * head_dim, c.qkv_bias);
+  k_proj = linear("k_proj", c.hidden_size, kv_heads * head_dim, c.qkv_bias);
+  v_proj = linear("v_proj", c.hidden_size, kv_heads * head_dim, c.qkv_bias);
+  o_proj = linear("o_proj", heads * head_dim, c.hidden_size, c.o_proj_bias);
+  if (c.qk_norm) {  // Qwen3Attention: over head_dim only, so one weight serves every head
+    q_norm = register_module("q_norm", RmsNorm(head_dim, c.rms_norm_eps));
+    k_norm = register_module("k_norm", RmsNorm(head_dim, c.rms_norm_eps));
+  }
 }
 
 torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x) {
@@ -220,6 +396,10 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x) {
   auto q = split_heads(nn::call(q_proj, x), heads);
   auto k = split_heads(nn::call(k_proj, x), kv_heads);
   auto v = split_heads(nn::call(v_proj, x), kv_heads);
+  if (q_norm) {  // [b, heads, s, head_dim]: each head normalised on its own, before rope
+    q = nn::call(q_norm, q);
+    k = nn::call(k_norm, k);
+  }
   auto [cos, sin] = rotary->cos_sin(s, x.device(), q.scalar_type());
   q = apply_rotary(q, cos, sin);
   k = apply_rotary(k, cos, sin);
@@ -232,7 +412,7 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x) {
 
 LlamaMlpImpl::LlamaMlpImpl(const LlamaConfig& c) {
   auto linear = [&](const char* name, int64_t in, int64_t out) {
-    return register_module(name, torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false)));
+    return register_module(name, torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(c.mlp_bias)));
   };
   gate_proj = linear("gate_proj", c.hidden_size, c.intermediate_size);
   up_proj = linear("up_proj", c.hidden_size, c.intermediate_size);

@@ -1,7 +1,9 @@
 // The Llama family (Llama 2/3, CodeLlama, Mistral-style) with Hugging Face
 // LlamaForCausalLM semantics and tensor names: RMSNorm, rotary position embeddings
 // (rope_theta, Llama-3 rope_scaling), SwiGLU MLP, grouped-query attention, optional tied
-// embeddings; plus from-scratch presets by size.
+// embeddings; plus from-scratch presets by size. Mistral, Qwen2/2.5 and Qwen3 are options of
+// the same blocks (as torchtune's builders pick options of shared components): which
+// projections carry a bias, and Qwen3's per-head q/k RMSNorm.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -25,6 +27,8 @@ struct Llama3RopeScaling {
 };
 
 struct LlamaConfig {
+  // Whose config.json this is, and whose to_json writes: llama, mistral, qwen2 or qwen3.
+  std::string model_type = "llama";
   int64_t vocab_size = 32000;
   int64_t hidden_size = 4096;
   int64_t intermediate_size = 11008;
@@ -37,15 +41,25 @@ struct LlamaConfig {
   double rope_theta = 10000.0;
   std::optional<Llama3RopeScaling> rope_scaling;
   bool tie_word_embeddings = false;
-  bool attention_bias = false;
+  bool qkv_bias = false;       // q_proj, k_proj, v_proj (Llama's attention_bias, Qwen2 always)
+  bool o_proj_bias = false;    // o_proj (Llama's and Qwen3's attention_bias; never Qwen2)
+  bool mlp_bias = false;       // gate_proj, up_proj, down_proj (Llama's mlp_bias)
+  bool qk_norm = false;        // Qwen3: RMSNorm over head_dim of every q and k head, before rope
   int64_t sliding_window = 0;  // Mistral; 0: none. Longer sequences are refused, not mis-attended.
 
+  // Reads the config.json of any model_type above (none: llama). Every key is computed,
+  // listed as not changing the math, or refused in one line naming `source`, the key and
+  // its value (llama.cpp's key tables); a key another family uses is accepted only at the
+  // value this family computes.
   static LlamaConfig from_json(const nlohmann::json& json, const std::string& source);
   nlohmann::json to_json() const;
   int64_t dim_per_head() const { return head_dim > 0 ? head_dim : hidden_size / num_attention_heads; }
   // Exact parameter count (tied embeddings counted once), without building the model.
   int64_t parameter_count() const;
 };
+
+// The model_types LlamaConfig reads: llama, mistral, qwen2, qwen3.
+const std::vector<std::string>& llama_model_types();
 
 // Presets for training from scratch: "tiny" (tests), "125M", "350M" (Llama-style sizes
 // of GPT-3's small models), "1B" and "3B" (Llama 3.2), "7B", "13B", "70B" (Llama 2), "8B" (Llama 3).
@@ -62,6 +76,7 @@ struct LlamaAttentionImpl : torch::nn::Module {
   int64_t heads, kv_heads, head_dim, sliding_window;
   std::shared_ptr<RotaryTable> rotary;
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  RmsNorm q_norm{nullptr}, k_norm{nullptr};  // only with qk_norm (Qwen3)
 };
 TORCH_MODULE(LlamaAttention);
 

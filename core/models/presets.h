@@ -15,7 +15,8 @@
 namespace fsdpp::models {
 
 // The config.json of `size` for `model_type` (gpt2: tiny, mini, mini256, 124M, 355M, 774M, 1.5B;
-// opt: tiny, mini, 125M, 350M, 1.3B; llama/mistral: the llama presets). vocab_size > 0
+// opt: tiny, mini, 125M, 350M, 1.3B; llama/mistral: the llama presets; qwen2/qwen3: tiny,
+// the llama one with the family's options, Qwen3's head_dim twice hidden / heads). vocab_size > 0
 // replaces the preset's vocabulary size. Throws std::invalid_argument naming the
 // unknown type or size and listing the known ones.
 nlohmann::json from_scratch_config(const std::string& model_type, const std::string& size, int64_t vocab_size = 0);

@@ -8,6 +8,7 @@
 
 #include "core/fsdp/sharding.h"
 #include "core/io/yaml_json.h"
+#include "core/models/causal_lm.h"
 #include "core/runtime/device.h"
 #include "core/train/trainer.h"
 #include "harness/cli/parse_only.h"
@@ -24,8 +25,8 @@ void TrainCommand::add_to(CLI::App& app) {
   t->add_option("--config", config_file_, "JSON or YAML file with any of these options (flags override it)");
   t->add_option("--model", c.model_dir, "Hugging Face model folder to fine-tune");
   t->add_flag("--from-scratch", c.from_scratch, "Initialise a new model (with --model-type, --model-size)");
-  t->add_option("--model-type", c.model_type, "From scratch: gpt2, opt, llama or mistral")
-      ->check(CLI::IsMember({"gpt2", "opt", "llama", "mistral"}));
+  t->add_option("--model-type", c.model_type, "From scratch: gpt2, opt, llama, mistral, qwen2 or qwen3")
+      ->check(CLI::IsMember(models::supported_model_types()));
   t->add_option("--model-size", c.model_size, "From scratch: preset size (e.g. tiny, mini, 124M; see README)");
   t->add_option("--vocab-size", c.vocab_size, "From scratch: vocabulary size instead of the preset's")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));

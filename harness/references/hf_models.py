@@ -76,39 +76,58 @@ def _gpt2():
     return GPT2LMHeadModel, config, "gpt2"
 
 
+# The tiny shape of the OPT and Llama-shaped models: 64 wide, 2 layers of 4 heads, 128 positions.
+_TINY = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=128)
+
+
 def _opt(pre_ln):
     from transformers import OPTConfig, OPTForCausalLM
 
     # OPT-125M is pre-LN with word_embed_proj_dim == hidden_size; OPT-350M is post-LN with a
     # narrower embedding and project_in/project_out (and no final layer norm).
     config = OPTConfig(
+        **_TINY,
         vocab_size=50272,
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
         ffn_dim=256,
-        max_position_embeddings=128,
         do_layer_norm_before=pre_ln,
         word_embed_proj_dim=64 if pre_ln else 32,
     )
     return OPTForCausalLM, config, "gpt2"
 
 
-def _llama(tied=False, rope_parameters=None):
+# The Llama-shaped families share one tiny shape: GQA (4 query heads over 2 KV heads),
+# Llama-2's 32000-token vocabulary (so the Llama tokenizer assets serve all).
+_LLAMA_SHAPE = dict(**_TINY, vocab_size=32000, intermediate_size=128, num_key_value_heads=2)
+
+
+def _llama(tied=False, rope_parameters=None, mlp_bias=False):
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(
-        vocab_size=32000,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-        tie_word_embeddings=tied,
-        rope_parameters=rope_parameters,
-    )
+    config = LlamaConfig(**_LLAMA_SHAPE, tie_word_embeddings=tied, rope_parameters=rope_parameters, mlp_bias=mlp_bias)
     return LlamaForCausalLM, config, "llama"
+
+
+def _qwen2(tied=False):
+    """Qwen2/2.5: q/k/v biased, o_proj not; no sliding layer (use_sliding_window false)."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    return Qwen2ForCausalLM, Qwen2Config(**_LLAMA_SHAPE, tie_word_embeddings=tied), "llama"
+
+
+def _qwen3(tied=False, attention_bias=False):
+    """Qwen3: q_norm/k_norm over head_dim before rope, head_dim 24 where hidden/heads is 16."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    config = Qwen3Config(**_LLAMA_SHAPE, head_dim=24, tie_word_embeddings=tied, attention_bias=attention_bias)
+    return Qwen3ForCausalLM, config, "llama"
+
+
+def _qwen2_sliding():
+    """A Qwen2 whose second layer slides (max_window_layers 1): fsdpp must refuse it."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(**_LLAMA_SHAPE, use_sliding_window=True, sliding_window=8, max_window_layers=1)
+    return Qwen2ForCausalLM, config, "llama"
 
 
 # Llama 3.1's rope scaling, with the original context shrunk to fit a 128-position model.
@@ -128,6 +147,14 @@ ARCHS = {
     "llama-gqa": lambda: _llama(),
     "llama-tied": lambda: _llama(tied=True),
     "llama3-rope": lambda: _llama(rope_parameters=dict(_LLAMA3_ROPE)),
+    "llama-mlp-bias": lambda: _llama(mlp_bias=True),
+    "qwen2-gqa": lambda: _qwen2(),
+    "qwen2-tied": lambda: _qwen2(tied=True),
+    # attention_bias (o_proj's too) on the untied head, whose logits (std 1) leave the fp32
+    # policy room to see a bias; a tied head's (std 4) sit at its edge (README.md).
+    "qwen3-gqa-bias": lambda: _qwen3(attention_bias=True),
+    "qwen3-tied": lambda: _qwen3(tied=True),
+    "qwen2-sliding": _qwen2_sliding,
 }
 
 
@@ -370,11 +397,15 @@ def cmd_eval(args):
 
 
 def cmd_generate(args):
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
     model = load_model(args.model, args.attn_implementation)
+    # A folder's tokenizer.json as it is: AutoTokenizer picks the class from config.json's
+    # model_type over the file's own (for qwen2, Qwen2Tokenizer, which re-reads the vocabulary
+    # of the Llama tokenizer.json the judged folders carry as byte-level BPE).
+    loader = PreTrainedTokenizerFast if os.path.isfile(os.path.join(args.model, "tokenizer.json")) else AutoTokenizer
     try:
-        tokenizer = AutoTokenizer.from_pretrained(args.model, local_files_only=True)
+        tokenizer = loader.from_pretrained(args.model, local_files_only=True)
     except (OSError, ValueError, KeyError) as e:
         raise UsageError(f"--model {args.model}: transformers cannot load its tokenizer: {one_line(e)}") from e
     # fsdpp's encode() adds no BOS/EOS and reads "<s>" in text as plain text.

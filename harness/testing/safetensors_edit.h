@@ -1,6 +1,9 @@
-// Test helper: a safetensors file rewritten with some tensors renamed or dropped, for
-// tests that need a checkpoint missing a tensor or named as another exporter names it.
+// Test helper: a safetensors file rewritten with some tensors renamed, dropped or added, for
+// tests that need a checkpoint missing a tensor, holding one too many, or named as another
+// exporter names it.
 #pragma once
+
+#include <ATen/core/Tensor.h>
 
 #include <filesystem>
 #include <functional>
@@ -16,5 +19,8 @@ void rewrite_safetensors(const std::filesystem::path& path,
 
 // Drops one tensor.
 void drop_tensor(const std::filesystem::path& path, const std::string& name);
+
+// Adds `tensor` (contiguous, CPU) under `name`, after the file's own tensors.
+void add_tensor(const std::filesystem::path& path, const std::string& name, const at::Tensor& tensor);
 
 }  // namespace fsdpp::harness

@@ -120,6 +120,31 @@ std::vector<BadCase> bad_cases() {
          std::ofstream(d / "config.json") << j.dump();
        },
        "eval", "the config implies [98, 16]"},
+      // Issue 41: nothing defaulted silently. A tensor no parameter reads (the MLP biases of an
+      // mlp_bias Llama were, and it evaluated 8e-4 off transformers), a config key fsdpp does not
+      // know, and a Qwen2 config whose layers from max_window_layers on slide.
+      {"TensorNoParameterReads",
+       [](const fs::path& d) {
+         harness::add_tensor(d / "model.safetensors", "model.layers.0.mlp.up_proj.bias", torch::zeros({40}));
+       },
+       "eval", "tensor 'model.layers.0.mlp.up_proj.bias' is read by no parameter"},
+      {"UnknownConfigKey",
+       [](const fs::path& d) {
+         auto j = models::llama_preset("tiny").to_json();
+         j["quantization_config"] = {{"quant_method", "bitsandbytes"}};
+         std::ofstream(d / "config.json") << j.dump();
+       },
+       "eval", "key 'quantization_config'"},
+      {"QwenSlidingWindow",
+       [](const fs::path& d) {
+         auto c = models::llama_preset("tiny");
+         c.model_type = "qwen2";
+         auto j = c.to_json();
+         j.erase("layer_types");  // a transformers 4.x config: the window rule decides
+         j["use_sliding_window"] = true, j["sliding_window"] = 4, j["max_window_layers"] = 1;
+         std::ofstream(d / "config.json") << j.dump();
+       },
+       "eval", "key 'use_sliding_window' is true: layers 1 to 1"},
       {"HeaderLyingAboutOffsets",
        [](const fs::path& d) {
          std::fstream f(d / "model.safetensors", std::ios::in | std::ios::out | std::ios::binary);

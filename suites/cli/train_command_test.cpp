@@ -191,7 +191,7 @@ TEST_P(TrainEquivalence, LossCurveIsTheSameOnOneTwoAndFourRanks) {
               one.losses().back(), max_diff);
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, TrainEquivalence, ::testing::Values("gpt2", "opt", "llama"));
+INSTANTIATE_TEST_SUITE_P(Families, TrainEquivalence, ::testing::Values("gpt2", "opt", "llama", "qwen2", "qwen3"));
 
 // --- the documented data order and loss --------------------------------------------
 

@@ -119,7 +119,8 @@ TEST_P(DeferredBuild, LeavesMetaParametersOfTheSameShapesWithTiesGradFlagsAndRea
   // The rotary frequencies are not a parameter: they stay real.
   auto llama = std::dynamic_pointer_cast<LlamaForCausalLMImpl>(deferred.module);
   const std::string family = GetParam();
-  EXPECT_EQ(llama != nullptr, family.rfind("llama", 0) == 0 || family == "mistral") << family;
+  EXPECT_EQ(llama != nullptr, family.rfind("llama", 0) == 0 || family == "mistral" || family.rfind("qwen", 0) == 0)
+      << family;
   if (llama) {
     auto reference = std::dynamic_pointer_cast<LlamaForCausalLMImpl>(normal.module);
     const auto& inv_freq = llama->model->rotary->inv_freq();
@@ -129,7 +130,8 @@ TEST_P(DeferredBuild, LeavesMetaParametersOfTheSameShapesWithTiesGradFlagsAndRea
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, DeferredBuild,
-                         ::testing::Values("gpt2", "opt", "opt_projected", "llama", "llama_tied", "mistral"));
+                         ::testing::Values("gpt2", "opt", "opt_projected", "llama", "llama_tied", "mistral", "qwen2",
+                                           "qwen3"));
 
 TEST(DeferredBuild, TiedHeadsAreTheEmbeddingsTensorObject) {
   auto gpt2 = build_deferred(config_for("gpt2"));

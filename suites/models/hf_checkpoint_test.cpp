@@ -38,7 +38,10 @@ nlohmann::json tiny_config(const std::string& family) {
     return c.to_json();
   }
   auto c = llama_preset("tiny");
-  c.tie_word_embeddings = family == "llama_tied";
+  c.tie_word_embeddings = family == "llama_tied" || family == "qwen3_tied";
+  if (family == "llama_mlp_bias") c.mlp_bias = true;
+  if (family == "qwen2") c.model_type = "qwen2", c.qkv_bias = true;
+  if (family == "qwen3_tied") c.model_type = "qwen3", c.qk_norm = true, c.head_dim = 6;
   return c.to_json();
 }
 
@@ -76,7 +79,9 @@ TEST_P(RoundTrip, OneFileAndShardsReloadBitForBit) {
   expect_same_model(lm, load_pretrained(sharded.path()));
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, RoundTrip, ::testing::Values("gpt2", "opt", "llama", "llama_tied"));
+INSTANTIATE_TEST_SUITE_P(Families, RoundTrip,
+                         ::testing::Values("gpt2", "opt", "llama", "llama_tied", "llama_mlp_bias", "qwen2",
+                                           "qwen3_tied"));
 
 TEST(RoundTrip, TiedWeightsAreStoredOnceUnderTheirFirstName) {
   auto lm = random_model("gpt2");
@@ -145,6 +150,38 @@ TEST(BadFolders, TensorWithTheWrongShape) {
   config["intermediate_size"] = 48;  // the stored MLP weights are 40 wide
   std::ofstream(dir.path() / "config.json") << config.dump();
   EXPECT_THAT(load_error(dir.path()), HasSubstr("has shape [40, 16], the config implies [48, 16]"));
+}
+
+// Issue 41: a tensor that no parameter reads is refused, naming the file and the tensor (an
+// mlp_bias Llama's MLP biases went unread and it evaluated 8e-4 off transformers), except the
+// buffers transformers recomputes itself and a tied weight's second copy holding the same values.
+TEST(BadFolders, ATensorNoParameterReadsIsRefusedNamingTheFileAndTheTensor) {
+  auto lm = random_model("llama_mlp_bias");
+  TempDir dir;
+  save_pretrained(lm, dir.path());
+  auto config = tiny_config("llama_mlp_bias");
+  config["mlp_bias"] = false;
+  std::ofstream(dir.path() / "config.json") << config.dump();
+  const auto error = load_error(dir.path());
+  EXPECT_THAT(error, HasSubstr((dir.path() / "model.safetensors").string() + ": tensor 'model.layers."));
+  EXPECT_THAT(error, HasSubstr("_proj.bias' is read by no parameter of the llama model"));
+  EXPECT_THROW(PretrainedRows::open(dir.path()), std::runtime_error);
+}
+
+TEST(BadFolders, RecomputedBuffersAndAnEqualTiedCopyAreReadDeliberately) {
+  auto lm = random_model("llama_tied");
+  TempDir dir;
+  save_pretrained(lm, dir.path());
+  const auto file = dir.path() / "model.safetensors";
+  const auto embedding = io::SafetensorsFile::open(file).copy_tensor("model.embed_tokens.weight");
+  harness::add_tensor(file, "model.layers.0.self_attn.rotary_emb.inv_freq", torch::ones({2}));
+  harness::add_tensor(file, "lm_head.weight", embedding);  // transformers 4.x saved both names at times
+  expect_same_model(lm, load_pretrained(dir.path()));
+  harness::drop_tensor(file, "lm_head.weight");
+  harness::add_tensor(file, "lm_head.weight", embedding + 1);
+  EXPECT_THAT(load_error(dir.path()),
+              HasSubstr("tensor 'lm_head.weight' differs from 'model.embed_tokens.weight', which the config makes the "
+                        "same parameter"));
 }
 
 TEST(BadFolders, HeaderThatLiesAboutOffsets) {

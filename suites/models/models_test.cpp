@@ -236,8 +236,13 @@ Tensor llama_ref(const Weights& w, const LlamaConfig& c, const Tensor& tokens) {
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     std::string p = "model.layers." + std::to_string(i) + ".";
     auto a = rms_norm_ref(x, w.at(p + "input_layernorm.weight"), c.rms_norm_eps);
-    auto q = rope_ref(linear_ref(w, p + "self_attn.q_proj", a), inv, heads, hd);
-    auto k = rope_ref(linear_ref(w, p + "self_attn.k_proj", a), inv, kv, hd);
+    auto head_norm = [&](const Tensor& t, const std::string& name, int64_t n) {  // Qwen3: per head, before rope
+      if (!w.count(p + name)) return t;
+      return rms_norm_ref(t.view({t.size(0), t.size(1), n, hd}), w.at(p + name), c.rms_norm_eps).view(t.sizes());
+    };
+    auto q =
+        rope_ref(head_norm(linear_ref(w, p + "self_attn.q_proj", a), "self_attn.q_norm.weight", heads), inv, heads, hd);
+    auto k = rope_ref(head_norm(linear_ref(w, p + "self_attn.k_proj", a), "self_attn.k_norm.weight", kv), inv, kv, hd);
     auto y = attention_ref(q, k, linear_ref(w, p + "self_attn.v_proj", a), heads, kv, hd, 1.0 / std::sqrt(double(hd)));
     x = x + linear_ref(w, p + "self_attn.o_proj", y);
     auto m = rms_norm_ref(x, w.at(p + "post_attention_layernorm.weight"), c.rms_norm_eps);
@@ -272,6 +277,59 @@ TEST(Llama, Llama3RopeScalingAndTiedEmbeddingsMatchThePublishedFormulas) {
   auto inv = rope_inverse_frequencies(c).to(torch::kDouble);
   auto ref = inv_freq_ref(c);
   EXPECT_TRUE(torch::allclose(inv, ref, 1e-6, 1e-12));
+}
+
+int64_t counted_parameters(torch::nn::Module& model) {
+  std::unordered_set<const c10::TensorImpl*> seen;
+  int64_t counted = 0;
+  for (auto& p : model.parameters())
+    if (seen.insert(p.unsafeGetTensorImpl()).second) counted += p.numel();
+  return counted;
+}
+
+// Qwen3Attention: q_norm/k_norm (RMSNorm over head_dim, one weight for every head) between
+// the projection and rope; head_dim its own (here 6, hidden/heads is 4); attention_bias on
+// all four projections.
+TEST(Llama, Qwen3QkNormAndItsOwnHeadDimMatchThePublishedFormulas) {
+  auto c = llama_preset("tiny");
+  c.model_type = "qwen3";
+  c.head_dim = 6;
+  c.qk_norm = c.qkv_bias = c.o_proj_bias = true;
+  LlamaForCausalLM model(c);
+  randomize(*model, 6);
+  auto tokens = tokens_for(c.vocab_size, 10);
+  auto w = weights_of(*model);
+  EXPECT_EQ(w.at("model.layers.1.self_attn.q_norm.weight").sizes(), (std::vector<int64_t>{6}));
+  EXPECT_TRUE(w.count("model.layers.1.self_attn.o_proj.bias"));
+  EXPECT_EQ(c.parameter_count(), counted_parameters(*model));
+  torch::NoGradGuard no_grad;
+  expect_close(model->forward(tokens), llama_ref(w, c, tokens));
+}
+
+// Llama's mlp_bias (gate/up/down biased) and Qwen2's q/k/v-but-not-o biases, as their
+// config.json files say; the biases are computed (the formulas add every stored bias).
+TEST(Llama, MlpBiasAndQwen2BiasesAreTheProjectionsTheirConfigsName) {
+  auto llama = llama_preset("tiny").to_json();
+  llama["mlp_bias"] = true;
+  auto qwen2 = llama_preset("tiny");
+  qwen2.model_type = "qwen2";
+  for (const auto& c : {LlamaConfig::from_json(llama, "llama"), LlamaConfig::from_json(qwen2.to_json(), "qwen2")}) {
+    LlamaForCausalLM model(c);
+    randomize(*model, 7);
+    auto w = weights_of(*model);
+    const bool is_qwen2 = c.model_type == "qwen2";
+    EXPECT_EQ(w.count("model.layers.0.mlp.gate_proj.bias") + w.count("model.layers.0.mlp.up_proj.bias") +
+                  w.count("model.layers.0.mlp.down_proj.bias"),
+              is_qwen2 ? 0u : 3u);
+    EXPECT_EQ(w.count("model.layers.0.self_attn.q_proj.bias") + w.count("model.layers.0.self_attn.k_proj.bias") +
+                  w.count("model.layers.0.self_attn.v_proj.bias"),
+              is_qwen2 ? 3u : 0u);
+    EXPECT_FALSE(w.count("model.layers.0.self_attn.o_proj.bias"));
+    EXPECT_EQ(c.parameter_count(), counted_parameters(*model)) << c.model_type;
+    auto tokens = tokens_for(c.vocab_size, 9);
+    torch::NoGradGuard no_grad;
+    expect_close(model->forward(tokens), llama_ref(w, c, tokens));
+  }
 }
 
 TEST(Llama, EveryLayerReadsOneRotaryTableComputedOncePerShape) {
@@ -340,11 +398,7 @@ TEST(Llama, PresetParameterCountsAreThePublishedOnes) {
   for (const auto& name : {"tiny", "125M"}) {
     auto c = llama_preset(name);
     LlamaForCausalLM model(c);
-    std::unordered_set<const c10::TensorImpl*> seen;
-    int64_t counted = 0;
-    for (auto& p : model->parameters())
-      if (seen.insert(p.unsafeGetTensorImpl()).second) counted += p.numel();
-    EXPECT_EQ(c.parameter_count(), counted) << name;
+    EXPECT_EQ(c.parameter_count(), counted_parameters(*model)) << name;
   }
   EXPECT_THROW(llama_preset("5B"), std::invalid_argument);
 }
@@ -392,16 +446,18 @@ TEST(Configs, TransformersFiveRopeParametersReadAsTheLegacyKeysDo) {
   EXPECT_FALSE(p.rope_scaling.has_value());
 }
 
+// A Llama-like config.json refused in one line naming the file and holding `words`.
+void expect_refused(const nlohmann::json& config, const std::string& words) {
+  try {
+    LlamaConfig::from_json(config, "/m/config.json");
+    ADD_FAILURE() << "accepted: " << config.dump();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("/m/config.json"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+  }
+}
+
 TEST(Configs, ARopeSettingFsdppDoesNotComputeIsRefusedNamingTheFileAndKey) {
-  auto expect_refused = [](const nlohmann::json& config, const std::string& words) {
-    try {
-      LlamaConfig::from_json(config, "/m/config.json");
-      ADD_FAILURE() << "accepted: " << config.dump();
-    } catch (const std::invalid_argument& e) {
-      EXPECT_NE(std::string(e.what()).find("/m/config.json"), std::string::npos) << e.what();
-      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
-    }
-  };
   auto c = llama_preset("tiny").to_json();
   c["rope_parameters"] = {{"rope_theta", 10000.0}, {"rope_type", "yarn"}, {"factor", 4.0}};
   expect_refused(c, "rope_type 'yarn'");
@@ -412,6 +468,79 @@ TEST(Configs, ARopeSettingFsdppDoesNotComputeIsRefusedNamingTheFileAndKey) {
   c["rope_parameters"] = {{"rope_theta", 20000.0}, {"rope_type", "default"}};
   c["rope_theta"] = 10000.0;
   expect_refused(c, "disagree");
+}
+
+// Issue 41: every key of a Llama-like config.json is computed, listed as not changing the
+// math, or refused in one line naming the file, the key and its value.
+
+TEST(Configs, AKeyTheFamilyDoesNotKnowIsRefusedNamingItAndItsValue) {
+  auto c = llama_preset("tiny").to_json();
+  c["use_mrope"] = true;
+  expect_refused(c, "key 'use_mrope' (true) is not one fsdpp knows for model_type 'llama'");
+  auto mistral = llama_preset("tiny").to_json();
+  mistral["model_type"] = "mistral";
+  EXPECT_NO_THROW(LlamaConfig::from_json(mistral, "m"));  // attention_bias, mlp_bias false: Mistral's own
+  mistral["mlp_bias"] = true;
+  expect_refused(mistral, "key 'mlp_bias' is true, but mistral computes it as false only");
+  auto dropout = llama_preset("tiny").to_json();
+  dropout["attention_dropout"] = 0.1;
+  expect_refused(dropout, "key 'attention_dropout' is 0.1");
+  // What transformers writes for every PreTrainedConfig reads as no change.
+  auto generic = llama_preset("tiny").to_json();
+  for (const auto& key : {"transformers_version", "dtype", "use_cache", "bos_token_id", "id2label", "return_dict"})
+    generic[key] = nullptr;
+  EXPECT_NO_THROW(LlamaConfig::from_json(generic, "g"));
+}
+
+// transformers' Qwen2Config.__post_init__: the window only with use_sliding_window, and then
+// for layers from max_window_layers on, unless layer_types names each layer.
+TEST(Configs, AQwenLayerThatWouldSlideIsRefusedAndAWindowNoLayerUsesIsNot) {
+  auto qwen = llama_preset("tiny");  // 2 layers
+  qwen.model_type = "qwen2";
+  auto c = qwen.to_json();
+  c.erase("layer_types");
+  c["use_sliding_window"] = true, c["sliding_window"] = 8, c["max_window_layers"] = 2;
+  EXPECT_NO_THROW(LlamaConfig::from_json(c, "q"));  // no layer from 2 on
+  c["max_window_layers"] = 1;
+  expect_refused(c, "key 'use_sliding_window' is true: layers 1 to 1");
+  c["use_sliding_window"] = false;
+  EXPECT_NO_THROW(LlamaConfig::from_json(c, "q"));  // sliding_window is None then
+  c["layer_types"] = {"full_attention", "sliding_attention"};
+  expect_refused(c, "key 'layer_types' makes layer 1 \"sliding_attention\"");
+  c["layer_types"] = {"full_attention"};
+  expect_refused(c, "expected a list of 2 layer types");
+}
+
+// The family's own config on export: transformers' keys and class name, read back as the
+// same model; defaults that are the family's own (Qwen3's head_dim 128).
+TEST(Configs, EachFamilyExportsItsOwnConfigAndReadsItBack) {
+  const std::map<std::string, std::string> kClasses = {{"llama", "LlamaForCausalLM"},
+                                                       {"mistral", "MistralForCausalLM"},
+                                                       {"qwen2", "Qwen2ForCausalLM"},
+                                                       {"qwen3", "Qwen3ForCausalLM"}};
+  for (const std::string type : {"llama", "mistral", "qwen2", "qwen3"}) {
+    auto c = LlamaConfig::from_json(
+        [&] {
+          auto j = llama_preset("tiny").to_json();
+          j["model_type"] = type;
+          if (type != "llama") j.erase("mlp_bias");
+          if (type != "llama" && type != "qwen3") j.erase("attention_bias");
+          return j;
+        }(),
+        type);
+    const auto j = c.to_json();
+    EXPECT_EQ(j["model_type"], type);
+    EXPECT_EQ(j["architectures"], nlohmann::json::array({kClasses.at(type)}));
+    const auto back = LlamaConfig::from_json(j, type);
+    EXPECT_EQ(back.parameter_count(), c.parameter_count()) << type;
+    EXPECT_EQ(back.qkv_bias, type == "qwen2") << type;
+    EXPECT_EQ(back.qk_norm, type == "qwen3") << type;
+  }
+  auto qwen3 = llama_preset("tiny");
+  qwen3.model_type = "qwen3";
+  auto j = qwen3.to_json();
+  j.erase("head_dim");
+  EXPECT_EQ(LlamaConfig::from_json(j, "q").dim_per_head(), 128);
 }
 
 }  // namespace

@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # transformers judges fsdpp's models (harness/references/hf_models.py). For tiny random
-# GPT-2, OPT (pre-LN 125M-style, post-LN 350M-style with projections) and Llama (GQA,
-# tied head, Llama-3 rope scaling) models that transformers builds and saves with
-# save_pretrained (transformers 5's config keys):
+# GPT-2, OPT (pre-LN 125M-style, post-LN 350M-style with projections), Llama (GQA, tied
+# head, Llama-3 rope scaling, mlp_bias), Qwen2 (q/k/v biases; untied and tied) and Qwen3
+# (q/k norms, head_dim 24 where hidden/heads is 16; untied with attention_bias, and tied)
+# models that transformers builds and saves with save_pretrained (transformers 5's config keys):
 #   - fsdpp eval's logits on every window equal transformers' within the fp32 policy
 #     (assert_close defaults, harness/oracle/tolerance.h), and its loss too;
 #   - greedy `fsdpp generate` gives transformers' greedy generate's tokens;
 #   - the folder `fsdpp train` exports loads with from_pretrained (offline) and gives the
-#     same logits as fsdpp on it.
+#     same logits as fsdpp on it;
+#   - a folder fsdpp does not compute exactly is refused by `fsdpp eval` in one line, exit 2:
+#     a Qwen2 whose second layer slides (transformers' own config), and a Qwen2 checkpoint
+#     holding a tensor no parameter reads (an o_proj bias, which Qwen2 does not have).
 # Logits are judged with the fp32 policy and `--own-spread`: where the policy fails, fsdpp
 # still passes if it is no further from transformers' sdpa than transformers' own eager
 # attention is (hf_models.py). Two correct fp32 implementations differ by round-off at the
@@ -83,7 +87,30 @@ judge() {  # ARCH TOKENS
   fi
 }
 
+refused() {  # WHAT DIR WORDS: fsdpp eval of DIR exits 2 with one line that holds WORDS
+  local out code
+  out=$("$fsdpp" eval --model "$2" --data $work/llama/train_*.tok --seq-len $T 2>&1)
+  code=$?
+  if [ "$code" = 2 ] && [ "$(printf '%s\n' "$out" | wc -l)" = 1 ] && [[ $out == *"$3"* ]]; then
+    echo "ok   $1 refused: $out"; passed=$((passed + 1))
+  else
+    fail "$1: exit $code, expected 2 and one line with \"$3\": $out"
+  fi
+}
+
 for arch in gpt2 opt-pre-ln opt-post-ln; do judge "$arch" gpt2; done
-for arch in llama-gqa llama-tied llama3-rope; do judge "$arch" llama; done
+for arch in llama-gqa llama-tied llama3-rope llama-mlp-bias qwen2-gqa qwen2-tied qwen3-gqa-bias qwen3-tied; do
+  judge "$arch" llama
+done
+
+"${ref[@]}" make --arch qwen2-sliding --out "$work/qwen2-sliding" --seed 1 >"$work/log" 2>&1 ||
+  fail "qwen2-sliding make: $(tail -n1 "$work/log")"
+refused "a sliding Qwen2 layer" "$work/qwen2-sliding" "key 'layer_types' makes layer 1 \"sliding_attention\""
+cp -r "$work/qwen2-gqa" "$work/qwen2-extra"
+"$python" -c 'import sys, torch; from safetensors.torch import load_file, save_file
+path = sys.argv[1] + "/model.safetensors"; t = load_file(path)
+t["model.layers.0.self_attn.o_proj.bias"] = torch.zeros(64); save_file(t, path, metadata={"format": "pt"})' \
+  "$work/qwen2-extra" || fail "qwen2-extra: could not add a tensor"
+refused "an unread tensor" "$work/qwen2-extra" "tensor 'model.layers.0.self_attn.o_proj.bias' is read by no parameter"
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]
