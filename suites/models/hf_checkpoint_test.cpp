@@ -194,7 +194,7 @@ TEST(BadFolders, HeaderThatLiesAboutOffsets) {
   uint64_t header_len = 0;
   f.read(reinterpret_cast<char*>(&header_len), 8);
   std::string header(header_len, ' ');
-  f.read(header.data(), header_len);
+  f.read(header.data(), static_cast<std::streamsize>(header_len));
   auto j = nlohmann::json::parse(header);
   for (auto& [name, entry] : j.items())
     if (name != "__metadata__") {
@@ -205,7 +205,7 @@ TEST(BadFolders, HeaderThatLiesAboutOffsets) {
   lied.resize(header_len, ' ');
   ASSERT_LE(j.dump().size(), header_len);
   f.seekp(8);
-  f.write(lied.data(), lied.size());
+  f.write(lied.data(), static_cast<std::streamsize>(lied.size()));
   f.close();
   EXPECT_THAT(load_error(dir.path()), HasSubstr("model.safetensors"));
 }
@@ -237,7 +237,7 @@ TEST(LargeModels, LoadingAGigabyteModelNeedsItsSizeOnceNotTwice) {
   LlamaConfig c = llama_preset("tiny");
   c.vocab_size = 32000, c.hidden_size = 1024, c.intermediate_size = 2816, c.num_hidden_layers = 20;
   c.num_attention_heads = 16, c.num_key_value_heads = 16;
-  const double file_mb = c.parameter_count() * 4 / 1e6;
+  const double file_mb = static_cast<double>(c.parameter_count()) * 4 / 1e6;
   ASSERT_GT(file_mb, 1000);
   // Write and load in separate processes so that each one's peak RSS is its own.
   auto run = [](const std::function<void()>& body) {

@@ -200,7 +200,7 @@ Tensor rope_ref(const Tensor& x, const Tensor& inv_freq, int64_t heads, int64_t 
   for (int64_t pos = 0; pos < s; ++pos)
     for (int64_t h = 0; h < heads; ++h)
       for (int64_t i = 0; i < half; ++i) {
-        double angle = pos * inv_freq[i].item<double>();
+        double angle = static_cast<double>(pos) * inv_freq[i].item<double>();
         auto a = x.select(1, pos).select(-1, h * hd + i), b = x.select(1, pos).select(-1, h * hd + i + half);
         out.select(1, pos).select(-1, h * hd + i).copy_(a * std::cos(angle) - b * std::sin(angle));
         out.select(1, pos).select(-1, h * hd + i + half).copy_(b * std::cos(angle) + a * std::sin(angle));
@@ -212,14 +212,14 @@ Tensor inv_freq_ref(const LlamaConfig& c) {
   const int64_t hd = c.dim_per_head();
   auto inv = torch::empty({hd / 2}, torch::kDouble);
   for (int64_t i = 0; i < hd / 2; ++i) {
-    double f = 1.0 / std::pow(c.rope_theta, 2.0 * i / hd);
+    double f = 1.0 / std::pow(c.rope_theta, 2.0 * static_cast<double>(i) / static_cast<double>(hd));
     if (c.rope_scaling) {  // Llama 3.1's published frequency rescaling
       const auto& r = *c.rope_scaling;
       double wavelen = 2 * M_PI / f;
-      if (wavelen > r.original_max_position_embeddings / r.low_freq_factor) {
+      if (wavelen > static_cast<double>(r.original_max_position_embeddings) / r.low_freq_factor) {
         f = f / r.factor;
-      } else if (wavelen >= r.original_max_position_embeddings / r.high_freq_factor) {
-        double smooth = (r.original_max_position_embeddings / wavelen - r.low_freq_factor) /
+      } else if (wavelen >= static_cast<double>(r.original_max_position_embeddings) / r.high_freq_factor) {
+        double smooth = (static_cast<double>(r.original_max_position_embeddings) / wavelen - r.low_freq_factor) /
                         (r.high_freq_factor - r.low_freq_factor);
         f = (1 - smooth) * f / r.factor + smooth * f;
       }
