@@ -9,6 +9,7 @@ suites/gtest_group_report.py appended to GROUPS.jsonl; any other entry (a script
 discovered GoogleTest case) is one test with ctest's status, its skip reason read from its
 output (GoogleTest's "Skipped" message) or ctest's. Exit 0; ctest's status is the run's.
 """
+
 import json
 import sys
 import xml.etree.ElementTree as ET

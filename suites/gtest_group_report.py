@@ -9,6 +9,7 @@ line appended to it for ci/test_summary.py.
 Exit 3 when a test skipped without a reason (a skip must say why), else 0: the group's own
 exit status stays the runner's.
 """
+
 import json
 import os
 import sys
@@ -42,13 +43,18 @@ def main():
         print(f"{PREFIX} skipped {name}: {reason or '(NO REASON GIVEN)'}")
     summary = os.environ.get("FSDPP_TEST_SUMMARY")
     if summary:
-        record = {"entry": os.environ.get("FSDPP_CTEST_NAME", ""), "group": label, "passed": passed, "failed": failed,
-                  "skipped": [{"test": n, "reason": r} for n, r in skipped]}
+        record = {
+            "entry": os.environ.get("FSDPP_CTEST_NAME", ""),
+            "group": label,
+            "passed": passed,
+            "failed": failed,
+            "skipped": [{"test": n, "reason": r} for n, r in skipped],
+        }
         with open(summary, "a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
     unexplained = [name for name, reason in skipped if not reason]
     if unexplained:
-        print(f"{PREFIX} a test must say why it skips (GTEST_SKIP() << \"why\"): {', '.join(unexplained)}")
+        print(f'{PREFIX} a test must say why it skips (GTEST_SKIP() << "why"): {", ".join(unexplained)}')
         return 3
     return 0
 

@@ -47,7 +47,6 @@ ncclRedOp_t nccl_op(ReduceOp op) {
   return ncclSum;
 }
 
-
 }  // namespace
 
 // Named, not anonymous: NcclGroup::Impl (external linkage) holds a deque of these.

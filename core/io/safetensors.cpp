@@ -168,7 +168,6 @@ Json parse_rejecting_duplicates(const std::string& text, std::string* duplicate_
 
 // ---- the mapping -------------------------------------------------------------------------------
 
-
 std::shared_ptr<const Mapping> map_file(const fs::path& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail_file(path, std::string("cannot open: ") + std::strerror(errno));
