@@ -30,7 +30,9 @@ def main():
         with open(groups_file, encoding="utf-8") as f:
             for line in f:
                 record = json.loads(line)
-                groups[record["entry"]] = record  # a rerun's record replaces the earlier one
+                # Two binaries may both have a suite of one name (two entries, one name):
+                # each entry of that name takes the next record, so the totals hold.
+                groups.setdefault(record["entry"], []).append(record)
     except FileNotFoundError:
         pass
     rows, totals = [], {"passed": 0, "failed": 0, "skipped": 0}
@@ -38,7 +40,10 @@ def main():
         name = case.get("name")
         status = case.get("status", "run")
         failed = case.find("failure") is not None or status == "fail"
-        record = groups.get(name)
+        records = groups.get(name) or []
+        record = records.pop(0) if records else None
+        if record is not None:
+            name = f"{name} ({record['group']})"
         if record is not None and not failed:
             passed, nfailed, skips = record["passed"], record["failed"], record["skipped"]
         elif status in ("notrun", "disabled") or case.find("skipped") is not None:

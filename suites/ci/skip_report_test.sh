@@ -40,6 +40,6 @@ needs 1 CUDA device(s), this CPU build has 0
 XML
 out=$(python3 "$src/ci/test_summary.py" "$work/junit.xml" "$work/groups.jsonl") || fail "test_summary exited $?"
 [ "$(tail -n1 <<<"$out")" = "tests: 2 passed, 0 failed, 2 skipped" ] || fail "totals: $out"
-grep -q 'Fixture.SkipsWithAReason (Fixture.\*): the reason it skips' <<<"$out" || fail "group skip not listed: $out"
+grep -q 'Fixture.SkipsWithAReason (Fixture.\* (skip_report_fixture filter=Fixture.\*)): the reason it skips' <<<"$out" || fail "group skip not listed: $out"
 grep -q 'CudaX.Y (CudaX.Y): needs 1 CUDA device(s), this CPU build has 0' <<<"$out" || fail "entry skip not listed: $out"
 echo "skip_report: ok"
