@@ -25,8 +25,8 @@ struct CausalLm {
   nlohmann::json config;  // as written to config.json
 };
 
-// Supported model_type values: gpt2, opt, llama, mistral, qwen2, qwen3. Throws std::invalid_argument
-// naming `source` and the model_type for anything else.
+// Supported model_type values: gpt2, opt, llama, mistral, qwen2, qwen3, gemma2, gemma3_text.
+// Throws std::invalid_argument naming `source` and the model_type for anything else.
 CausalLm build_causal_lm(const nlohmann::json& config, const std::string& source);
 const std::vector<std::string>& supported_model_types();
 

@@ -32,8 +32,8 @@ LmHeadImpl::LmHeadImpl(const torch::Tensor& tied) { weight = register_parameter(
 
 torch::Tensor LmHeadImpl::forward(const torch::Tensor& x) { return torch::matmul(x, weight.t()); }
 
-RmsNormImpl::RmsNormImpl(int64_t dim, double eps_) : eps(eps_) {
-  weight = register_parameter("weight", torch::ones({dim}));
+RmsNormImpl::RmsNormImpl(int64_t dim, double eps_, bool unit_offset_) : eps(eps_), unit_offset(unit_offset_) {
+  weight = register_parameter("weight", unit_offset ? torch::zeros({dim}) : torch::ones({dim}));
 }
 
 namespace {
@@ -52,11 +52,12 @@ const char* rms_norm_kernel_name(const at::Device& device) { return fused_rms_no
 
 torch::Tensor RmsNormImpl::forward(const torch::Tensor& x) {
 #if FSDPP_HAS_FUSED_RMS_NORM
-  if (fused_rms_norm_runs(x.device()) && x.scalar_type() == weight.scalar_type())
+  if (!unit_offset && fused_rms_norm_runs(x.device()) && x.scalar_type() == weight.scalar_type())
     return std::get<0>(at::_fused_rms_norm(x, {weight.size(0)}, weight, eps));
 #endif
   auto x32 = x.to(torch::kFloat);
   auto normed = x32 * torch::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  if (unit_offset) return (normed * (1.0 + weight.to(torch::kFloat))).to(x.scalar_type());
   return weight * normed.to(x.scalar_type());
 }
 

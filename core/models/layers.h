@@ -42,10 +42,14 @@ RmsNormKernel rms_norm_kernel();
 // the same dtype, under the current setting.
 const char* rms_norm_kernel_name(const at::Device& device);
 
+// unit_offset: Gemma's RMSNorm (Gemma2RMSNorm, Gemma3RMSNorm), x / rms(x) * (1 + weight) with
+// the weight applied in fp32 too and one rounding to x's dtype at the end; its weight starts
+// at zero. It always runs the eager formula.
 struct RmsNormImpl : torch::nn::Module {
-  RmsNormImpl(int64_t dim, double eps);
+  RmsNormImpl(int64_t dim, double eps, bool unit_offset = false);
   torch::Tensor forward(const torch::Tensor& x);
   double eps;
+  bool unit_offset;
   torch::Tensor weight;
 };
 TORCH_MODULE(RmsNorm);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -22,19 +23,25 @@ void read_rope_object(const nlohmann::json& rope, const std::string& where, bool
   if (!rope.is_object()) throw std::invalid_argument(where + ": expected an object");
   JsonReader r{rope, where};
   const std::string type = r.text("rope_type", r.text("type", "default"));
-  if (type != "default" && type != "llama3")
-    throw std::invalid_argument(where + ": rope_type '" + type + "' is not supported (default, llama3)");
+  if (type != "default" && type != "llama3" && type != "linear")
+    throw std::invalid_argument(where + ": rope_type '" + type + "' is not supported (default, linear, llama3)");
   for (const auto& item : rope.items()) {
     static const std::set<std::string> kCommon = {"rope_type", "type", "rope_theta", "partial_rotary_factor"};
     static const std::set<std::string> kLlama3 = {"factor", "low_freq_factor", "high_freq_factor",
                                                   "original_max_position_embeddings"};
     if (kCommon.count(item.key()) || (type == "llama3" && kLlama3.count(item.key()))) continue;
+    if (type == "linear" && item.key() == "factor") continue;
     throw std::invalid_argument(where + ": key '" + item.key() + "' is not understood for rope_type '" + type +
                                 "' (fsdpp refuses rope settings it does not compute)");
   }
   if (r.number("partial_rotary_factor", 1.0) != 1.0)
     throw std::invalid_argument(where + ": partial_rotary_factor other than 1.0 is not supported");
   if (!legacy) c.rope_theta = r.number("rope_theta", c.rope_theta);
+  if (type == "linear") {  // transformers' _compute_linear_scaling_rope_parameters: inv_freq / factor
+    c.rope_linear_factor = r.number("factor", 0.0);
+    if (!(c.rope_linear_factor > 0))
+      throw std::invalid_argument(where + ": rope_type 'linear' needs a positive 'factor'");
+  }
   if (type == "llama3") {
     Llama3RopeScaling scaling;
     scaling.factor = r.number("factor", scaling.factor);
@@ -65,6 +72,41 @@ void read_rope(const nlohmann::json& json, const std::string& source, LlamaConfi
   }
 }
 
+// Gemma 3: full-attention and sliding layers rotate with their own settings. transformers 5
+// writes rope_parameters {full_attention: {...}, sliding_attention: {...}}; 4.x wrote
+// rope_theta (global), rope_local_base_freq and rope_scaling (applied to full attention).
+void read_gemma3_rope(const nlohmann::json& json, const std::string& source, LlamaConfig& c) {
+  JsonReader r{json, source};
+  c.rope_theta = r.number("rope_theta", 1000000.0);
+  c.local_rope_theta = r.number("rope_local_base_freq", 10000.0);
+  if (json.contains("rope_scaling") && !json["rope_scaling"].is_null())
+    read_rope_object(json["rope_scaling"], source + " rope_scaling", true, c);
+  if (!json.contains("rope_parameters") || json["rope_parameters"].is_null()) return;
+  const auto& by_type = json["rope_parameters"];
+  if (!by_type.is_object())
+    throw std::invalid_argument(source + ": key 'rope_parameters' is not an object of layer types");
+  for (const auto& item : by_type.items())
+    if (item.key() != "full_attention" && item.key() != "sliding_attention")
+      throw std::invalid_argument(source + ": rope_parameters key '" + item.key() +
+                                  "' is not a layer type (full_attention, sliding_attention)");
+  LlamaConfig full = c, local = c;
+  if (by_type.contains("full_attention") && !by_type["full_attention"].is_null())
+    read_rope_object(by_type["full_attention"], source + " rope_parameters.full_attention", false, full);
+  if (by_type.contains("sliding_attention") && !by_type["sliding_attention"].is_null()) {
+    local.rope_theta = c.local_rope_theta;
+    local.rope_scaling.reset();
+    local.rope_linear_factor = 1.0;
+    read_rope_object(by_type["sliding_attention"], source + " rope_parameters.sliding_attention", false, local);
+    if (local.rope_scaling || local.rope_linear_factor != 1.0)
+      throw std::invalid_argument(source + ": rope_parameters.sliding_attention scales its rope; fsdpp computes "
+                                  "rope scaling on full-attention layers only");
+  }
+  c.rope_theta = full.rope_theta;
+  c.rope_scaling = full.rope_scaling;
+  c.rope_linear_factor = full.rope_linear_factor;
+  c.local_rope_theta = local.rope_theta;
+}
+
 }  // namespace
 
 namespace {
@@ -85,7 +127,6 @@ const std::map<std::string, std::string>& config_keys_without_math() {
       {"initializer_range", "random initialisation only; fsdpp's from-scratch init is its own"},
       {"bos_token_id", "a tokenizer id, not part of the forward pass"},
       {"eos_token_id", "a tokenizer id, not part of the forward pass"},
-      {"pad_token_id", "a tokenizer id (transformers' embedding has no padding_idx here)"},
       {"output_attentions", "what transformers returns besides the logits"},
       {"output_hidden_states", "what transformers returns besides the logits"},
       {"return_dict", "what transformers returns besides the logits"},
@@ -112,13 +153,28 @@ const FamilyKeys& family_keys(const std::string& model_type) {
       "vocab_size",          "hidden_size",         "intermediate_size", "num_hidden_layers",
       "num_attention_heads", "num_key_value_heads", "head_dim",          "max_position_embeddings",
       "rms_norm_eps",        "tie_word_embeddings", "hidden_act",        "rope_theta",
-      "rope_scaling",        "rope_parameters",     "attention_dropout"};
+      "rope_scaling",        "rope_parameters",     "attention_dropout", "pad_token_id"};
   static const std::set<std::string> kQwenWindows = {"use_sliding_window", "sliding_window", "max_window_layers",
                                                      "layer_types"};
   auto with = [](std::set<std::string> keys, const std::set<std::string>& more) {
     keys.insert(more.begin(), more.end());
     return keys;
   };
+  auto with_reasons = [](std::map<std::string, std::string> keys, const std::map<std::string, std::string>& more) {
+    keys.insert(more.begin(), more.end());
+    return keys;
+  };
+  auto without = [](std::set<std::string> keys, const std::string& key) {
+    keys.erase(key);
+    return keys;
+  };
+  static const std::set<std::string> kGemma = with(
+      without(kCommon, "hidden_act"), {"hidden_activation", "attention_bias", "query_pre_attn_scalar", "sliding_window", "layer_types",
+                "final_logit_softcapping", "attn_logit_softcapping", "use_bidirectional_attention"});
+  static const std::map<std::string, std::string> kGemmaWithoutMath = {
+      {"cache_implementation", "generation's KV-cache layout, not the logits"},
+      {"hidden_act", "transformers' Gemma reads hidden_activation only"},
+      {"sliding_window_size", "an alias older configs carry; transformers reads sliding_window"}};
   static const std::map<std::string, FamilyKeys> families = {
       {"llama",
        {with(kCommon, {"attention_bias", "mlp_bias"}),
@@ -128,6 +184,13 @@ const FamilyKeys& family_keys(const std::string& model_type) {
       {"mistral", {with(kCommon, {"sliding_window"}), {}, {{"attention_bias", false}, {"mlp_bias", false}}}},
       {"qwen2", {with(kCommon, kQwenWindows), {}, {{"mlp_bias", false}}}},
       {"qwen3", {with(with(kCommon, kQwenWindows), {"attention_bias"}), {}, {{"mlp_bias", false}}}},
+      {"gemma2", {with(kGemma, {}), kGemmaWithoutMath, {}}},
+      {"gemma3_text",
+       {with(kGemma, {"rope_local_base_freq", "sliding_window_pattern"}),
+        with_reasons(kGemmaWithoutMath,
+                     {{"_sliding_window_pattern", "transformers' record of sliding_window_pattern; layer_types "
+                                                  "(or sliding_window_pattern) decide"}}),
+        {}}},
   };
   auto it = families.find(model_type);
   if (it == families.end()) throw std::logic_error("family_keys: not a Llama-like model_type " + model_type);
@@ -163,100 +226,159 @@ int64_t window_of(const JsonReader& r, int64_t fallback) {
   return r.integer("sliding_window", fallback);
 }
 
-// Qwen2/Qwen3: which layers attend through a sliding window, as transformers' Qwen2Config
-// .__post_init__ decides: the window counts only with use_sliding_window (else sliding_window
-// is None), and then for layers from max_window_layers on, unless layer_types names every
-// layer. fsdpp computes full attention only, so a sliding layer is refused, never attended
-// in full.
-void refuse_sliding_layers(const nlohmann::json& json, const std::string& source, const LlamaConfig& c) {
-  JsonReader r{json, source};
-  const bool use_window = r.boolean("use_sliding_window", false);
-  const int64_t window = use_window ? window_of(r, 4096) : 0;
-  const int64_t max_window_layers = r.integer("max_window_layers", 28);
-  const std::string why = " (use_sliding_window " + std::string(use_window ? "true" : "false") + ", sliding_window " +
-                          std::to_string(window_of(r, 4096)) + ", max_window_layers " +
-                          std::to_string(max_window_layers) + ")";
-  if (json.contains("layer_types") && !json["layer_types"].is_null()) {
+// Which layers slide: layer_types when the file has it, else the family's rule
+// (`default_sliding`). A sliding layer without a window is refused: transformers would give
+// it a window of None.
+void read_sliding_layers(const nlohmann::json& json, const std::string& source,
+                         const std::function<bool(int64_t)>& default_sliding, LlamaConfig& c) {
+  c.sliding_layers.assign(static_cast<size_t>(c.num_hidden_layers), false);
+  const bool listed = json.contains("layer_types") && !json["layer_types"].is_null();
+  if (listed) {
     const auto& types = json["layer_types"];
     if (!types.is_array() || static_cast<int64_t>(types.size()) != c.num_hidden_layers)
       throw std::invalid_argument(source + ": key 'layer_types' is " + value_text(types) + ", expected a list of " +
                                   std::to_string(c.num_hidden_layers) + " layer types (num_hidden_layers)");
     for (size_t i = 0; i < types.size(); ++i) {
-      if (types[i] == "full_attention") continue;
-      throw std::invalid_argument(source + ": key 'layer_types' makes layer " + std::to_string(i) + " " +
-                                  value_text(types[i]) + why + "; fsdpp computes full_attention only");
+      if (types[i] != "full_attention" && types[i] != "sliding_attention")
+        throw std::invalid_argument(source + ": key 'layer_types' makes layer " + std::to_string(i) + " " +
+                                    value_text(types[i]) + "; fsdpp computes full_attention and sliding_attention");
+      c.sliding_layers[i] = types[i] == "sliding_attention";
     }
-    return;
+  } else {
+    for (int64_t i = 0; i < c.num_hidden_layers; ++i) c.sliding_layers[static_cast<size_t>(i)] = default_sliding(i);
   }
-  if (window > 0 && max_window_layers < c.num_hidden_layers)
-    throw std::invalid_argument(source + ": key 'use_sliding_window' is true: layers " +
-                                std::to_string(max_window_layers) + " to " + std::to_string(c.num_hidden_layers - 1) +
-                                " would attend through a window" + why + "; fsdpp computes full attention only");
+  for (size_t i = 0; i < c.sliding_layers.size(); ++i)
+    if (c.sliding_layers[i] && c.sliding_window <= 0)
+      throw std::invalid_argument(source + ": layer " + std::to_string(i) +
+                                  " is a sliding_attention layer, but the config gives no window (sliding_window " +
+                                  (json.contains("sliding_window") ? value_text(json["sliding_window"]) : "absent") +
+                                  (json.contains("use_sliding_window") ? ", use_sliding_window " +
+                                                                             value_text(json["use_sliding_window"])
+                                                                       : std::string()) +
+                                  ")");
+}
+
+void refuse_key(const nlohmann::json& json, const std::string& source, const std::string& key,
+                const std::string& why) {
+  throw std::invalid_argument(source + ": key '" + key + "' is " + value_text(json[key]) + "; " + why);
 }
 
 }  // namespace
 
 const std::vector<std::string>& llama_model_types() {
-  static const std::vector<std::string> types = {"llama", "mistral", "qwen2", "qwen3"};
+  static const std::vector<std::string> types = {"llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text"};
   return types;
 }
 
+int64_t LlamaConfig::window_of_layer(int64_t layer) const {
+  if (sliding_window <= 0) return 0;
+  if (sliding_layers.empty()) return sliding_window;  // Mistral: every layer
+  return sliding_layers.at(static_cast<size_t>(layer)) ? sliding_window : 0;
+}
+
 // Defaults are transformers' own for each family (LlamaConfig, MistralConfig, Qwen2Config,
-// Qwen3Config), so a key left out means what it means there.
+// Qwen3Config, Gemma2Config, Gemma3TextConfig), so a key left out means what it means there.
 LlamaConfig LlamaConfig::from_json(const nlohmann::json& json, const std::string& source) {
   JsonReader r{json, source};
   LlamaConfig c;
   c.model_type = r.text("model_type", "llama");
   const auto& types = llama_model_types();
-  if (std::find(types.begin(), types.end(), c.model_type) == types.end())
-    throw std::invalid_argument(source + ": model_type '" + c.model_type + "' is not a Llama-like family (llama, " +
-                                "mistral, qwen2, qwen3)");
+  if (std::find(types.begin(), types.end(), c.model_type) == types.end()) {
+    std::string known;
+    for (const auto& type : types) known += (known.empty() ? "" : ", ") + type;
+    throw std::invalid_argument(source + ": model_type '" + c.model_type + "' is not a Llama-like family (" + known +
+                                ")");
+  }
   refuse_unknown_keys(json, source, c.model_type);
   const bool qwen = c.model_type == "qwen2" || c.model_type == "qwen3";
+  const bool gemma3 = c.model_type == "gemma3_text";
+  const bool gemma = c.model_type == "gemma2" || gemma3;
   c.vocab_size = r.integer("vocab_size");
   c.hidden_size = r.integer("hidden_size");
   c.intermediate_size = r.integer("intermediate_size");
   c.num_hidden_layers = r.integer("num_hidden_layers");
   c.num_attention_heads = r.integer("num_attention_heads");
-  const int64_t default_kv_heads = c.model_type == "mistral" ? 8 : qwen ? 32 : c.num_attention_heads;
+  const int64_t default_kv_heads = c.model_type == "mistral" ? 8 : qwen ? 32 : gemma ? 4 : c.num_attention_heads;
   c.num_key_value_heads = r.integer("num_key_value_heads", default_kv_heads);
-  c.head_dim = r.integer("head_dim", c.model_type == "qwen3" ? 128 : 0);
-  const int64_t default_positions = c.model_type == "mistral" ? 4096 * 32 : qwen ? 32768 : 2048;
+  c.head_dim = r.integer("head_dim", c.model_type == "qwen3" ? 128 : gemma ? 256 : 0);
+  const int64_t default_positions = c.model_type == "mistral" ? 4096 * 32
+                                    : qwen                    ? 32768
+                                    : gemma3                  ? 131072
+                                    : gemma                   ? 8192
+                                                              : 2048;
   c.max_position_embeddings = r.integer("max_position_embeddings", default_positions);
   c.rms_norm_eps = r.number("rms_norm_eps", 1e-6);
-  c.tie_word_embeddings = r.boolean("tie_word_embeddings", false);
+  c.tie_word_embeddings = r.boolean("tie_word_embeddings", gemma);
+  // Absent: the family's default (Gemma's 0); null: no padding row.
+  const bool pad_null = json.contains("pad_token_id") && json["pad_token_id"].is_null();
+  c.pad_token_id = pad_null ? -1 : r.integer("pad_token_id", gemma ? 0 : -1);
+  if (c.pad_token_id >= c.vocab_size || c.pad_token_id < -1)
+    throw std::invalid_argument(source + ": key 'pad_token_id' is " + std::to_string(c.pad_token_id) +
+                                ", expected a token id below vocab_size " + std::to_string(c.vocab_size));
   if (c.model_type == "qwen2") {
     c.qkv_bias = true;  // Qwen2Attention: q/k/v always biased, o_proj never
   } else if (c.model_type != "mistral") {
     c.qkv_bias = c.o_proj_bias = r.boolean("attention_bias", false);
   }
   c.mlp_bias = c.model_type == "llama" && r.boolean("mlp_bias", false);
-  c.qk_norm = c.model_type == "qwen3";
-  if (c.model_type == "mistral") c.sliding_window = window_of(r, 4096);
-  auto activation = r.text("hidden_act", "silu");
-  if (activation != "silu")
-    throw std::invalid_argument(source + ": hidden_act '" + activation + "' is not supported (silu)");
+  c.qk_norm = c.model_type == "qwen3" || gemma3;
+  c.gemma_norms = gemma;
+  c.hidden_act = gemma ? r.text("hidden_activation", "gelu_pytorch_tanh") : r.text("hidden_act", "silu");
+  if (c.hidden_act != "silu" && c.hidden_act != "gelu_pytorch_tanh")
+    refuse_key(json, source, gemma ? "hidden_activation" : "hidden_act",
+               "fsdpp computes silu and gelu_pytorch_tanh only");
   if (r.number("attention_dropout", 0.0) != 0.0)
-    throw std::invalid_argument(source + ": key 'attention_dropout' is " + value_text(json["attention_dropout"]) +
-                                "; attention dropout is not implemented (expected 0)");
-  read_rope(json, source, c);
+    refuse_key(json, source, "attention_dropout", "attention dropout is not implemented (expected 0)");
+  if (gemma3) {
+    read_gemma3_rope(json, source, c);
+  } else {
+    read_rope(json, source, c);
+  }
   if (c.num_attention_heads < 1 || c.num_key_value_heads < 1)
     throw std::invalid_argument(source + ": num_attention_heads is " + std::to_string(c.num_attention_heads) +
                                 " and num_key_value_heads " + std::to_string(c.num_key_value_heads) +
                                 ", expected both at least 1");
   if (c.num_attention_heads % c.num_key_value_heads != 0)
     throw std::invalid_argument(source + ": num_attention_heads is not a multiple of num_key_value_heads");
-  if (qwen) refuse_sliding_layers(json, source, c);
+  if (c.model_type == "mistral") {
+    c.sliding_window = window_of(r, 4096);  // MistralAttention: every layer, when not null
+  } else if (qwen) {
+    // Qwen2Config.__post_init__: the window counts only with use_sliding_window, and then
+    // (without layer_types) for the layers from max_window_layers on.
+    c.sliding_window = r.boolean("use_sliding_window", false) ? window_of(r, 4096) : 0;
+    const int64_t first_sliding = r.integer("max_window_layers", 28);
+    read_sliding_layers(json, source, [&](int64_t i) { return c.sliding_window > 0 && i >= first_sliding; }, c);
+  } else if (gemma) {
+    c.sliding_window = window_of(r, 4096);
+    // Gemma 2 alternates, sliding first; Gemma 3 slides but every sliding_window_pattern-th.
+    const int64_t pattern = gemma3 ? r.integer("sliding_window_pattern", 6) : 2;
+    if (pattern < 1) refuse_key(json, source, "sliding_window_pattern", "expected a positive layer count");
+    read_sliding_layers(json, source, [&](int64_t i) { return (i + 1) % pattern != 0; }, c);
+    if (json.contains("use_bidirectional_attention") && r.boolean("use_bidirectional_attention", false))
+      refuse_key(json, source, "use_bidirectional_attention", "fsdpp computes causal attention only");
+    c.query_pre_attn_scalar = r.number("query_pre_attn_scalar", 256);
+    if (!(c.query_pre_attn_scalar > 0)) refuse_key(json, source, "query_pre_attn_scalar", "expected a positive number");
+    // Absent: the family's default; null: no capping.
+    auto cap = [&](const char* key, double fallback) {
+      if (!json.contains(key)) return fallback;
+      if (json[key].is_null()) return 0.0;
+      const double value = r.number(key, 0.0);
+      if (!(value > 0)) refuse_key(json, source, key, "expected a positive cap or null");
+      return value;
+    };
+    c.final_logit_softcapping = cap("final_logit_softcapping", gemma3 ? 0.0 : 30.0);
+    c.attn_logit_softcapping = cap("attn_logit_softcapping", gemma3 ? 0.0 : 50.0);
+  }
   return c;
 }
 
 // The family's own config.json: the keys transformers writes for it (both the 4.x
 // rope_theta/rope_scaling and, through them, 5.x's rope_parameters are read back).
 nlohmann::json LlamaConfig::to_json() const {
-  static const std::map<std::string, std::string> architectures = {{"llama", "LlamaForCausalLM"},
-                                                                   {"mistral", "MistralForCausalLM"},
-                                                                   {"qwen2", "Qwen2ForCausalLM"},
-                                                                   {"qwen3", "Qwen3ForCausalLM"}};
+  static const std::map<std::string, std::string> architectures = {
+      {"llama", "LlamaForCausalLM"},   {"mistral", "MistralForCausalLM"}, {"qwen2", "Qwen2ForCausalLM"},
+      {"qwen3", "Qwen3ForCausalLM"},   {"gemma2", "Gemma2ForCausalLM"},   {"gemma3_text", "Gemma3ForCausalLM"}};
+  const bool gemma = model_type == "gemma2" || model_type == "gemma3_text";
   nlohmann::json j = {{"model_type", model_type},
                       {"architectures", {architectures.at(model_type)}},
                       {"vocab_size", vocab_size},
@@ -270,17 +392,35 @@ nlohmann::json LlamaConfig::to_json() const {
                       {"rms_norm_eps", rms_norm_eps},
                       {"rope_theta", rope_theta},
                       {"tie_word_embeddings", tie_word_embeddings},
-                      {"hidden_act", "silu"},
+                      {gemma ? "hidden_activation" : "hidden_act", hidden_act},
+                      {"pad_token_id", pad_token_id >= 0 ? nlohmann::json(pad_token_id) : nlohmann::json(nullptr)},
                       {"rope_scaling", nullptr}};
-  if (model_type == "llama" || model_type == "qwen3") j["attention_bias"] = qkv_bias;
+  if (model_type == "llama" || model_type == "qwen3" || gemma) j["attention_bias"] = qkv_bias;
   if (model_type == "llama") j["mlp_bias"] = mlp_bias;
   if (model_type == "mistral") j["sliding_window"] = sliding_window > 0 ? nlohmann::json(sliding_window) : nullptr;
-  if (model_type == "qwen2" || model_type == "qwen3") {
-    j["use_sliding_window"] = false;
-    j["sliding_window"] = nullptr;
-    j["max_window_layers"] = num_hidden_layers;
-    j["layer_types"] = std::vector<std::string>(static_cast<size_t>(num_hidden_layers), "full_attention");
+  std::vector<std::string> layer_types;
+  bool any_sliding = false;
+  for (int64_t i = 0; i < num_hidden_layers; ++i) {
+    any_sliding = any_sliding || window_of_layer(i) > 0;
+    layer_types.emplace_back(window_of_layer(i) > 0 ? "sliding_attention" : "full_attention");
   }
+  if (model_type == "qwen2" || model_type == "qwen3") {
+    j["use_sliding_window"] = any_sliding;
+    j["sliding_window"] = any_sliding ? nlohmann::json(sliding_window) : nullptr;
+    j["max_window_layers"] = num_hidden_layers;  // not read: layer_types names every layer
+    j["layer_types"] = layer_types;
+  }
+  if (gemma) {
+    j["sliding_window"] = sliding_window > 0 ? nlohmann::json(sliding_window) : nullptr;
+    j["layer_types"] = layer_types;
+    j["query_pre_attn_scalar"] = query_pre_attn_scalar;
+    auto cap = [](double value) { return value > 0 ? nlohmann::json(value) : nlohmann::json(nullptr); };
+    j["final_logit_softcapping"] = cap(final_logit_softcapping);
+    j["attn_logit_softcapping"] = cap(attn_logit_softcapping);
+    j["use_bidirectional_attention"] = false;
+  }
+  if (model_type == "gemma3_text") j["rope_local_base_freq"] = local_rope_theta > 0 ? local_rope_theta : rope_theta;
+  if (rope_linear_factor != 1.0) j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", rope_linear_factor}};
   if (rope_scaling)
     j["rope_scaling"] = {{"rope_type", "llama3"},
                          {"factor", rope_scaling->factor},
@@ -298,7 +438,7 @@ int64_t LlamaConfig::parameter_count() const {
   if (o_proj_bias) attention += d;
   if (qk_norm) attention += 2 * hd;
   const int64_t mlp = 3 * d * intermediate_size + (mlp_bias ? 2 * intermediate_size + d : 0);
-  const int64_t layer = attention + mlp + 2 * d;  // + two RMSNorm weights
+  const int64_t layer = attention + mlp + (gemma_norms ? 4 : 2) * d;  // + the RMSNorm weights
   const int64_t embeddings = vocab_size * d * (tie_word_embeddings ? 1 : 2);
   return num_hidden_layers * layer + embeddings + d;  // + final norm
 }
@@ -352,9 +492,10 @@ const std::vector<std::string>& llama_preset_names() {
   return names;
 }
 
-torch::Tensor rope_inverse_frequencies(const LlamaConfig& c) {
+torch::Tensor rope_inverse_frequencies(const LlamaConfig& c, double theta) {
   const int64_t hd = c.dim_per_head();
-  auto inv = 1.0 / torch::pow(c.rope_theta, torch::arange(0, hd, 2, torch::kDouble) / hd);
+  auto inv = 1.0 / torch::pow(theta > 0 ? theta : c.rope_theta, torch::arange(0, hd, 2, torch::kDouble) / hd);
+  if (c.rope_linear_factor != 1.0) inv = inv / c.rope_linear_factor;
   if (c.rope_scaling) {
     // Llama 3: keep high frequencies, divide low ones by `factor`, blend in between.
     const auto& s = *c.rope_scaling;
@@ -369,11 +510,12 @@ torch::Tensor rope_inverse_frequencies(const LlamaConfig& c) {
   return inv.to(torch::kFloat);
 }
 
-LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& c, std::shared_ptr<RotaryTable> rotary_)
+LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& c, int64_t layer, std::shared_ptr<RotaryTable> rotary_)
     : heads(c.num_attention_heads),
       kv_heads(c.num_key_value_heads),
       head_dim(c.dim_per_head()),
-      sliding_window(c.sliding_window),
+      attention{c.query_pre_attn_scalar > 0 ? 1.0 / std::sqrt(c.query_pre_attn_scalar) : 0.0,
+                c.window_of_layer(layer), c.attn_logit_softcapping},
       rotary(std::move(rotary_)) {
   auto linear = [&](const char* name, int64_t in, int64_t out, bool bias) {
     return register_module(name, torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias)));
@@ -382,17 +524,14 @@ LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& c, std::shared_ptr<Rot
   k_proj = linear("k_proj", c.hidden_size, kv_heads * head_dim, c.qkv_bias);
   v_proj = linear("v_proj", c.hidden_size, kv_heads * head_dim, c.qkv_bias);
   o_proj = linear("o_proj", heads * head_dim, c.hidden_size, c.o_proj_bias);
-  if (c.qk_norm) {  // Qwen3Attention: over head_dim only, so one weight serves every head
-    q_norm = register_module("q_norm", RmsNorm(head_dim, c.rms_norm_eps));
-    k_norm = register_module("k_norm", RmsNorm(head_dim, c.rms_norm_eps));
+  if (c.qk_norm) {  // Qwen3Attention, Gemma3Attention: over head_dim only, so one weight serves every head
+    q_norm = register_module("q_norm", RmsNorm(head_dim, c.rms_norm_eps, c.gemma_norms));
+    k_norm = register_module("k_norm", RmsNorm(head_dim, c.rms_norm_eps, c.gemma_norms));
   }
 }
 
 torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x) {
   const int64_t s = x.size(1);
-  if (sliding_window > 0 && s > sliding_window)
-    throw std::invalid_argument("sequence of " + std::to_string(s) + " tokens exceeds the sliding window of " +
-                                std::to_string(sliding_window) + ", which is not implemented");
   auto q = split_heads(nn::call(q_proj, x), heads);
   auto k = split_heads(nn::call(k_proj, x), kv_heads);
   auto v = split_heads(nn::call(v_proj, x), kv_heads);
@@ -407,10 +546,10 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x) {
     k = k.repeat_interleave(heads / kv_heads, 1);
     v = v.repeat_interleave(heads / kv_heads, 1);
   }
-  return nn::call(o_proj, merge_heads(causal_attention(q, k, v)));
+  return nn::call(o_proj, merge_heads(causal_attention(q, k, v, attention)));
 }
 
-LlamaMlpImpl::LlamaMlpImpl(const LlamaConfig& c) {
+LlamaMlpImpl::LlamaMlpImpl(const LlamaConfig& c) : gelu_tanh(c.hidden_act == "gelu_pytorch_tanh"), summed(!c.gemma_norms) {
   auto linear = [&](const char* name, int64_t in, int64_t out) {
     return register_module(name, torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(c.mlp_bias)));
   };
@@ -419,41 +558,65 @@ LlamaMlpImpl::LlamaMlpImpl(const LlamaConfig& c) {
   down_proj = linear("down_proj", c.intermediate_size, c.hidden_size);
 }
 
-// The decoder layer only adds the MLP's output to the residual stream and returns the sum:
-// the down-projection's value is summed, never saved (nn::call_summed).
+// Llama's decoder layer only adds the MLP's output to the residual stream and returns the
+// sum: the down-projection's value is summed, never saved (nn::call_summed). Gemma's
+// normalises it first, so there it is an ordinary call.
 torch::Tensor LlamaMlpImpl::forward(const torch::Tensor& x) {
-  return nn::call_summed(down_proj, torch::silu(nn::call(gate_proj, x)) * nn::call(up_proj, x));
+  auto gate = nn::call(gate_proj, x);
+  auto h = (gelu_tanh ? torch::gelu(gate, "tanh") : torch::silu(gate)) * nn::call(up_proj, x);
+  return summed ? nn::call_summed(down_proj, h) : nn::call(down_proj, h);
 }
 
-LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const LlamaConfig& c, std::shared_ptr<RotaryTable> rotary) {
-  input_layernorm = register_module("input_layernorm", RmsNorm(c.hidden_size, c.rms_norm_eps));
-  self_attn = register_module("self_attn", LlamaAttention(c, std::move(rotary)));
-  post_attention_layernorm = register_module("post_attention_layernorm", RmsNorm(c.hidden_size, c.rms_norm_eps));
+LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const LlamaConfig& c, int64_t layer, std::shared_ptr<RotaryTable> rotary) {
+  auto norm = [&](const char* name) {
+    return register_module(name, RmsNorm(c.hidden_size, c.rms_norm_eps, c.gemma_norms));
+  };
+  input_layernorm = norm("input_layernorm");
+  self_attn = register_module("self_attn", LlamaAttention(c, layer, std::move(rotary)));
+  post_attention_layernorm = norm("post_attention_layernorm");
+  if (c.gemma_norms) pre_feedforward_layernorm = norm("pre_feedforward_layernorm");
   mlp = register_module("mlp", LlamaMlp(c));
+  if (c.gemma_norms) post_feedforward_layernorm = norm("post_feedforward_layernorm");
 }
 
 torch::Tensor LlamaDecoderLayerImpl::forward(torch::Tensor x) {
+  if (pre_feedforward_layernorm) {  // Gemma2DecoderLayer
+    x = x + nn::call(post_attention_layernorm, nn::call(self_attn, nn::call(input_layernorm, x)));
+    return x + nn::call(post_feedforward_layernorm, nn::call(mlp, nn::call(pre_feedforward_layernorm, x)));
+  }
   x = x + nn::call(self_attn, nn::call(input_layernorm, x));
   return x + nn::call(mlp, nn::call(post_attention_layernorm, x));
 }
 
 // Each part goes to the meta device as soon as it is built under nn::DeferredInit.
 LlamaModelImpl::LlamaModelImpl(const LlamaConfig& c)
-    : rotary(std::make_shared<RotaryTable>(rope_inverse_frequencies(c))) {
-  embed_tokens = register_module("embed_tokens", torch::nn::Embedding(c.vocab_size, c.hidden_size));
+    : embed_scale(c.gemma_norms ? std::sqrt(static_cast<double>(c.hidden_size)) : 1.0),
+      rotary(std::make_shared<RotaryTable>(rope_inverse_frequencies(c))) {
+  if (c.local_rope_theta > 0) {  // Gemma 3's sliding layers: their own base, unscaled
+    LlamaConfig local = c;
+    local.rope_scaling.reset();
+    local.rope_linear_factor = 1.0;
+    local_rotary = std::make_shared<RotaryTable>(rope_inverse_frequencies(local, c.local_rope_theta));
+  }
+  auto embedding = torch::nn::EmbeddingOptions(c.vocab_size, c.hidden_size);
+  if (c.pad_token_id >= 0) embedding.padding_idx(c.pad_token_id);  // that row gets no gradient, as in HF
+  embed_tokens = register_module("embed_tokens", torch::nn::Embedding(embedding));
   nn::release_to_meta(*embed_tokens);
   layers = register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    layer_list.emplace_back(c, rotary);
+    const bool local = local_rotary && c.window_of_layer(i) > 0;
+    layer_list.emplace_back(c, i, local ? local_rotary : rotary);
     layers->push_back(layer_list.back());
     nn::release_to_meta(*layer_list.back());
   }
-  norm = register_module("norm", RmsNorm(c.hidden_size, c.rms_norm_eps));
+  norm = register_module("norm", RmsNorm(c.hidden_size, c.rms_norm_eps, c.gemma_norms));
   nn::release_to_meta(*norm);
 }
 
 torch::Tensor LlamaModelImpl::forward(const torch::Tensor& tokens) {
   auto x = nn::call(embed_tokens, tokens);
+  // Gemma's scaled embedding: sqrt(hidden) rounded to the embedding's dtype first.
+  if (embed_scale != 1.0) x = x * at::scalar_tensor(embed_scale, x.options().dtype(at::kFloat)).to(x.scalar_type());
   for (auto& layer : layer_list) x = nn::call(layer, x);
   return nn::call(norm, x);
 }
@@ -466,7 +629,9 @@ LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& c) : config(c) {
 }
 
 torch::Tensor LlamaForCausalLMImpl::forward(const torch::Tensor& tokens) {
-  return nn::call(lm_head, nn::call(model, tokens));
+  auto logits = nn::call(lm_head, nn::call(model, tokens));
+  const double cap = config.final_logit_softcapping;  // Gemma 2: cap * tanh(logits / cap)
+  return cap > 0 ? torch::tanh(logits / cap) * cap : logits;
 }
 
 }  // namespace fsdpp::models

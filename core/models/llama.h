@@ -1,9 +1,10 @@
 // The Llama family (Llama 2/3, CodeLlama, Mistral-style) with Hugging Face
 // LlamaForCausalLM semantics and tensor names: RMSNorm, rotary position embeddings
 // (rope_theta, Llama-3 rope_scaling), SwiGLU MLP, grouped-query attention, optional tied
-// embeddings; plus from-scratch presets by size. Mistral, Qwen2/2.5 and Qwen3 are options of
-// the same blocks (as torchtune's builders pick options of shared components): which
-// projections carry a bias, and Qwen3's per-head q/k RMSNorm.
+// embeddings; plus from-scratch presets by size. Mistral, Qwen2/2.5, Qwen3, Gemma 2 and
+// Gemma 3 (text) are options of the same blocks (as torchtune's builders pick options of
+// shared components): which projections carry a bias, per-head q/k RMSNorm, sliding-window
+// layers, and Gemma's norms, scaled embeddings, GeGLU, attention scale and soft-capping.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -14,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "core/models/attention.h"
 #include "core/models/layers.h"
 #include "core/models/rotary.h"
 
@@ -27,7 +29,8 @@ struct Llama3RopeScaling {
 };
 
 struct LlamaConfig {
-  // Whose config.json this is, and whose to_json writes: llama, mistral, qwen2 or qwen3.
+  // Whose config.json this is, and whose to_json writes: llama, mistral, qwen2, qwen3,
+  // gemma2 or gemma3_text.
   std::string model_type = "llama";
   int64_t vocab_size = 32000;
   int64_t hidden_size = 4096;
@@ -44,8 +47,22 @@ struct LlamaConfig {
   bool qkv_bias = false;       // q_proj, k_proj, v_proj (Llama's attention_bias, Qwen2 always)
   bool o_proj_bias = false;    // o_proj (Llama's and Qwen3's attention_bias; never Qwen2)
   bool mlp_bias = false;       // gate_proj, up_proj, down_proj (Llama's mlp_bias)
-  bool qk_norm = false;        // Qwen3: RMSNorm over head_dim of every q and k head, before rope
-  int64_t sliding_window = 0;  // Mistral; 0: none. Longer sequences are refused, not mis-attended.
+  bool qk_norm = false;        // Qwen3, Gemma 3: RMSNorm over head_dim of every q and k head, before rope
+  // Which layers attend through a window of sliding_window tokens: empty, every layer when
+  // sliding_window > 0 (Mistral); else one entry per layer (Qwen2/3 and Gemma's layer_types).
+  int64_t sliding_window = 0;
+  std::vector<bool> sliding_layers;
+  // Gemma: RMSNorm as x * (1 + w) in fp32, a norm after attention and around the MLP (four per
+  // layer), embeddings times sqrt(hidden_size) rounded to their dtype, pad_token_id's row of
+  // the embedding gets no gradient (nn.Embedding's padding_idx).
+  bool gemma_norms = false;
+  std::string hidden_act = "silu";         // silu, or gelu_pytorch_tanh (Gemma's GeGLU)
+  double query_pre_attn_scalar = 0;        // attention scale scalar^-0.5; 0: head_dim^-0.5
+  double attn_logit_softcapping = 0;       // 0: none
+  double final_logit_softcapping = 0;      // 0: none
+  double local_rope_theta = 0;             // sliding layers' rope base (Gemma 3); 0: rope_theta
+  double rope_linear_factor = 1.0;         // rope_type linear: positions divided by it
+  int64_t pad_token_id = -1;               // the embedding's padding_idx; -1: none
 
   // Reads the config.json of any model_type above (none: llama). Every key is computed,
   // listed as not changing the math, or refused in one line naming `source`, the key and
@@ -54,11 +71,13 @@ struct LlamaConfig {
   static LlamaConfig from_json(const nlohmann::json& json, const std::string& source);
   nlohmann::json to_json() const;
   int64_t dim_per_head() const { return head_dim > 0 ? head_dim : hidden_size / num_attention_heads; }
+  // The window layer `layer` attends through; 0: full causal attention.
+  int64_t window_of_layer(int64_t layer) const;
   // Exact parameter count (tied embeddings counted once), without building the model.
   int64_t parameter_count() const;
 };
 
-// The model_types LlamaConfig reads: llama, mistral, qwen2, qwen3.
+// The model_types LlamaConfig reads: llama, mistral, qwen2, qwen3, gemma2, gemma3_text.
 const std::vector<std::string>& llama_model_types();
 
 // Presets for training from scratch: "tiny" (tests), "125M", "350M" (Llama-style sizes
@@ -66,14 +85,17 @@ const std::vector<std::string>& llama_model_types();
 LlamaConfig llama_preset(const std::string& name);
 const std::vector<std::string>& llama_preset_names();
 
-// Inverse frequencies of the rotary embedding, [head_dim / 2], with Llama-3 scaling.
-torch::Tensor rope_inverse_frequencies(const LlamaConfig& c);
+// Inverse frequencies of the rotary embedding, [head_dim / 2], with Llama-3 or linear
+// scaling, from base `theta` (0: c.rope_theta).
+torch::Tensor rope_inverse_frequencies(const LlamaConfig& c, double theta = 0);
 
-// Reads its rotary angles from `rotary`, the table its model shares among all layers.
+// Reads its rotary angles from `rotary`, the table its model shares among the layers of
+// its kind (Gemma 3: sliding layers have their own base).
 struct LlamaAttentionImpl : torch::nn::Module {
-  LlamaAttentionImpl(const LlamaConfig& c, std::shared_ptr<RotaryTable> rotary);
+  LlamaAttentionImpl(const LlamaConfig& c, int64_t layer, std::shared_ptr<RotaryTable> rotary);
   torch::Tensor forward(const torch::Tensor& x);
-  int64_t heads, kv_heads, head_dim, sliding_window;
+  int64_t heads, kv_heads, head_dim;
+  AttentionOptions attention;
   std::shared_ptr<RotaryTable> rotary;
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   RmsNorm q_norm{nullptr}, k_norm{nullptr};  // only with qk_norm (Qwen3)
@@ -82,15 +104,19 @@ TORCH_MODULE(LlamaAttention);
 
 struct LlamaMlpImpl : torch::nn::Module {
   explicit LlamaMlpImpl(const LlamaConfig& c);
-  torch::Tensor forward(const torch::Tensor& x);  // down(silu(gate(x)) * up(x))
+  torch::Tensor forward(const torch::Tensor& x);  // down(act(gate(x)) * up(x)), act silu or gelu-tanh
+  bool gelu_tanh, summed;  // summed: the caller only adds the output to the residual stream
   torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
 };
 TORCH_MODULE(LlamaMlp);
 
 struct LlamaDecoderLayerImpl : torch::nn::Module {
-  LlamaDecoderLayerImpl(const LlamaConfig& c, std::shared_ptr<RotaryTable> rotary);
+  LlamaDecoderLayerImpl(const LlamaConfig& c, int64_t layer, std::shared_ptr<RotaryTable> rotary);
   torch::Tensor forward(torch::Tensor x);
+  // Llama: post_attention_layernorm is the MLP's input norm. Gemma: it normalises the
+  // attention's output, and pre_/post_feedforward_layernorm surround the MLP.
   RmsNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+  RmsNorm pre_feedforward_layernorm{nullptr}, post_feedforward_layernorm{nullptr};
   LlamaAttention self_attn{nullptr};
   LlamaMlp mlp{nullptr};
 };
@@ -103,13 +129,15 @@ struct LlamaModelImpl : torch::nn::Module {
   torch::nn::ModuleList layers;
   std::vector<LlamaDecoderLayer> layer_list;
   RmsNorm norm{nullptr};
-  std::shared_ptr<RotaryTable> rotary;  // every layer's angles (not a parameter or buffer)
+  double embed_scale;                         // Gemma: sqrt(hidden_size); else 1
+  std::shared_ptr<RotaryTable> rotary;        // every (full-attention) layer's angles, not a parameter
+  std::shared_ptr<RotaryTable> local_rotary;  // Gemma 3's sliding layers', or null
 };
 TORCH_MODULE(LlamaModel);
 
 struct LlamaForCausalLMImpl : torch::nn::Module {
   explicit LlamaForCausalLMImpl(const LlamaConfig& c);
-  torch::Tensor forward(const torch::Tensor& tokens);  // -> logits [b, s, vocab]
+  torch::Tensor forward(const torch::Tensor& tokens);  // -> logits [b, s, vocab], soft-capped if asked
   LlamaConfig config;
   LlamaModel model{nullptr};
   LmHead lm_head{nullptr};

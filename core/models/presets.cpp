@@ -83,8 +83,12 @@ std::vector<std::string> from_scratch_sizes(const std::string& model_type) {
   } else if (model_type == "qwen2" || model_type == "qwen3") {
     names = {"tiny"};  // the test shape; Qwen's published sizes are issue 41's item 5
   } else {
-    throw std::invalid_argument("--model-type '" + model_type +
-                                "': expected gpt2, opt, llama, mistral, qwen2 or qwen3");
+    // Gemma's norms start at zero (x * (1 + w)); init_rows starts every norm at one.
+    std::string known;
+    for (const auto& type : supported_model_types())
+      if (type.rfind("gemma", 0) != 0) known += (known.empty() ? "" : ", ") + type;
+    throw std::invalid_argument("--model-type '" + model_type + "': expected a family with from-scratch presets (" +
+                                known + "); load a Hugging Face folder with --model for the others");
   }
   return names;
 }

@@ -123,11 +123,48 @@ def _qwen3(tied=False, attention_bias=False):
 
 
 def _qwen2_sliding():
-    """A Qwen2 whose second layer slides (max_window_layers 1): fsdpp must refuse it."""
+    """A Qwen2 whose second layer slides (max_window_layers 1) through 8 of the 32 tokens."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     config = Qwen2Config(**_LLAMA_SHAPE, use_sliding_window=True, sliding_window=8, max_window_layers=1)
     return Qwen2ForCausalLM, config, "llama"
+
+
+def _gemma2():
+    """Gemma 2: (1 + w) norms, four per layer, scaled embeddings, GeGLU, a sliding first layer
+    (window 8 of 32 tokens), head_dim 24 where hidden/heads is 16, query_pre_attn_scalar 20
+    (not head_dim), and caps low enough that tanh bends: attention 5, final logits 3; tied."""
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    config = Gemma2Config(
+        **_LLAMA_SHAPE,
+        head_dim=24,
+        query_pre_attn_scalar=20,
+        sliding_window=8,
+        attn_logit_softcapping=5.0,
+        final_logit_softcapping=3.0,
+    )
+    return Gemma2ForCausalLM, config, "llama"
+
+
+def _gemma3():
+    """Gemma 3 (text): Gemma 2's blocks plus q/k norms, 3 layers sliding twice then full
+    (sliding_window_pattern 3), a local rope base (100) beside the global one with linear
+    scaling (factor 4), no soft-caps, an untied head."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    shape = dict(_LLAMA_SHAPE, num_hidden_layers=3)
+    config = Gemma3TextConfig(
+        **shape,
+        head_dim=24,
+        query_pre_attn_scalar=20,
+        sliding_window=8,
+        sliding_window_pattern=3,
+        rope_local_base_freq=100.0,
+        rope_scaling={"rope_type": "linear", "factor": 4.0},
+        tie_word_embeddings=False,
+    )
+    return Gemma3ForCausalLM, config, "llama"
 
 
 # Llama 3.1's rope scaling, with the original context shrunk to fit a 128-position model.
@@ -155,6 +192,8 @@ ARCHS = {
     "qwen3-gqa-bias": lambda: _qwen3(attention_bias=True),
     "qwen3-tied": lambda: _qwen3(tied=True),
     "qwen2-sliding": _qwen2_sliding,
+    "gemma2": _gemma2,
+    "gemma3": _gemma3,
 }
 
 
@@ -225,6 +264,21 @@ def cmd_make(args):
 # ----------------------------------------------------------------------------------------
 
 
+def attention_for(model_dir, attn_implementation):
+    """sdpa where the family's transformers class has it, else eager: Gemma 2 has no sdpa
+    path (soft-capping), and transformers refuses to load it with one."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    if attn_implementation != "sdpa":
+        return attn_implementation
+    try:
+        config = AutoConfig.from_pretrained(model_dir, local_files_only=True)
+        model_class = AutoModelForCausalLM._model_mapping[type(config)]
+    except (OSError, ValueError, KeyError) as e:
+        raise UsageError(f"--model {model_dir}: transformers cannot read its config: {one_line(e)}") from e
+    return "sdpa" if getattr(model_class, "_supports_sdpa", True) else "eager"
+
+
 def load_model(model_dir, attn_implementation):
     """A folder through AutoModelForCausalLM, fp32, eval mode; every stored tensor must be
     used and every parameter found (else the comparison would judge random weights)."""
@@ -232,6 +286,7 @@ def load_model(model_dir, attn_implementation):
 
     if not os.path.isfile(os.path.join(model_dir, "config.json")):
         raise UsageError(f"--model {model_dir}: no config.json (expected a Hugging Face model folder)")
+    attn_implementation = attention_for(model_dir, attn_implementation)
     try:
         model, info = AutoModelForCausalLM.from_pretrained(
             model_dir,

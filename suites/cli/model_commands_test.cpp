@@ -140,11 +140,11 @@ std::vector<BadCase> bad_cases() {
          auto c = models::llama_preset("tiny");
          c.model_type = "qwen2";
          auto j = c.to_json();
-         j.erase("layer_types");  // a transformers 4.x config: the window rule decides
-         j["use_sliding_window"] = true, j["sliding_window"] = 4, j["max_window_layers"] = 1;
+         j["use_sliding_window"] = false;  // transformers would slide layer 1 through a window of None
+         j["layer_types"] = {"full_attention", "sliding_attention"};
          std::ofstream(d / "config.json") << j.dump();
        },
-       "eval", "key 'use_sliding_window' is true: layers 1 to 1"},
+       "eval", "layer 1 is a sliding_attention layer, but the config gives no window"},
       {"HeaderLyingAboutOffsets",
        [](const fs::path& d) {
          std::fstream f(d / "model.safetensors", std::ios::in | std::ios::out | std::ios::binary);

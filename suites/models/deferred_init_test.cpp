@@ -51,6 +51,14 @@ nlohmann::json config_for(const std::string& family) {
     config["tie_word_embeddings"] = true;
     return config;
   }
+  if (family == "gemma2" || family == "gemma3_text") {  // no from-scratch presets: a tiny config.json
+    auto config = from_scratch_config("llama", "tiny");
+    config["model_type"] = family;
+    config["hidden_activation"] = "gelu_pytorch_tanh";
+    for (const auto* key : {"hidden_act", "mlp_bias"}) config.erase(key);
+    config["sliding_window"] = 3;
+    return config;
+  }
   return from_scratch_config(family, "tiny");
 }
 
@@ -119,19 +127,22 @@ TEST_P(DeferredBuild, LeavesMetaParametersOfTheSameShapesWithTiesGradFlagsAndRea
   // The rotary frequencies are not a parameter: they stay real.
   auto llama = std::dynamic_pointer_cast<LlamaForCausalLMImpl>(deferred.module);
   const std::string family = GetParam();
-  EXPECT_EQ(llama != nullptr, family.rfind("llama", 0) == 0 || family == "mistral" || family.rfind("qwen", 0) == 0)
-      << family;
+  EXPECT_EQ(llama != nullptr, family != "gpt2" && family.rfind("opt", 0) != 0) << family;
   if (llama) {
     auto reference = std::dynamic_pointer_cast<LlamaForCausalLMImpl>(normal.module);
     const auto& inv_freq = llama->model->rotary->inv_freq();
     EXPECT_FALSE(inv_freq.is_meta());
     EXPECT_TRUE(torch::equal(inv_freq, reference->model->rotary->inv_freq()));
+    EXPECT_EQ(llama->model->local_rotary != nullptr, family == "gemma3_text") << family;
+    if (llama->model->local_rotary) {
+      EXPECT_TRUE(torch::equal(llama->model->local_rotary->inv_freq(), reference->model->local_rotary->inv_freq()));
+    }
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, DeferredBuild,
                          ::testing::Values("gpt2", "opt", "opt_projected", "llama", "llama_tied", "mistral", "qwen2",
-                                           "qwen3"));
+                                           "qwen3", "gemma2", "gemma3_text"));
 
 TEST(DeferredBuild, TiedHeadsAreTheEmbeddingsTensorObject) {
   auto gpt2 = build_deferred(config_for("gpt2"));

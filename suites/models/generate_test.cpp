@@ -28,8 +28,17 @@ TEST(CausalLm, EveryFamilyBuildsFromItsConfigAndUnknownOnesAreNamed) {
   auto mistral = llama_preset("tiny").to_json();
   mistral["model_type"] = "mistral";
   mistral["sliding_window"] = 4;
-  auto m = build_causal_lm(mistral, "m/config.json");
-  EXPECT_THROW(m.logits(torch::zeros({1, 5}, torch::kLong)), std::invalid_argument);  // longer than the window
+  torch::manual_seed(3);
+  auto windowed = build_causal_lm(mistral, "m/config.json").logits;
+  mistral["sliding_window"] = nullptr;
+  torch::manual_seed(3);  // the same weights
+  auto full = build_causal_lm(mistral, "m/config.json").logits;
+  torch::NoGradGuard no_grad;
+  const auto tokens = torch::arange(1, 7, torch::kLong).unsqueeze(0);
+  const auto a = windowed(tokens), b = full(tokens);
+  // Positions 0-3 see no further back than the window; 4 and 5 would see token 0 or 1.
+  EXPECT_TRUE(torch::allclose(a.narrow(1, 0, 4), b.narrow(1, 0, 4), 1.3e-6, 1e-5));  // two attention kernels
+  EXPECT_FALSE(torch::allclose(a.narrow(1, 4, 2), b.narrow(1, 4, 2)));
   auto unknown = mistral;
   unknown["model_type"] = "bloom";
   try {

@@ -37,6 +37,19 @@ nlohmann::json tiny_config(const std::string& family) {
     c.max_position_embeddings = 16, c.word_embed_proj_dim = 8, c.do_layer_norm_before = false;
     return c.to_json();
   }
+  if (family == "gemma2" || family == "gemma3") {  // tied (Gemma's default) and untied, windows of 3
+    nlohmann::json j = {{"model_type", family == "gemma2" ? "gemma2" : "gemma3_text"},
+                        {"vocab_size", 67},
+                        {"hidden_size", 16},
+                        {"intermediate_size", 24},
+                        {"num_hidden_layers", 3},
+                        {"num_attention_heads", 4},
+                        {"num_key_value_heads", 2},
+                        {"head_dim", 6},
+                        {"sliding_window", 3},
+                        {"tie_word_embeddings", family == "gemma2"}};
+    return LlamaConfig::from_json(j, family).to_json();
+  }
   auto c = llama_preset("tiny");
   c.tie_word_embeddings = family == "llama_tied" || family == "qwen3_tied";
   if (family == "llama_mlp_bias") c.mlp_bias = true;
@@ -81,7 +94,7 @@ TEST_P(RoundTrip, OneFileAndShardsReloadBitForBit) {
 
 INSTANTIATE_TEST_SUITE_P(Families, RoundTrip,
                          ::testing::Values("gpt2", "opt", "llama", "llama_tied", "llama_mlp_bias", "qwen2",
-                                           "qwen3_tied"));
+                                           "qwen3_tied", "gemma2", "gemma3"));
 
 TEST(RoundTrip, TiedWeightsAreStoredOnceUnderTheirFirstName) {
   auto lm = random_model("gpt2");

@@ -57,15 +57,20 @@ Tensor causal_mask_ref(int64_t s) {  // 0 where allowed, -inf above the diagonal
     for (int64_t j = i + 1; j < s; ++j) m[i][j] = -INFINITY;
   return m;
 }
-// One head at a time: q_h k_h^T * scale + mask -> softmax -> v_h.
+// One head at a time: q_h k_h^T * scale (soft-capped: cap * tanh(scores / cap)) + mask ->
+// softmax -> v_h. window > 0: query i also may not see keys j <= i - window.
 Tensor attention_ref(const Tensor& q, const Tensor& k, const Tensor& v, int64_t heads, int64_t kv_heads, int64_t hd,
-                     double scale) {
+                     double scale, int64_t window = 0, double softcap = 0) {
   std::vector<Tensor> outs;
   auto mask = causal_mask_ref(q.size(1));
+  for (int64_t i = 0; i < q.size(1) && window > 0; ++i)
+    for (int64_t j = 0; j <= i - window; ++j) mask[i][j] = -INFINITY;
   for (int64_t h = 0; h < heads; ++h) {
     int64_t g = h / (heads / kv_heads);  // the KV head this query head reads
     auto qh = q.narrow(-1, h * hd, hd), kh = k.narrow(-1, g * hd, hd), vh = v.narrow(-1, g * hd, hd);
-    outs.push_back(torch::matmul(softmax_ref(torch::matmul(qh, kh.transpose(1, 2)) * scale + mask), vh));
+    auto scores = torch::matmul(qh, kh.transpose(1, 2)) * scale;
+    if (softcap > 0) scores = softcap * torch::tanh(scores / softcap);
+    outs.push_back(torch::matmul(softmax_ref(scores + mask), vh));
   }
   return torch::cat(outs, -1);
 }
@@ -494,19 +499,28 @@ TEST(Configs, AKeyTheFamilyDoesNotKnowIsRefusedNamingItAndItsValue) {
 
 // transformers' Qwen2Config.__post_init__: the window only with use_sliding_window, and then
 // for layers from max_window_layers on, unless layer_types names each layer.
-TEST(Configs, AQwenLayerThatWouldSlideIsRefusedAndAWindowNoLayerUsesIsNot) {
+TEST(Configs, QwenLayersSlideByTransformersRulesAndASlidingLayerWithoutAWindowIsRefused) {
   auto qwen = llama_preset("tiny");  // 2 layers
   qwen.model_type = "qwen2";
   auto c = qwen.to_json();
   c.erase("layer_types");
   c["use_sliding_window"] = true, c["sliding_window"] = 8, c["max_window_layers"] = 2;
-  EXPECT_NO_THROW(LlamaConfig::from_json(c, "q"));  // no layer from 2 on
+  auto windows = [](const nlohmann::json& json) {
+    const auto read = LlamaConfig::from_json(json, "q");
+    return std::vector<int64_t>{read.window_of_layer(0), read.window_of_layer(1)};
+  };
+  EXPECT_EQ(windows(c), (std::vector<int64_t>{0, 0}));  // no layer from 2 on
   c["max_window_layers"] = 1;
-  expect_refused(c, "key 'use_sliding_window' is true: layers 1 to 1");
+  EXPECT_EQ(windows(c), (std::vector<int64_t>{0, 8}));
+  EXPECT_EQ(windows(LlamaConfig::from_json(c, "q").to_json()), (std::vector<int64_t>{0, 8}));
   c["use_sliding_window"] = false;
-  EXPECT_NO_THROW(LlamaConfig::from_json(c, "q"));  // sliding_window is None then
+  EXPECT_EQ(windows(c), (std::vector<int64_t>{0, 0}));  // sliding_window is None then
   c["layer_types"] = {"full_attention", "sliding_attention"};
-  expect_refused(c, "key 'layer_types' makes layer 1 \"sliding_attention\"");
+  expect_refused(c, "layer 1 is a sliding_attention layer, but the config gives no window");
+  c["use_sliding_window"] = true;
+  EXPECT_EQ(windows(c), (std::vector<int64_t>{0, 8}));
+  c["layer_types"] = {"full_attention", "chunked_attention"};
+  expect_refused(c, "key 'layer_types' makes layer 1 \"chunked_attention\"");
   c["layer_types"] = {"full_attention"};
   expect_refused(c, "expected a list of 2 layer types");
 }
@@ -514,17 +528,18 @@ TEST(Configs, AQwenLayerThatWouldSlideIsRefusedAndAWindowNoLayerUsesIsNot) {
 // The family's own config on export: transformers' keys and class name, read back as the
 // same model; defaults that are the family's own (Qwen3's head_dim 128).
 TEST(Configs, EachFamilyExportsItsOwnConfigAndReadsItBack) {
-  const std::map<std::string, std::string> kClasses = {{"llama", "LlamaForCausalLM"},
-                                                       {"mistral", "MistralForCausalLM"},
-                                                       {"qwen2", "Qwen2ForCausalLM"},
-                                                       {"qwen3", "Qwen3ForCausalLM"}};
-  for (const std::string type : {"llama", "mistral", "qwen2", "qwen3"}) {
+  const std::map<std::string, std::string> kClasses = {
+      {"llama", "LlamaForCausalLM"}, {"mistral", "MistralForCausalLM"}, {"qwen2", "Qwen2ForCausalLM"},
+      {"qwen3", "Qwen3ForCausalLM"}, {"gemma2", "Gemma2ForCausalLM"},   {"gemma3_text", "Gemma3ForCausalLM"}};
+  for (const std::string& type : llama_model_types()) {
+    const bool gemma = type.rfind("gemma", 0) == 0;
     auto c = LlamaConfig::from_json(
         [&] {
           auto j = llama_preset("tiny").to_json();
           j["model_type"] = type;
           if (type != "llama") j.erase("mlp_bias");
-          if (type != "llama" && type != "qwen3") j.erase("attention_bias");
+          if (type != "llama" && type != "qwen3" && !gemma) j.erase("attention_bias");
+          if (gemma) j["hidden_activation"] = j["hidden_act"], j.erase("hidden_act");
           return j;
         }(),
         type);
@@ -534,13 +549,138 @@ TEST(Configs, EachFamilyExportsItsOwnConfigAndReadsItBack) {
     const auto back = LlamaConfig::from_json(j, type);
     EXPECT_EQ(back.parameter_count(), c.parameter_count()) << type;
     EXPECT_EQ(back.qkv_bias, type == "qwen2") << type;
-    EXPECT_EQ(back.qk_norm, type == "qwen3") << type;
+    EXPECT_EQ(back.qk_norm, type == "qwen3" || type == "gemma3_text") << type;
+    EXPECT_EQ(back.gemma_norms, gemma) << type;
+    EXPECT_EQ(back.sliding_layers, c.sliding_layers) << type;
+    EXPECT_EQ(back.final_logit_softcapping, c.final_logit_softcapping) << type;
+    EXPECT_EQ(back.local_rope_theta, c.local_rope_theta) << type;
+    EXPECT_EQ(back.pad_token_id, c.pad_token_id) << type;
   }
   auto qwen3 = llama_preset("tiny");
   qwen3.model_type = "qwen3";
   auto j = qwen3.to_json();
   j.erase("head_dim");
   EXPECT_EQ(LlamaConfig::from_json(j, "q").dim_per_head(), 128);
+}
+
+// Gemma 2 (Gemma Team, 2024) and Gemma 3 as transformers' Gemma2/Gemma3 modeling files
+// write them: RMSNorm times (1 + w); embeddings times sqrt(hidden); a norm after attention
+// and around the MLP; GeGLU (tanh GELU); scores scaled by query_pre_attn_scalar^-1/2 and
+// soft-capped; sliding layers see `window` keys; Gemma 3's q/k norms and its sliding layers'
+// own rope base; final logits soft-capped.
+Tensor gemma_ref(const Weights& w, const LlamaConfig& c, const Tensor& tokens) {
+  const int64_t hd = c.dim_per_head(), heads = c.num_attention_heads, kv = c.num_key_value_heads;
+  auto norm = [&](const Tensor& x, const std::string& name) { return rms_norm_ref(x, 1 + w.at(name), c.rms_norm_eps); };
+  auto x = w.at("model.embed_tokens.weight").index({tokens}) * std::sqrt(static_cast<double>(c.hidden_size));
+  auto global = inv_freq_ref(c) / c.rope_linear_factor;
+  LlamaConfig local_config = c;
+  local_config.rope_theta = c.local_rope_theta;
+  auto local = inv_freq_ref(local_config);
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    std::string p = "model.layers." + std::to_string(i) + ".";
+    const int64_t window = c.sliding_layers.at(static_cast<size_t>(i)) ? c.sliding_window : 0;
+    const auto& inv = window > 0 && c.local_rope_theta > 0 ? local : global;
+    auto head_norm = [&](const Tensor& t, const std::string& name, int64_t n) {
+      if (!w.count(p + name)) return t;
+      return norm(t.view({t.size(0), t.size(1), n, hd}), p + name).view(t.sizes());
+    };
+    auto a = norm(x, p + "input_layernorm.weight");
+    auto q =
+        rope_ref(head_norm(linear_ref(w, p + "self_attn.q_proj", a), "self_attn.q_norm.weight", heads), inv, heads, hd);
+    auto k = rope_ref(head_norm(linear_ref(w, p + "self_attn.k_proj", a), "self_attn.k_norm.weight", kv), inv, kv, hd);
+    auto y = attention_ref(q, k, linear_ref(w, p + "self_attn.v_proj", a), heads, kv, hd,
+                           1.0 / std::sqrt(c.query_pre_attn_scalar), window, c.attn_logit_softcapping);
+    x = x + norm(linear_ref(w, p + "self_attn.o_proj", y), p + "post_attention_layernorm.weight");
+    auto m = norm(x, p + "pre_feedforward_layernorm.weight");
+    auto gate = linear_ref(w, p + "mlp.gate_proj", m);
+    auto gelu = 0.5 * gate * (1 + torch::tanh(std::sqrt(2.0 / M_PI) * (gate + 0.044715 * gate.pow(3))));
+    x = x + norm(linear_ref(w, p + "mlp.down_proj", gelu * linear_ref(w, p + "mlp.up_proj", m)),
+                 p + "post_feedforward_layernorm.weight");
+  }
+  x = norm(x, "model.norm.weight");
+  auto logits = torch::matmul(x, w.at(c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight").t());
+  const double cap = c.final_logit_softcapping;
+  return cap > 0 ? cap * torch::tanh(logits / cap) : logits;
+}
+
+TEST(Llama, Gemma2And3LayersMatchThePublishedFormulas) {
+  nlohmann::json gemma2 = {{"model_type", "gemma2"},       {"vocab_size", 97},          {"hidden_size", 16},
+                           {"intermediate_size", 40},      {"num_hidden_layers", 3},    {"num_attention_heads", 4},
+                           {"num_key_value_heads", 2},     {"head_dim", 6},             {"sliding_window", 3},
+                           {"query_pre_attn_scalar", 5},   {"attn_logit_softcapping", 2.0},
+                           {"final_logit_softcapping", 4.0}};
+  auto gemma3 = gemma2;
+  gemma3["model_type"] = "gemma3_text";
+  gemma3.erase("attn_logit_softcapping");
+  gemma3.erase("final_logit_softcapping");
+  gemma3["sliding_window_pattern"] = 2;  // sliding, full, sliding
+  gemma3["rope_local_base_freq"] = 50.0;
+  gemma3["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 4.0}};
+  gemma3["tie_word_embeddings"] = false;
+  for (const auto& json : {gemma2, gemma3}) {
+    const auto c = LlamaConfig::from_json(json, "gemma");
+    LlamaForCausalLM model(c);
+    randomize(*model, 8);
+    auto w = weights_of(*model);
+    EXPECT_EQ(w.count("model.layers.0.pre_feedforward_layernorm.weight"), 1u);
+    EXPECT_EQ(w.count("model.layers.0.self_attn.q_norm.weight"), c.model_type == "gemma3_text" ? 1u : 0u);
+    EXPECT_EQ(c.parameter_count(), counted_parameters(*model)) << c.model_type;
+    auto tokens = tokens_for(c.vocab_size, 9);  // longer than the window
+    torch::NoGradGuard no_grad;
+    expect_close(model->forward(tokens), gemma_ref(w, c, tokens));
+  }
+}
+
+// transformers' defaults where a Gemma config.json is silent: Gemma 2 slides on even layers
+// with caps 50 and 30 and a tied head; Gemma 3 slides but every sixth layer, caps off, its
+// sliding layers rotate at base 10000 and the others at 1e6; both pad at token 0.
+TEST(Configs, GemmaDefaultsAreTransformersOwn) {
+  nlohmann::json j = {{"model_type", "gemma2"}, {"vocab_size", 97},       {"hidden_size", 16},
+                      {"intermediate_size", 40}, {"num_hidden_layers", 7}, {"num_attention_heads", 4}};
+  const auto two = LlamaConfig::from_json(j, "g2");
+  EXPECT_EQ(two.sliding_layers, (std::vector<bool>{true, false, true, false, true, false, true}));
+  EXPECT_EQ(two.sliding_window, 4096);
+  EXPECT_EQ(two.attn_logit_softcapping, 50.0);
+  EXPECT_EQ(two.final_logit_softcapping, 30.0);
+  EXPECT_EQ(two.query_pre_attn_scalar, 256.0);
+  EXPECT_EQ(two.dim_per_head(), 256);
+  EXPECT_TRUE(two.tie_word_embeddings);
+  EXPECT_EQ(two.pad_token_id, 0);
+  EXPECT_EQ(two.hidden_act, "gelu_pytorch_tanh");
+  j["model_type"] = "gemma3_text";
+  const auto three = LlamaConfig::from_json(j, "g3");
+  EXPECT_EQ(three.sliding_layers, (std::vector<bool>{true, true, true, true, true, false, true}));
+  EXPECT_EQ(three.attn_logit_softcapping, 0.0);
+  EXPECT_EQ(three.final_logit_softcapping, 0.0);
+  EXPECT_EQ(three.rope_theta, 1e6);
+  EXPECT_EQ(three.local_rope_theta, 1e4);
+  EXPECT_TRUE(three.qk_norm);
+  j["model_type"] = "gemma2";
+  j["final_logit_softcapping"] = nullptr;  // null is "no cap", not the default
+  EXPECT_EQ(LlamaConfig::from_json(j, "g2").final_logit_softcapping, 0.0);
+}
+
+// transformers 5's nested rope_parameters and 4.x's rope_theta / rope_local_base_freq /
+// rope_scaling describe the same Gemma 3; what fsdpp writes reads back as it was.
+TEST(Configs, Gemma3RopeByLayerTypeReadsInBothLayoutsAndRoundTrips) {
+  nlohmann::json v4 = {{"model_type", "gemma3_text"}, {"vocab_size", 97},        {"hidden_size", 16},
+                       {"intermediate_size", 40},     {"num_hidden_layers", 2},  {"num_attention_heads", 4},
+                       {"rope_theta", 2e5},           {"rope_local_base_freq", 300.0},
+                       {"rope_scaling", {{"rope_type", "linear"}, {"factor", 8.0}}}};
+  auto v5 = v4;
+  for (const auto* key : {"rope_theta", "rope_local_base_freq", "rope_scaling"}) v5.erase(key);
+  v5["rope_parameters"] = {{"full_attention", {{"rope_type", "linear"}, {"factor", 8.0}, {"rope_theta", 2e5}}},
+                           {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 300.0}}}};
+  for (const auto& json : {v4, v5, LlamaConfig::from_json(v4, "v4").to_json()}) {
+    const auto c = LlamaConfig::from_json(json, "g3");
+    EXPECT_EQ(c.rope_theta, 2e5);
+    EXPECT_EQ(c.local_rope_theta, 300.0);
+    EXPECT_EQ(c.rope_linear_factor, 8.0);
+  }
+  v5["rope_parameters"]["sliding_attention"] = {{"rope_type", "linear"}, {"factor", 2.0}};
+  expect_refused(v5, "rope_parameters.sliding_attention scales its rope");
+  v5["rope_parameters"] = {{"global", {{"rope_type", "default"}}}};
+  expect_refused(v5, "rope_parameters key 'global' is not a layer type");
 }
 
 }  // namespace
