@@ -83,7 +83,7 @@ judge() {  # ARCH TOKENS
        --compare "$work/fsdpp.st" >"$work/log" 2>&1; then
     echo "ok   $arch export loads with from_pretrained: $(tail -n1 "$work/log")"; passed=$((passed + 1))
   else
-    fail "$arch export: $(tail -n1 "$work/log")"
+    fail "$arch export: $(tail -n2 "$work/log" | tr '\n' ' ')"  # the record (every figure) and the reason
   fi
 }
 
