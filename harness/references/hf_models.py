@@ -20,6 +20,8 @@ os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import argparse
+import contextlib
+import copy
 import json
 import math
 import shutil
@@ -27,6 +29,7 @@ import sys
 
 import torch
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO_ROOT, "harness", "peers"))
@@ -341,14 +344,15 @@ def open_windows(args, model):
     return data, windows
 
 
-def window_logits(model, data, windows, seq_len, batch_size):
-    """logits [W, T, V] float32 and input_ids [W, T] int64 of the first `windows` windows."""
+def window_logits(model, data, windows, seq_len, batch_size, dtype=torch.float32):
+    """logits [W, T, V] (float32 unless dtype says) and input_ids [W, T] int64 of the first
+    `windows` windows."""
     inputs, _ = data.windows(range(windows), seq_len)
     input_ids = torch.from_numpy(inputs)
     out = []
     with torch.no_grad():
         for first in range(0, windows, batch_size):
-            out.append(model(input_ids=input_ids[first : first + batch_size]).logits.float())
+            out.append(model(input_ids=input_ids[first : first + batch_size]).logits.to(dtype))
     return torch.cat(out), input_ids
 
 
@@ -375,58 +379,210 @@ def cmd_logits(args):
         save_logits(args.out, logits, input_ids)
     record = {"out": args.out, "windows": windows, "seq_len": args.seq_len, "vocab": logits.shape[-1]}
     record["architecture"] = type(model).__name__
-    # The loss of the same windows, as `eval` (and fsdpp eval) defines it: the float64 sum of
-    # per-batch fp32 sums over all targets.
     _, targets = data.windows(range(windows), args.seq_len)
     targets = torch.from_numpy(targets)
-    total = 0.0
-    for first in range(0, windows, args.batch_size):
-        batch = logits[first : first + args.batch_size]
-        target = targets[first : first + args.batch_size].reshape(-1)
-        total += F.cross_entropy(batch.reshape(-1, batch.shape[-1]), target, reduction="sum").item()
-    record["loss"] = total / (windows * args.seq_len)
+    record["loss_fp32"] = window_loss(logits, targets, args.batch_size)
     if args.command == "load-export":
         record["model_type"] = model.config.model_type
         record["config_architectures"] = model.config.architectures
         record["parameters"] = sum(p.numel() for p in model.parameters())
     if args.compare:
-        # The logits just computed are the expected ones; fsdpp's file is the actual.
+        # The ground truth: the same weights in float64. "loss" is its loss, the one fsdpp's
+        # loss is held to; "loss_fp32" is transformers' fp32 one.
         actual = read_logits_file(args.compare, "--compare")
-        expected = {"logits": logits, "input_ids": input_ids}
-        record["check"] = compare_logits(expected, actual, args.rtol, args.atol)
-        if not record["check"]["ok"] and args.own_spread:
-            record["check"] = judge_by_own_spread(args, data, windows, expected, record["check"])
+        exact, float32_requests = fp64_window_logits(model, data, windows, args.seq_len, args.batch_size)
+        record["loss"] = window_loss(exact, targets, args.batch_size)
+        hf32 = {"logits": logits, "input_ids": input_ids}
+        record["check"] = judge_logits(actual, hf32, exact, judge_rule(model.config))
+        record["check"]["fp64_float32_requests"] = float32_requests
+    else:
+        record["loss"] = record["loss_fp32"]
     emit(record)
     if args.compare and not record["check"]["ok"]:
         raise CheckFailed(f"{args.command}: " + record["check"]["reason"])
 
 
-def judge_by_own_spread(args, data, windows, expected, check):
-    """--own-spread, for a check that the fp32 policy failed: transformers' other attention
-    implementation (eager against sdpa, or sdpa against eager) computes the same logits, and
-    their own largest difference is the judge's resolution on this model. fsdpp passes when
-    it is no further from the reference than transformers is from itself. The record keeps
-    the policy's verdict ("policy_ok": false) and the spread beside it."""
-    other = "eager" if args.attn_implementation == "sdpa" else "sdpa"
-    model = load_model(args.model, other)
-    other_logits, other_ids = window_logits(model, data, windows, args.seq_len, args.batch_size)
-    spread = compare_logits(expected, {"logits": other_logits, "input_ids": other_ids}, args.rtol, args.atol)
-    check = dict(check)
-    check["policy_ok"] = False
-    check["own_spread"] = {
-        "between": f"{args.attn_implementation} and {other}",
-        "max_abs_diff": spread["max_abs_diff"],
-        "mismatches": spread["mismatches"],
-    }
-    check["ok"] = check["max_abs_diff"] <= spread["max_abs_diff"]
-    if check["ok"]:
-        check.pop("reason", None)
-    else:
-        check["reason"] += (
-            f"; transformers' own {args.attn_implementation} and {other} differ by at most "
-            f"{spread['max_abs_diff']:.3g}, less than fsdpp does"
+def window_loss(logits, targets, batch_size):
+    """The loss of the windows, as `eval` (and fsdpp eval) defines it: the float64 sum of
+    per-batch sums of cross_entropy in the logits' own dtype, over all W*T targets."""
+    total = 0.0
+    for first in range(0, logits.shape[0], batch_size):
+        batch = logits[first : first + batch_size]
+        target = targets[first : first + batch_size].reshape(-1)
+        total += F.cross_entropy(batch.reshape(-1, batch.shape[-1]), target, reduction="sum").item()
+    return total / (logits.shape[0] * logits.shape[1])
+
+
+# ----------------------------------------------------------------------------------------
+# The judge: transformers in float64 on the same weights is the ground truth
+# ----------------------------------------------------------------------------------------
+
+# fsdpp's logits pass when (1) their largest error against float64 is at most JUDGE_FACTOR
+# times transformers' own fp32 error against it, (2) no more of them fall outside the fp32
+# policy (against float64) than transformers' fp32 logits do, and (3) their largest error is
+# at most JUDGE_CAP. Two correct fp32 implementations sum in different orders, so neither is
+# closer to the exact answer in general; 2x leaves room for that and nothing more: a wrong
+# mask or a logit off by 1e-4 is several times transformers' fp32 error (the self-test,
+# suites/references/hf_judge_self_test.py).
+JUDGE_FACTOR = 2.0
+# The hard cap, absolute: whatever transformers' own fp32 error is, fsdpp's is at most this.
+# On the judged models (unit-scale activations, logits of std 1-4) transformers' fp32 error
+# against float64 is 3.3e-6 to 1.65e-5 (docs/notes/2026-11-28-fp64-judge.md), so the cap is
+# 6x the worst of it; a reference whose own fp32 error approaches the cap needs a person, not a
+# bound that grows with it.
+JUDGE_CAP = 1e-4
+
+# Exceptions, each for the folders its `applies(config)` picks: {"factor": F, "cap": C,
+# "count": False (the count rule (2) is not applied), "reason": "..."}. A key it does not give
+# keeps the rule's value.
+#
+# A tied head: every logit of a position is that position's hidden state times one embedding
+# row, so all 32,000 share one hidden-state error, and the count measures whether one badly
+# conditioned position tips over atol, not how many logits are wrong. Measured on the three
+# tied exports (docs/notes/2026-11-28-fp64-judge.md): 212 of fsdpp's 231 mismatches on the
+# Qwen2 one are a single position's, and transformers' own eager attention fails the count
+# against its sdpa on all three (8, 52, 168 against 5, 17, 77). The 2x bound and the cap
+# still apply; a wrong mask or a logit 1e-4 off fails them (the self-test).
+JUDGE_EXCEPTIONS = {
+    "tied head": {
+        "applies": lambda config: bool(getattr(config, "tie_word_embeddings", False)),
+        "count": False,
+        "reason": "a tied head's logits of one position share one error: the count rule is not applied",
+    },
+}
+
+
+def judge_rule(config):
+    """The judge's parameters for a model config, with the written reason of any exception."""
+    rule = {"factor": JUDGE_FACTOR, "cap": JUDGE_CAP, "count": True, "exception": None}
+    for name, exception in JUDGE_EXCEPTIONS.items():
+        if exception["applies"](config):
+            rule.update({k: exception[k] for k in ("factor", "cap", "count") if k in exception})
+            rule["exception"] = f"{name}: {exception['reason']}"
+    return rule
+
+
+class Float64Everywhere(TorchDispatchMode):
+    """Every aten op under it that asks for float32, float16 or bfloat16 gets float64
+    instead, and an op that still produces a floating tensor of another dtype is an error.
+
+    transformers' models upcast to float32 where half precision would lose too much:
+    RMSNorm's `hidden_states.to(torch.float32)`, the rotary table (inverse frequencies made
+    with `dtype=torch.float`, angles `.float()`), eager attention's
+    `softmax(..., dtype=torch.float32)`. In a model converted with `.to(torch.float64)` those
+    are downcasts: measured on the tied Llama, its logits then differ from an all-float64
+    forward by 7.8e-6, half of transformers' fp32 error itself, and they share those fp32
+    roundings with transformers' fp32 run, which the judge would then favour. Under this
+    mode the same code runs with every one of them kept in float64."""
+
+    def __init__(self):
+        super().__init__()
+        self.requests = 0  # ops that asked for a narrower float and got float64
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        if kwargs.get("dtype") in (torch.float32, torch.float16, torch.bfloat16):
+            kwargs["dtype"] = torch.float64
+            self.requests += 1
+        out = func(*args, **kwargs)
+        for t in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype != torch.float64:
+                raise RuntimeError(f"{func} made a {t.dtype} tensor in the float64 reference")
+        return out
+
+
+@contextlib.contextmanager
+def float64_everywhere():
+    """Float64Everywhere, with float64 the default dtype (for factories given no dtype,
+    such as OPT's `torch.ones` for its position mask)."""
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        with Float64Everywhere() as mode:
+            yield mode
+    finally:
+        torch.set_default_dtype(default)
+
+
+def fp64_window_logits(model32, data, windows, seq_len, batch_size):
+    """The ground truth: transformers' own model class and code, every op in float64
+    (Float64Everywhere), on model32's fp32 weights converted exactly to float64. Built from
+    model32's config, so that tensors computed at construction (rotary inverse frequencies)
+    are float64 too, then model32's state_dict copied in (strict: every tensor). Eager
+    attention: the softmax(QK^T/sqrt(d))V formula written out (sdpa in float64 agrees with
+    it to 3e-14 on the tied Llama, so the choice moves no figure). Returns the logits
+    [W, T, V] float64 and the count of float32 requests made float64."""
+    from transformers import AutoModelForCausalLM
+
+    with float64_everywhere():
+        model = AutoModelForCausalLM.from_config(
+            copy.deepcopy(model32.config), attn_implementation="eager", dtype=torch.float64
         )
-    return check
+    model.load_state_dict(model32.state_dict(), strict=True)
+    with float64_everywhere() as mode:
+        logits, _ = window_logits(model.eval(), data, windows, seq_len, batch_size, torch.float64)
+    return logits, mode.requests
+
+
+def error_against(exact, logits, rtol, atol):
+    """Largest |logits - exact| (NaN counts as infinite) and how many elements fall outside
+    the policy |logits - exact| <= atol + rtol*|exact|, all in float64."""
+    diff = (logits.double() - exact).abs().reshape(-1)
+    diff = torch.where(diff.isnan(), torch.full_like(diff, math.inf), diff)
+    mismatches = int((diff > atol + rtol * exact.abs().reshape(-1)).sum())
+    return {"max_abs_err": float(diff.max()) if diff.numel() else 0.0, "mismatches": mismatches}
+
+
+def judge_logits(candidate, hf32, exact, rule, rtol=FP32_RTOL, atol=FP32_ATOL):
+    """The judge: candidate (fsdpp's {logits, input_ids}) against exact (float64 logits of
+    the same weights), with transformers' fp32 {logits, input_ids} as the measure of what
+    fp32 round-off does on this model. A record with "ok", every figure, and a one-line
+    "reason" naming the figures when not ok."""
+    c = candidate["logits"]
+    record = {"ok": False, "elements": exact.numel(), "rtol": rtol, "atol": atol}
+    if c.shape != exact.shape:
+        record["reason"] = f"logits shapes differ: expected {list(exact.shape)}, actual {list(c.shape)}"
+        return record
+    if not torch.equal(hf32["input_ids"], candidate["input_ids"]):
+        record["reason"] = "input_ids differ: the two files are not the same windows"
+        return record
+    ours = error_against(exact, c, rtol, atol)
+    theirs = error_against(exact, hf32["logits"], rtol, atol)
+    # The floor of the bound: the error of the float64 logits rounded to fp32, which even a
+    # perfect fp32 implementation has, so that 2x of a (hypothetical) zero error is not zero.
+    floor = float((exact.float().double() - exact).abs().max())
+    bound = rule["factor"] * max(theirs["max_abs_err"], floor)
+    record.update(
+        {
+            "fsdpp_vs_fp64": ours,
+            "hf_fp32_vs_fp64": theirs,
+            "fp32_rounding_floor": floor,
+            "factor": rule["factor"],
+            "count_rule": rule["count"],
+            "bound": bound,
+            "cap": rule["cap"],
+            "exception": rule["exception"],
+            # Informational: the old direct comparison with transformers' fp32 logits.
+            "fsdpp_vs_hf_fp32": error_against(hf32["logits"].double(), c, rtol, atol),
+        }
+    )
+    failed = []
+    if not ours["max_abs_err"] <= bound:
+        failed.append(
+            f"max error {ours['max_abs_err']:.3g} against float64 exceeds {rule['factor']:g} x transformers' "
+            f"fp32 error {max(theirs['max_abs_err'], floor):.3g} = {bound:.3g}"
+        )
+    if rule["count"] and ours["mismatches"] > theirs["mismatches"]:
+        failed.append(
+            f"{ours['mismatches']} of {exact.numel()} logits outside rtol {rtol:g} atol {atol:g} of float64, "
+            f"transformers' fp32 has {theirs['mismatches']}"
+        )
+    if not ours["max_abs_err"] <= rule["cap"]:
+        failed.append(f"max error {ours['max_abs_err']:.3g} against float64 exceeds the cap {rule['cap']:.3g}")
+    record["ok"] = not failed
+    if failed:
+        record["reason"] = "; ".join(failed)
+    return record
 
 
 def cmd_eval(args):
@@ -610,15 +766,7 @@ def parse_args(argv):
         if out:
             s.add_argument("--out", help="safetensors file to write")
             s.add_argument("--max-windows", type=int, default=None, help="only the first K windows")
-            s.add_argument("--compare", help="also check fsdpp's logits file (fsdpp eval --logits-out) against these")
-            s.add_argument("--rtol", type=float, default=FP32_RTOL)
-            s.add_argument("--atol", type=float, default=FP32_ATOL)
-            s.add_argument(
-                "--own-spread",
-                action="store_true",
-                help="where the fp32 policy fails, also pass when fsdpp is no further from the reference "
-                "than transformers' other attention implementation is (the judge's own resolution)",
-            )
+            s.add_argument("--compare", help="judge fsdpp's logits file (fsdpp eval --logits-out) against float64")
 
     model_and_windows(sub.add_parser("logits", help="logits of fsdpp eval's windows"), out=True)
     model_and_windows(sub.add_parser("load-export", help="logits, for a folder fsdpp exported"), out=True)

@@ -4,23 +4,24 @@
 # head, Llama-3 rope scaling, mlp_bias), Qwen2 (q/k/v biases; untied and tied) and Qwen3
 # (q/k norms, head_dim 24 where hidden/heads is 16; untied with attention_bias, and tied)
 # models that transformers builds and saves with save_pretrained (transformers 5's config keys):
-#   - fsdpp eval's logits on every window equal transformers' within the fp32 policy
-#     (assert_close defaults, harness/oracle/tolerance.h), and its loss too;
+#   - fsdpp eval's logits on every window pass the float64 judge (hf_models.py's judge_logits):
+#     transformers' own model run with every op in float64 on the same weights is the ground
+#     truth, and fsdpp's largest error against it is at most 2x transformers' own fp32 (sdpa)
+#     error, no more of its logits fall outside the fp32 policy (assert_close defaults,
+#     harness/oracle/tolerance.h) of float64 than transformers' fp32 logits do, and its error
+#     is at most 1e-4; fsdpp's loss is within the fp32 policy of the float64 loss;
 #   - greedy `fsdpp generate` gives transformers' greedy generate's tokens;
-#   - the folder `fsdpp train` exports loads with from_pretrained (offline) and gives the
-#     same logits as fsdpp on it;
+#   - the folder `fsdpp train` exports loads with from_pretrained (offline) and its fsdpp
+#     logits pass the same judge;
 #   - a folder fsdpp does not compute exactly is refused by `fsdpp eval` in one line, exit 2:
 #     a Qwen2 whose second layer slides (transformers' own config), and a Qwen2 checkpoint
 #     holding a tensor no parameter reads (an o_proj bias, which Qwen2 does not have).
-# Logits are judged with the fp32 policy and `--own-spread`: where the policy fails, fsdpp
-# still passes if it is no further from transformers' sdpa than transformers' own eager
-# attention is (hf_models.py). Two correct fp32 implementations differ by round-off at the
-# policy's edge on the tied Llama (logits of std 4): on an Intel Xeon, transformers' eager
-# and sdpa differ by 1.43e-5 on the exported folder (2 logits past atol 1e-5) and fsdpp
-# and sdpa by 1.24e-5 (2 logits); a real model difference is orders of magnitude larger.
-# The reference runs transformers' default attention (sdpa). Its eager attention differs
-# from its own sdpa by up to 1.5e-5 on the tied Llama (hf_models.py's README), which is
-# fp32 summation order, not a model difference.
+# The judge's bar is transformers' own fp32 error on the same model, measured each run; it is
+# never widened by the judge itself (a family that needs more has a written entry in
+# hf_models.py's JUDGE_EXCEPTIONS; none does). Each run's record carries every figure:
+# fsdpp_vs_fp64 and hf_fp32_vs_fp64 (max abs error, mismatches), the bound and the cap.
+# Measured per arch: docs/notes/2026-11-28-fp64-judge.md. The judge's own self-test (a wrong
+# attention mask and a logit moved by 1e-4 fail it) is suites/references/hf_judge_self_test.py.
 #
 # Usage: hf_judge_models.sh FSDPP_BINARY PYTHON
 set -uo pipefail
@@ -56,8 +57,7 @@ judge() {  # ARCH TOKENS
   local ours theirs
   ours=$("$fsdpp" eval --model "$dir" --data $data --seq-len $T --json --logits-out "$work/fsdpp.st" 2>&1) ||
     { fail "$arch fsdpp eval: $ours"; return; }
-  theirs=$("${ref[@]}" logits --model "$dir" --data $data --seq-len $T --own-spread --compare "$work/fsdpp.st" \
-    2>"$work/log")
+  theirs=$("${ref[@]}" logits --model "$dir" --data $data --seq-len $T --compare "$work/fsdpp.st" 2>"$work/log")
   if [ -n "$theirs" ] && echo "$theirs" | json_field check | grep -q "'ok': True"; then
     echo "ok   $arch logits: $(echo "$theirs" | json_field check)"; passed=$((passed + 1))
   else
@@ -65,8 +65,8 @@ judge() {  # ARCH TOKENS
   fi
   local a b
   a=$(echo "$ours" | json_field loss) b=$(echo "$theirs" | json_field loss)
-  if near "$a" "$b"; then echo "ok   $arch loss: fsdpp $a, transformers $b"; passed=$((passed + 1));
-  else fail "$arch loss: fsdpp $a, transformers $b"; fi
+  if near "$a" "$b"; then echo "ok   $arch loss: fsdpp $a, transformers float64 $b"; passed=$((passed + 1));
+  else fail "$arch loss: fsdpp $a, transformers float64 $b"; fi
   # Greedy generation.
   local prompt="In the beginning God created"
   ours=$("$fsdpp" generate --model "$dir" --prompt "$prompt" --max-new-tokens 12 --temperature 0 2>&1) ||
@@ -79,11 +79,11 @@ judge() {  # ARCH TOKENS
     --save-dir "$work/runs" --experiment-name "$arch" >"$work/log" 2>&1 || { fail "$arch train: $(tail -n3 "$work/log")"; return; }
   "$fsdpp" eval --model "$work/runs/$arch/hf" --data $data --seq-len $T --json --logits-out "$work/fsdpp.st" >/dev/null 2>&1 ||
     { fail "$arch eval of the export"; return; }
-  if "${ref[@]}" load-export --model "$work/runs/$arch/hf" --data $data --seq-len $T --own-spread \
+  if "${ref[@]}" load-export --model "$work/runs/$arch/hf" --data $data --seq-len $T \
        --compare "$work/fsdpp.st" >"$work/log" 2>&1; then
     echo "ok   $arch export loads with from_pretrained: $(tail -n1 "$work/log")"; passed=$((passed + 1))
   else
-    fail "$arch export: $(tail -n1 "$work/log")"
+    fail "$arch export: $(tail -n2 "$work/log" | tr '\n' ' ')"  # the record (every figure) and the reason
   fi
 }
 
