@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "core/fsdp/fsdp_collectives.h"
@@ -176,19 +177,32 @@ void FsdpUnit::reduce_gradients_async(bool sync) {
   }
   if (!sync) return;
   std::vector<bool> has_grad;
-  bool any = false;
-  for (size_t i = 0; i < params_.size(); ++i) {
+  for (size_t i = 0; i < params_.size(); ++i)
     has_grad.push_back(replicated_ ? params_[i].unsharded().grad().defined() : grad_accumulators_[i].defined());
-    any = any || has_grad.back();
-  }
+  // This rank packs its own gradients (zeros where it has none); every rank folds the
+  // reduction into the parameters that got a gradient on any rank.
+  std::vector<bool> reduced = reducer_ && comms_.agree_on_gradients ? gradients_on_any_rank(has_grad) : has_grad;
   // A unit no parameter of which got a gradient (on every rank alike, as with FSDP2)
   // has nothing to reduce; one replica's local gradients are the result.
-  if (!any || !reducer_) return;
+  if (std::find(reduced.begin(), reduced.end(), true) == reduced.end() || !reducer_) return;
   at::Tensor input =
       replicated_ ? replica_reduce_input(params_, has_grad, comms_.replicate->size())
                   : reduce_scatter_input(params_, grad_accumulators_, has_grad, shard_total_, comms_.shard->size(),
                                          at::TensorOptions().device(device_).dtype(reduce_dtype()));
-  reduce_work_.push_back(PendingReduce{reducer_->issue(input), std::move(has_grad)});
+  reduce_work_.push_back(PendingReduce{reducer_->issue(input), std::move(reduced)});
+}
+
+std::vector<bool> FsdpUnit::gradients_on_any_rank(const std::vector<bool>& has_grad) const {
+  auto flags = at::zeros({static_cast<int64_t>(has_grad.size())}, at::TensorOptions().dtype(at::kFloat));
+  for (size_t i = 0; i < has_grad.size(); ++i)
+    if (has_grad[i]) flags[static_cast<int64_t>(i)] = 1.0f;
+  flags = flags.to(device_);  // NCCL reduces device tensors
+  for (const auto& group : {comms_.shard, comms_.replicate})
+    if (group && group->size() > 1) group->all_reduce(flags, comm::ReduceOp::Max);
+  const auto on_host = flags.to(at::kCPU);
+  std::vector<bool> any(has_grad.size());
+  for (size_t i = 0; i < any.size(); ++i) any[i] = on_host[static_cast<int64_t>(i)].item<float>() > 0;
+  return any;
 }
 
 void FsdpUnit::finish_gradients() {

@@ -32,6 +32,8 @@ struct UnitComms {
   // every rank of the world, in world-rank order. World rank j holds shard j % shard->size()
   // (the hybrid mesh's row-major layout; FULL_SHARD: j; NO_SHARD: 0).
   std::shared_ptr<comm::Communicator> world;
+  // FsdpOptions::gradients_may_differ_across_ranks.
+  bool agree_on_gradients = false;
 };
 
 // Dtypes and placement of a unit's buffers (FSDP2's MixedPrecisionPolicy and
@@ -136,6 +138,9 @@ class FsdpUnit {
   std::string name_;
   std::vector<FsdpParam> params_;
   std::vector<at::Tensor> grad_accumulators_;  // per param: unsharded grads of no-sync micro-steps
+  // FsdpOptions::gradients_may_differ_across_ranks: which parameters got a gradient on
+  // any rank of the shard and replicate groups (a Max all-reduce of the flags).
+  std::vector<bool> gradients_on_any_rank(const std::vector<bool>& has_grad) const;
   UnitComms comms_;
   UnitPrecision precision_;
   bool reshard_after_forward_;

@@ -250,6 +250,7 @@ UnitComms make_unit_comms(comm::Communicator& world, const FsdpOptions& options,
   std::vector<int> everyone(n), only_me = {me};
   std::iota(everyone.begin(), everyone.end(), 0);
   UnitComms comms;
+  comms.agree_on_gradients = options.gradients_may_differ_across_ranks;
   switch (options.strategy) {
     case ShardingStrategy::FullShard:
     case ShardingStrategy::ShardGradOp:

@@ -86,6 +86,13 @@ struct FsdpOptions {
   // Unset: the CPU for meta parameters (and sync_module_states' broadcast).
   std::optional<at::Device> device;
   ReductionOrder reduction_order = ReductionOrder::Fast;
+  // For models whose parameters are used data-dependently (a mixture of experts: an expert
+  // only when a token picks it), so that ranks differ in which parameters got a gradient:
+  // each unit's reduction first takes the union of "has a gradient" over the ranks (one
+  // small all-reduce per unit and step), a rank without a gradient contributes zeros, and
+  // every rank's shard gets the reduced gradient, as one process summing them would. Off:
+  // every rank must give gradients to the same parameters (FSDP2's assumption).
+  bool gradients_may_differ_across_ranks = false;
 };
 
 struct MemoryStats {

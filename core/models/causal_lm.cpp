@@ -1,6 +1,7 @@
 #include "core/models/causal_lm.h"
 
 #include <algorithm>
+#include <type_traits>
 
 #include "core/models/gpt2.h"
 #include "core/models/llama.h"
@@ -32,6 +33,7 @@ CausalLm make_lm(const std::string& type, const Config& c, const char* block_typ
   lm.max_positions = positions;
   lm.config = c.to_json();
   lm.config["model_type"] = type;
+  if constexpr (std::is_same_v<Config, LlamaConfig>) lm.data_dependent_parameters = c.num_experts > 0;
   return lm;
 }
 

@@ -22,10 +22,14 @@ struct CausalLm {
   std::string block_type;  // Module::name() of a transformer block (for wrap policies)
   int64_t vocab_size = 0;
   int64_t max_positions = 0;
+  // Parameters used data-dependently (a mixture of experts' experts): ranks of one step may
+  // differ in which got a gradient (fsdp::FsdpOptions::gradients_may_differ_across_ranks).
+  bool data_dependent_parameters = false;
   nlohmann::json config;  // as written to config.json
 };
 
-// Supported model_type values: gpt2, opt, llama, mistral, qwen2, qwen3, gemma2, gemma3_text.
+// Supported model_type values: gpt2, opt, llama, mistral, qwen2, qwen3, gemma2, gemma3_text, phi3,
+// mixtral.
 // Throws std::invalid_argument naming `source` and the model_type for anything else.
 CausalLm build_causal_lm(const nlohmann::json& config, const std::string& source);
 const std::vector<std::string>& supported_model_types();

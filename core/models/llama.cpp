@@ -34,8 +34,13 @@ void read_rope_object(const nlohmann::json& rope, const std::string& where, bool
     throw std::invalid_argument(where + ": key '" + item.key() + "' is not understood for rope_type '" + type +
                                 "' (fsdpp refuses rope settings it does not compute)");
   }
-  if (r.number("partial_rotary_factor", 1.0) != 1.0)
-    throw std::invalid_argument(where + ": partial_rotary_factor other than 1.0 is not supported");
+  const double partial = r.number("partial_rotary_factor", c.partial_rotary_factor);
+  if (partial != 1.0 && c.model_type != "phi3")
+    throw std::invalid_argument(where + ": partial_rotary_factor other than 1.0 is not supported for " + c.model_type +
+                                " (transformers rotates the whole head there)");
+  if (!(partial > 0 && partial <= 1))
+    throw std::invalid_argument(where + ": partial_rotary_factor " + std::to_string(partial) + " is not in (0, 1]");
+  c.partial_rotary_factor = partial;
   if (!legacy) c.rope_theta = r.number("rope_theta", c.rope_theta);
   if (type == "linear") {  // transformers' _compute_linear_scaling_rope_parameters: inv_freq / factor
     c.rope_linear_factor = r.number("factor", 0.0);
@@ -57,7 +62,7 @@ void read_rope_object(const nlohmann::json& rope, const std::string& where, bool
 // versions top-level rope_theta and rope_scaling. A file with both must agree on theta.
 void read_rope(const nlohmann::json& json, const std::string& source, LlamaConfig& c) {
   JsonReader r{json, source};
-  c.rope_theta = r.number("rope_theta", 10000.0);
+  c.rope_theta = r.number("rope_theta", c.rope_theta);  // the family's default base until here
   const bool has_parameters = json.contains("rope_parameters") && !json["rope_parameters"].is_null();
   const bool has_scaling = json.contains("rope_scaling") && !json["rope_scaling"].is_null();
   if (has_parameters) {
@@ -98,7 +103,8 @@ void read_gemma3_rope(const nlohmann::json& json, const std::string& source, Lla
     local.rope_linear_factor = 1.0;
     read_rope_object(by_type["sliding_attention"], source + " rope_parameters.sliding_attention", false, local);
     if (local.rope_scaling || local.rope_linear_factor != 1.0)
-      throw std::invalid_argument(source + ": rope_parameters.sliding_attention scales its rope; fsdpp computes "
+      throw std::invalid_argument(source +
+                                  ": rope_parameters.sliding_attention scales its rope; fsdpp computes "
                                   "rope scaling on full-attention layers only");
   }
   c.rope_theta = full.rope_theta;
@@ -122,6 +128,7 @@ const std::map<std::string, std::string>& config_keys_without_math() {
       {"model_type", "read by parse_causal_lm_config"},
       {"transformers_version", "provenance"},
       {"dtype", "the tensors carry their own dtype"},
+      {"auto_map", "remote-code class names; transformers' own class for model_type is what runs"},
       {"torch_dtype", "transformers 4's name for dtype"},
       {"use_cache", "the KV cache of generation; fsdpp recomputes the sequence, same logits"},
       {"initializer_range", "random initialisation only; fsdpp's from-scratch init is its own"},
@@ -168,9 +175,10 @@ const FamilyKeys& family_keys(const std::string& model_type) {
     keys.erase(key);
     return keys;
   };
-  static const std::set<std::string> kGemma = with(
-      without(kCommon, "hidden_act"), {"hidden_activation", "attention_bias", "query_pre_attn_scalar", "sliding_window", "layer_types",
-                "final_logit_softcapping", "attn_logit_softcapping", "use_bidirectional_attention"});
+  static const std::set<std::string> kGemma =
+      with(without(kCommon, "hidden_act"),
+           {"hidden_activation", "attention_bias", "query_pre_attn_scalar", "sliding_window", "layer_types",
+            "final_logit_softcapping", "attn_logit_softcapping", "use_bidirectional_attention"});
   static const std::map<std::string, std::string> kGemmaWithoutMath = {
       {"cache_implementation", "generation's KV-cache layout, not the logits"},
       {"hidden_act", "transformers' Gemma reads hidden_activation only"},
@@ -185,11 +193,20 @@ const FamilyKeys& family_keys(const std::string& model_type) {
       {"qwen2", {with(kCommon, kQwenWindows), {}, {{"mlp_bias", false}}}},
       {"qwen3", {with(with(kCommon, kQwenWindows), {"attention_bias"}), {}, {{"mlp_bias", false}}}},
       {"gemma2", {with(kGemma, {}), kGemmaWithoutMath, {}}},
+      {"mixtral",
+       {with(kCommon, {"sliding_window", "num_local_experts", "num_experts_per_tok", "output_router_logits",
+                       "router_aux_loss_coef", "router_jitter_noise"}),
+        {},
+        {}}},
+      {"phi3",
+       {with(kCommon, {"sliding_window", "resid_pdrop", "embd_pdrop", "partial_rotary_factor", "attention_bias"}),
+        {{"original_max_position_embeddings", "read by longrope only, which fsdpp refuses"}},
+        {}}},
       {"gemma3_text",
        {with(kGemma, {"rope_local_base_freq", "sliding_window_pattern"}),
-        with_reasons(kGemmaWithoutMath,
-                     {{"_sliding_window_pattern", "transformers' record of sliding_window_pattern; layer_types "
-                                                  "(or sliding_window_pattern) decide"}}),
+        with_reasons(kGemmaWithoutMath, {{"_sliding_window_pattern",
+                                          "transformers' record of sliding_window_pattern; layer_types "
+                                          "(or sliding_window_pattern) decide"}}),
         {}}},
   };
   auto it = families.find(model_type);
@@ -252,21 +269,21 @@ void read_sliding_layers(const nlohmann::json& json, const std::string& source,
       throw std::invalid_argument(source + ": layer " + std::to_string(i) +
                                   " is a sliding_attention layer, but the config gives no window (sliding_window " +
                                   (json.contains("sliding_window") ? value_text(json["sliding_window"]) : "absent") +
-                                  (json.contains("use_sliding_window") ? ", use_sliding_window " +
-                                                                             value_text(json["use_sliding_window"])
-                                                                       : std::string()) +
+                                  (json.contains("use_sliding_window")
+                                       ? ", use_sliding_window " + value_text(json["use_sliding_window"])
+                                       : std::string()) +
                                   ")");
 }
 
-void refuse_key(const nlohmann::json& json, const std::string& source, const std::string& key,
-                const std::string& why) {
+void refuse_key(const nlohmann::json& json, const std::string& source, const std::string& key, const std::string& why) {
   throw std::invalid_argument(source + ": key '" + key + "' is " + value_text(json[key]) + "; " + why);
 }
 
 }  // namespace
 
 const std::vector<std::string>& llama_model_types() {
-  static const std::vector<std::string> types = {"llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text"};
+  static const std::vector<std::string> types = {"llama",  "mistral",     "qwen2", "qwen3",
+                                                 "gemma2", "gemma3_text", "phi3",  "mixtral"};
   return types;
 }
 
@@ -292,31 +309,60 @@ LlamaConfig LlamaConfig::from_json(const nlohmann::json& json, const std::string
   refuse_unknown_keys(json, source, c.model_type);
   const bool qwen = c.model_type == "qwen2" || c.model_type == "qwen3";
   const bool gemma3 = c.model_type == "gemma3_text";
+  const bool phi3 = c.model_type == "phi3";
+  const bool mixtral = c.model_type == "mixtral";
   const bool gemma = c.model_type == "gemma2" || gemma3;
   c.vocab_size = r.integer("vocab_size");
   c.hidden_size = r.integer("hidden_size");
   c.intermediate_size = r.integer("intermediate_size");
   c.num_hidden_layers = r.integer("num_hidden_layers");
   c.num_attention_heads = r.integer("num_attention_heads");
-  const int64_t default_kv_heads = c.model_type == "mistral" ? 8 : qwen ? 32 : gemma ? 4 : c.num_attention_heads;
+  const int64_t default_kv_heads = c.model_type == "mistral" || mixtral ? 8
+                                   : qwen                               ? 32
+                                   : gemma                              ? 4
+                                                                        : c.num_attention_heads;
   c.num_key_value_heads = r.integer("num_key_value_heads", default_kv_heads);
   c.head_dim = r.integer("head_dim", c.model_type == "qwen3" ? 128 : gemma ? 256 : 0);
-  const int64_t default_positions = c.model_type == "mistral" ? 4096 * 32
-                                    : qwen                    ? 32768
-                                    : gemma3                  ? 131072
-                                    : gemma                   ? 8192
-                                                              : 2048;
+  const int64_t default_positions = c.model_type == "mistral" || mixtral ? 4096 * 32
+                                    : phi3                               ? 4096
+                                    : qwen                               ? 32768
+                                    : gemma3                             ? 131072
+                                    : gemma                              ? 8192
+                                                                         : 2048;
   c.max_position_embeddings = r.integer("max_position_embeddings", default_positions);
-  c.rms_norm_eps = r.number("rms_norm_eps", 1e-6);
+  c.rms_norm_eps = r.number("rms_norm_eps", phi3 || mixtral ? 1e-5 : 1e-6);
+  if (mixtral) {
+    c.rope_theta = 1e6;  // MixtralConfig's default base
+    c.num_experts = r.integer("num_local_experts", 8);
+    c.experts_per_token = r.integer("num_experts_per_tok", 2);
+    if (c.num_experts < 1 || c.experts_per_token < 1 || c.experts_per_token > c.num_experts)
+      throw std::invalid_argument(source + ": num_experts_per_tok is " + std::to_string(c.experts_per_token) +
+                                  " of num_local_experts " + std::to_string(c.num_experts) +
+                                  ", expected 1 <= k <= experts");
+    // transformers adds router_aux_loss_coef times the load-balancing loss only with
+    // output_router_logits, and jitters the router's input only with router_jitter_noise.
+    if (r.boolean("output_router_logits", false))
+      refuse_key(json, source, "output_router_logits", "the load-balancing loss is not implemented (expected false)");
+    if (r.number("router_jitter_noise", 0.0) != 0.0)
+      refuse_key(json, source, "router_jitter_noise", "router jitter is not implemented (expected 0)");
+    r.number("router_aux_loss_coef", 0.001);  // type-checked; unused without output_router_logits
+  }
   c.tie_word_embeddings = r.boolean("tie_word_embeddings", gemma);
   // Absent: the family's default (Gemma's 0); null: no padding row.
   const bool pad_null = json.contains("pad_token_id") && json["pad_token_id"].is_null();
-  c.pad_token_id = pad_null ? -1 : r.integer("pad_token_id", gemma ? 0 : -1);
+  c.pad_token_id = pad_null ? -1 : r.integer("pad_token_id", gemma ? 0 : phi3 ? 32000 : -1);
   if (c.pad_token_id >= c.vocab_size || c.pad_token_id < -1)
     throw std::invalid_argument(source + ": key 'pad_token_id' is " + std::to_string(c.pad_token_id) +
                                 ", expected a token id below vocab_size " + std::to_string(c.vocab_size));
   if (c.model_type == "qwen2") {
     c.qkv_bias = true;  // Qwen2Attention: q/k/v always biased, o_proj never
+  } else if (phi3) {
+    // Phi3Attention and Phi3MLP have no biases; transformers 4.x wrote attention_bias false.
+    if (r.boolean("attention_bias", false))
+      refuse_key(json, source, "attention_bias", "Phi-3's projections have no bias in transformers");
+    for (const char* key : {"resid_pdrop", "embd_pdrop"})
+      if (r.number(key, 0.0) != 0.0) refuse_key(json, source, key, "dropout is not implemented (expected 0)");
+    c.fused_projections = true;
   } else if (c.model_type != "mistral") {
     c.qkv_bias = c.o_proj_bias = r.boolean("attention_bias", false);
   }
@@ -329,31 +375,39 @@ LlamaConfig LlamaConfig::from_json(const nlohmann::json& json, const std::string
                "fsdpp computes silu and gelu_pytorch_tanh only");
   if (r.number("attention_dropout", 0.0) != 0.0)
     refuse_key(json, source, "attention_dropout", "attention dropout is not implemented (expected 0)");
+  if (phi3) c.partial_rotary_factor = r.number("partial_rotary_factor", 1.0);  // 4.x: top level
   if (gemma3) {
     read_gemma3_rope(json, source, c);
   } else {
     read_rope(json, source, c);
   }
+  if (c.rotary_dims() < 2 || c.rotary_dims() % 2 != 0)
+    throw std::invalid_argument(source + ": partial_rotary_factor " + std::to_string(c.partial_rotary_factor) +
+                                " rotates " + std::to_string(c.rotary_dims()) + " of " +
+                                std::to_string(c.dim_per_head()) + " dims per head; expected an even count");
   if (c.num_attention_heads < 1 || c.num_key_value_heads < 1)
     throw std::invalid_argument(source + ": num_attention_heads is " + std::to_string(c.num_attention_heads) +
                                 " and num_key_value_heads " + std::to_string(c.num_key_value_heads) +
                                 ", expected both at least 1");
   if (c.num_attention_heads % c.num_key_value_heads != 0)
     throw std::invalid_argument(source + ": num_attention_heads is not a multiple of num_key_value_heads");
-  if (c.model_type == "mistral") {
-    c.sliding_window = window_of(r, 4096);  // MistralAttention: every layer, when not null
+  if (c.model_type == "mistral" || phi3 || mixtral) {
+    // MistralAttention, Phi3Attention: every layer, when not null (Phi-3's default: null).
+    c.sliding_window = window_of(r, c.model_type == "mistral" ? 4096 : 0);
   } else if (qwen) {
     // Qwen2Config.__post_init__: the window counts only with use_sliding_window, and then
     // (without layer_types) for the layers from max_window_layers on.
     c.sliding_window = r.boolean("use_sliding_window", false) ? window_of(r, 4096) : 0;
     const int64_t first_sliding = r.integer("max_window_layers", 28);
-    read_sliding_layers(json, source, [&](int64_t i) { return c.sliding_window > 0 && i >= first_sliding; }, c);
+    read_sliding_layers(
+        json, source, [&](int64_t i) { return c.sliding_window > 0 && i >= first_sliding; }, c);
   } else if (gemma) {
     c.sliding_window = window_of(r, 4096);
     // Gemma 2 alternates, sliding first; Gemma 3 slides but every sliding_window_pattern-th.
     const int64_t pattern = gemma3 ? r.integer("sliding_window_pattern", 6) : 2;
     if (pattern < 1) refuse_key(json, source, "sliding_window_pattern", "expected a positive layer count");
-    read_sliding_layers(json, source, [&](int64_t i) { return (i + 1) % pattern != 0; }, c);
+    read_sliding_layers(
+        json, source, [&](int64_t i) { return (i + 1) % pattern != 0; }, c);
     if (json.contains("use_bidirectional_attention") && r.boolean("use_bidirectional_attention", false))
       refuse_key(json, source, "use_bidirectional_attention", "fsdpp computes causal attention only");
     c.query_pre_attn_scalar = r.number("query_pre_attn_scalar", 256);
@@ -376,8 +430,9 @@ LlamaConfig LlamaConfig::from_json(const nlohmann::json& json, const std::string
 // rope_theta/rope_scaling and, through them, 5.x's rope_parameters are read back).
 nlohmann::json LlamaConfig::to_json() const {
   static const std::map<std::string, std::string> architectures = {
-      {"llama", "LlamaForCausalLM"},   {"mistral", "MistralForCausalLM"}, {"qwen2", "Qwen2ForCausalLM"},
-      {"qwen3", "Qwen3ForCausalLM"},   {"gemma2", "Gemma2ForCausalLM"},   {"gemma3_text", "Gemma3ForCausalLM"}};
+      {"llama", "LlamaForCausalLM"}, {"mistral", "MistralForCausalLM"}, {"qwen2", "Qwen2ForCausalLM"},
+      {"qwen3", "Qwen3ForCausalLM"}, {"gemma2", "Gemma2ForCausalLM"},   {"gemma3_text", "Gemma3ForCausalLM"},
+      {"phi3", "Phi3ForCausalLM"},   {"mixtral", "MixtralForCausalLM"}};
   const bool gemma = model_type == "gemma2" || model_type == "gemma3_text";
   nlohmann::json j = {{"model_type", model_type},
                       {"architectures", {architectures.at(model_type)}},
@@ -397,7 +452,19 @@ nlohmann::json LlamaConfig::to_json() const {
                       {"rope_scaling", nullptr}};
   if (model_type == "llama" || model_type == "qwen3" || gemma) j["attention_bias"] = qkv_bias;
   if (model_type == "llama") j["mlp_bias"] = mlp_bias;
-  if (model_type == "mistral") j["sliding_window"] = sliding_window > 0 ? nlohmann::json(sliding_window) : nullptr;
+  if (model_type == "mistral" || model_type == "phi3" || model_type == "mixtral")
+    j["sliding_window"] = sliding_window > 0 ? nlohmann::json(sliding_window) : nullptr;
+  if (model_type == "mixtral") {
+    j["num_local_experts"] = num_experts;
+    j["num_experts_per_tok"] = experts_per_token;
+    j["output_router_logits"] = false;
+    j["router_jitter_noise"] = 0.0;
+  }
+  if (model_type == "phi3") {
+    j["partial_rotary_factor"] = partial_rotary_factor;
+    j["resid_pdrop"] = 0.0;
+    j["embd_pdrop"] = 0.0;
+  }
   std::vector<std::string> layer_types;
   bool any_sliding = false;
   for (int64_t i = 0; i < num_hidden_layers; ++i) {
@@ -413,7 +480,12 @@ nlohmann::json LlamaConfig::to_json() const {
   if (gemma) {
     j["sliding_window"] = sliding_window > 0 ? nlohmann::json(sliding_window) : nullptr;
     j["layer_types"] = layer_types;
-    j["query_pre_attn_scalar"] = query_pre_attn_scalar;
+    // Gemma2Config and Gemma3TextConfig declare it an int, and their strict dataclass refuses
+    // 20.0 where it wants 20.
+    const auto scalar = static_cast<int64_t>(query_pre_attn_scalar);
+    j["query_pre_attn_scalar"] = static_cast<double>(scalar) == query_pre_attn_scalar
+                                     ? nlohmann::json(scalar)
+                                     : nlohmann::json(query_pre_attn_scalar);
     auto cap = [](double value) { return value > 0 ? nlohmann::json(value) : nlohmann::json(nullptr); };
     j["final_logit_softcapping"] = cap(final_logit_softcapping);
     j["attn_logit_softcapping"] = cap(attn_logit_softcapping);
@@ -433,12 +505,13 @@ nlohmann::json LlamaConfig::to_json() const {
 int64_t LlamaConfig::parameter_count() const {
   const int64_t d = hidden_size, hd = dim_per_head();
   const int64_t q = num_attention_heads * hd, kv = num_key_value_heads * hd;
-  int64_t attention = d * q + 2 * d * kv + q * d;
+  int64_t attention = d * q + 2 * d * kv + q * d;  // fused or not, the same weights
   if (qkv_bias) attention += q + 2 * kv;
   if (o_proj_bias) attention += d;
   if (qk_norm) attention += 2 * hd;
-  const int64_t mlp = 3 * d * intermediate_size + (mlp_bias ? 2 * intermediate_size + d : 0);
-  const int64_t layer = attention + mlp + (gemma_norms ? 4 : 2) * d;  // + the RMSNorm weights
+  int64_t mlp = 3 * d * intermediate_size + (mlp_bias ? 2 * intermediate_size + d : 0);
+  if (num_experts > 0) mlp = num_experts * (3 * d * intermediate_size + d);  // experts + router rows
+  const int64_t layer = attention + mlp + (gemma_norms ? 4 : 2) * d;         // + the RMSNorm weights
   const int64_t embeddings = vocab_size * d * (tie_word_embeddings ? 1 : 2);
   return num_hidden_layers * layer + embeddings + d;  // + final norm
 }
@@ -493,36 +566,44 @@ const std::vector<std::string>& llama_preset_names() {
 }
 
 torch::Tensor rope_inverse_frequencies(const LlamaConfig& c, double theta) {
-  const int64_t hd = c.dim_per_head();
-  auto inv = 1.0 / torch::pow(theta > 0 ? theta : c.rope_theta, torch::arange(0, hd, 2, torch::kDouble) / hd);
-  if (c.rope_linear_factor != 1.0) inv = inv / c.rope_linear_factor;
-  if (c.rope_scaling) {
-    // Llama 3: keep high frequencies, divide low ones by `factor`, blend in between.
-    const auto& s = *c.rope_scaling;
-    double low_wavelen = static_cast<double>(s.original_max_position_embeddings) / s.low_freq_factor;
-    double high_wavelen = static_cast<double>(s.original_max_position_embeddings) / s.high_freq_factor;
-    auto wavelen = 2 * M_PI / inv;
-    auto smooth =
-        (s.original_max_position_embeddings / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
-    auto blended = (1 - smooth) * inv / s.factor + smooth * inv;
-    inv = torch::where(wavelen < high_wavelen, inv, torch::where(wavelen > low_wavelen, inv / s.factor, blended));
-  }
-  return inv.to(torch::kFloat);
+  const int64_t hd = c.rotary_dims();
+  const double base = theta > 0 ? theta : c.rope_theta;
+  // transformers' rope functions op for op, in fp32 (Python's `x / tensor` is
+  // tensor.reciprocal() * x): the table gets transformers' bits, not the correctly rounded
+  // ones, which differ in the last place for most bases. Default, then linear's / factor.
+  auto inv = torch::reciprocal(torch::pow(base, torch::arange(0, hd, 2, torch::kLong).to(torch::kFloat) / hd));
+  if (!c.rope_scaling) return c.rope_linear_factor != 1.0 ? inv / c.rope_linear_factor : inv;
+  // Llama 3 (_compute_llama3_parameters): keep high frequencies, divide low ones by
+  // `factor`, blend in between.
+  const auto& s = *c.rope_scaling;
+  const double old_context = static_cast<double>(s.original_max_position_embeddings);
+  const double low_wavelen = old_context / s.low_freq_factor, high_wavelen = old_context / s.high_freq_factor;
+  const auto wavelen = inv.reciprocal() * (2 * M_PI);
+  const auto scaled = torch::where(wavelen > low_wavelen, inv / s.factor, inv);
+  const auto smooth =
+      (wavelen.reciprocal() * old_context - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+  const auto smoothed = (1 - smooth) * scaled / s.factor + smooth * scaled;
+  const auto medium = (wavelen < high_wavelen).logical_not() * (wavelen > low_wavelen).logical_not();
+  return torch::where(medium, smoothed, scaled);
 }
 
 LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& c, int64_t layer, std::shared_ptr<RotaryTable> rotary_)
     : heads(c.num_attention_heads),
       kv_heads(c.num_key_value_heads),
       head_dim(c.dim_per_head()),
-      attention{c.query_pre_attn_scalar > 0 ? 1.0 / std::sqrt(c.query_pre_attn_scalar) : 0.0,
-                c.window_of_layer(layer), c.attn_logit_softcapping},
+      attention{c.query_pre_attn_scalar > 0 ? 1.0 / std::sqrt(c.query_pre_attn_scalar) : 0.0, c.window_of_layer(layer),
+                c.attn_logit_softcapping},
       rotary(std::move(rotary_)) {
   auto linear = [&](const char* name, int64_t in, int64_t out, bool bias) {
     return register_module(name, torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias)));
   };
-  q_proj = linear("q_proj", c.hidden_size, heads * head_dim, c.qkv_bias);
-  k_proj = linear("k_proj", c.hidden_size, kv_heads * head_dim, c.qkv_bias);
-  v_proj = linear("v_proj", c.hidden_size, kv_heads * head_dim, c.qkv_bias);
+  if (c.fused_projections) {
+    qkv_proj = linear("qkv_proj", c.hidden_size, (heads + 2 * kv_heads) * head_dim, c.qkv_bias);
+  } else {
+    q_proj = linear("q_proj", c.hidden_size, heads * head_dim, c.qkv_bias);
+    k_proj = linear("k_proj", c.hidden_size, kv_heads * head_dim, c.qkv_bias);
+    v_proj = linear("v_proj", c.hidden_size, kv_heads * head_dim, c.qkv_bias);
+  }
   o_proj = linear("o_proj", heads * head_dim, c.hidden_size, c.o_proj_bias);
   if (c.qk_norm) {  // Qwen3Attention, Gemma3Attention: over head_dim only, so one weight serves every head
     q_norm = register_module("q_norm", RmsNorm(head_dim, c.rms_norm_eps, c.gemma_norms));
@@ -532,9 +613,15 @@ LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& c, int64_t layer, std:
 
 torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x) {
   const int64_t s = x.size(1);
-  auto q = split_heads(nn::call(q_proj, x), heads);
-  auto k = split_heads(nn::call(k_proj, x), kv_heads);
-  auto v = split_heads(nn::call(v_proj, x), kv_heads);
+  torch::Tensor q, k, v;
+  if (qkv_proj) {  // Phi3Attention: [q | k | v] along the output
+    auto qkv = nn::call(qkv_proj, x).split({heads * head_dim, kv_heads * head_dim, kv_heads * head_dim}, -1);
+    q = split_heads(qkv[0], heads), k = split_heads(qkv[1], kv_heads), v = split_heads(qkv[2], kv_heads);
+  } else {
+    q = split_heads(nn::call(q_proj, x), heads);
+    k = split_heads(nn::call(k_proj, x), kv_heads);
+    v = split_heads(nn::call(v_proj, x), kv_heads);
+  }
   if (q_norm) {  // [b, heads, s, head_dim]: each head normalised on its own, before rope
     q = nn::call(q_norm, q);
     k = nn::call(k_norm, k);
@@ -549,12 +636,17 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x) {
   return nn::call(o_proj, merge_heads(causal_attention(q, k, v, attention)));
 }
 
-LlamaMlpImpl::LlamaMlpImpl(const LlamaConfig& c) : gelu_tanh(c.hidden_act == "gelu_pytorch_tanh"), summed(!c.gemma_norms) {
+LlamaMlpImpl::LlamaMlpImpl(const LlamaConfig& c)
+    : gelu_tanh(c.hidden_act == "gelu_pytorch_tanh"), summed(!c.gemma_norms) {
   auto linear = [&](const char* name, int64_t in, int64_t out) {
     return register_module(name, torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(c.mlp_bias)));
   };
-  gate_proj = linear("gate_proj", c.hidden_size, c.intermediate_size);
-  up_proj = linear("up_proj", c.hidden_size, c.intermediate_size);
+  if (c.fused_projections) {
+    gate_up_proj = linear("gate_up_proj", c.hidden_size, 2 * c.intermediate_size);
+  } else {
+    gate_proj = linear("gate_proj", c.hidden_size, c.intermediate_size);
+    up_proj = linear("up_proj", c.hidden_size, c.intermediate_size);
+  }
   down_proj = linear("down_proj", c.intermediate_size, c.hidden_size);
 }
 
@@ -562,8 +654,14 @@ LlamaMlpImpl::LlamaMlpImpl(const LlamaConfig& c) : gelu_tanh(c.hidden_act == "ge
 // sum: the down-projection's value is summed, never saved (nn::call_summed). Gemma's
 // normalises it first, so there it is an ordinary call.
 torch::Tensor LlamaMlpImpl::forward(const torch::Tensor& x) {
-  auto gate = nn::call(gate_proj, x);
-  auto h = (gelu_tanh ? torch::gelu(gate, "tanh") : torch::silu(gate)) * nn::call(up_proj, x);
+  torch::Tensor gate, up;
+  if (gate_up_proj) {  // Phi3MLP: gate, up = gate_up_proj(x).chunk(2)
+    auto both = nn::call(gate_up_proj, x).chunk(2, -1);
+    gate = both[0], up = both[1];
+  } else {
+    gate = nn::call(gate_proj, x), up = nn::call(up_proj, x);
+  }
+  auto h = (gelu_tanh ? torch::gelu(gate, "tanh") : torch::silu(gate)) * up;
   return summed ? nn::call_summed(down_proj, h) : nn::call(down_proj, h);
 }
 
@@ -575,7 +673,13 @@ LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const LlamaConfig& c, int64_t layer
   self_attn = register_module("self_attn", LlamaAttention(c, layer, std::move(rotary)));
   post_attention_layernorm = norm("post_attention_layernorm");
   if (c.gemma_norms) pre_feedforward_layernorm = norm("pre_feedforward_layernorm");
-  mlp = register_module("mlp", LlamaMlp(c));
+  if (c.num_experts > 0) {
+    block_sparse_moe = register_module(
+        "block_sparse_moe",
+        SparseMoe(MoeOptions{c.hidden_size, c.intermediate_size, c.num_experts, c.experts_per_token, true}));
+  } else {
+    mlp = register_module("mlp", LlamaMlp(c));
+  }
   if (c.gemma_norms) post_feedforward_layernorm = norm("post_feedforward_layernorm");
 }
 
@@ -585,6 +689,7 @@ torch::Tensor LlamaDecoderLayerImpl::forward(torch::Tensor x) {
     return x + nn::call(post_feedforward_layernorm, nn::call(mlp, nn::call(pre_feedforward_layernorm, x)));
   }
   x = x + nn::call(self_attn, nn::call(input_layernorm, x));
+  if (block_sparse_moe) return x + nn::call(block_sparse_moe, nn::call(post_attention_layernorm, x));
   return x + nn::call(mlp, nn::call(post_attention_layernorm, x));
 }
 

@@ -2,9 +2,10 @@
 // LlamaForCausalLM semantics and tensor names: RMSNorm, rotary position embeddings
 // (rope_theta, Llama-3 rope_scaling), SwiGLU MLP, grouped-query attention, optional tied
 // embeddings; plus from-scratch presets by size. Mistral, Qwen2/2.5, Qwen3, Gemma 2 and
-// Gemma 3 (text) are options of the same blocks (as torchtune's builders pick options of
-// shared components): which projections carry a bias, per-head q/k RMSNorm, sliding-window
-// layers, and Gemma's norms, scaled embeddings, GeGLU, attention scale and soft-capping.
+// Gemma 3 (text), Phi-3 and Phi-4 are options of the same blocks (as torchtune's builders
+// pick options of shared components): which projections carry a bias, per-head q/k RMSNorm,
+// sliding-window layers, Gemma's norms, scaled embeddings, GeGLU, attention scale and
+// soft-capping, Phi-3's fused projections and partial rotary, Mixtral's sparse experts.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -17,6 +18,7 @@
 
 #include "core/models/attention.h"
 #include "core/models/layers.h"
+#include "core/models/moe.h"
 #include "core/models/rotary.h"
 
 namespace fsdpp::models {
@@ -30,7 +32,7 @@ struct Llama3RopeScaling {
 
 struct LlamaConfig {
   // Whose config.json this is, and whose to_json writes: llama, mistral, qwen2, qwen3,
-  // gemma2 or gemma3_text.
+  // gemma2, gemma3_text, phi3 or mixtral.
   std::string model_type = "llama";
   int64_t vocab_size = 32000;
   int64_t hidden_size = 4096;
@@ -44,10 +46,10 @@ struct LlamaConfig {
   double rope_theta = 10000.0;
   std::optional<Llama3RopeScaling> rope_scaling;
   bool tie_word_embeddings = false;
-  bool qkv_bias = false;       // q_proj, k_proj, v_proj (Llama's attention_bias, Qwen2 always)
-  bool o_proj_bias = false;    // o_proj (Llama's and Qwen3's attention_bias; never Qwen2)
-  bool mlp_bias = false;       // gate_proj, up_proj, down_proj (Llama's mlp_bias)
-  bool qk_norm = false;        // Qwen3, Gemma 3: RMSNorm over head_dim of every q and k head, before rope
+  bool qkv_bias = false;     // q_proj, k_proj, v_proj (Llama's attention_bias, Qwen2 always)
+  bool o_proj_bias = false;  // o_proj (Llama's and Qwen3's attention_bias; never Qwen2)
+  bool mlp_bias = false;     // gate_proj, up_proj, down_proj (Llama's mlp_bias)
+  bool qk_norm = false;      // Qwen3, Gemma 3: RMSNorm over head_dim of every q and k head, before rope
   // Which layers attend through a window of sliding_window tokens: empty, every layer when
   // sliding_window > 0 (Mistral); else one entry per layer (Qwen2/3 and Gemma's layer_types).
   int64_t sliding_window = 0;
@@ -56,13 +58,21 @@ struct LlamaConfig {
   // layer), embeddings times sqrt(hidden_size) rounded to their dtype, pad_token_id's row of
   // the embedding gets no gradient (nn.Embedding's padding_idx).
   bool gemma_norms = false;
-  std::string hidden_act = "silu";         // silu, or gelu_pytorch_tanh (Gemma's GeGLU)
-  double query_pre_attn_scalar = 0;        // attention scale scalar^-0.5; 0: head_dim^-0.5
-  double attn_logit_softcapping = 0;       // 0: none
-  double final_logit_softcapping = 0;      // 0: none
-  double local_rope_theta = 0;             // sliding layers' rope base (Gemma 3); 0: rope_theta
-  double rope_linear_factor = 1.0;         // rope_type linear: positions divided by it
-  int64_t pad_token_id = -1;               // the embedding's padding_idx; -1: none
+  std::string hidden_act = "silu";     // silu, or gelu_pytorch_tanh (Gemma's GeGLU)
+  double query_pre_attn_scalar = 0;    // attention scale scalar^-0.5; 0: head_dim^-0.5
+  double attn_logit_softcapping = 0;   // 0: none
+  double final_logit_softcapping = 0;  // 0: none
+  double local_rope_theta = 0;         // sliding layers' rope base (Gemma 3); 0: rope_theta
+  double rope_linear_factor = 1.0;     // rope_type linear: positions divided by it
+  int64_t pad_token_id = -1;           // the embedding's padding_idx; -1: none
+  // Phi-3: one qkv_proj [q | k | v] and one gate_up_proj [gate | up], as its checkpoints
+  // store them (one matmul each); rope on the first head_dim * partial_rotary_factor dims.
+  bool fused_projections = false;
+  double partial_rotary_factor = 1.0;
+  // Mixtral: every layer's MLP is num_experts SwiGLU experts of intermediate_size, top_k of
+  // them per token (moe.h); 0: a dense MLP.
+  int64_t num_experts = 0;
+  int64_t experts_per_token = 2;
 
   // Reads the config.json of any model_type above (none: llama). Every key is computed,
   // listed as not changing the math, or refused in one line naming `source`, the key and
@@ -71,13 +81,18 @@ struct LlamaConfig {
   static LlamaConfig from_json(const nlohmann::json& json, const std::string& source);
   nlohmann::json to_json() const;
   int64_t dim_per_head() const { return head_dim > 0 ? head_dim : hidden_size / num_attention_heads; }
+  // The rotated dims of a head: transformers' int(head_dim * partial_rotary_factor).
+  int64_t rotary_dims() const {
+    return static_cast<int64_t>(static_cast<double>(dim_per_head()) * partial_rotary_factor);
+  }
   // The window layer `layer` attends through; 0: full causal attention.
   int64_t window_of_layer(int64_t layer) const;
   // Exact parameter count (tied embeddings counted once), without building the model.
   int64_t parameter_count() const;
 };
 
-// The model_types LlamaConfig reads: llama, mistral, qwen2, qwen3, gemma2, gemma3_text.
+// The model_types LlamaConfig reads: llama, mistral, qwen2, qwen3, gemma2, gemma3_text, phi3,
+// mixtral.
 const std::vector<std::string>& llama_model_types();
 
 // Presets for training from scratch: "tiny" (tests), "125M", "350M" (Llama-style sizes
@@ -85,7 +100,7 @@ const std::vector<std::string>& llama_model_types();
 LlamaConfig llama_preset(const std::string& name);
 const std::vector<std::string>& llama_preset_names();
 
-// Inverse frequencies of the rotary embedding, [head_dim / 2], with Llama-3 or linear
+// Inverse frequencies of the rotary embedding, [rotary_dims / 2], with Llama-3 or linear
 // scaling, from base `theta` (0: c.rope_theta).
 torch::Tensor rope_inverse_frequencies(const LlamaConfig& c, double theta = 0);
 
@@ -98,6 +113,7 @@ struct LlamaAttentionImpl : torch::nn::Module {
   AttentionOptions attention;
   std::shared_ptr<RotaryTable> rotary;
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  torch::nn::Linear qkv_proj{nullptr};       // Phi-3: instead of q_proj, k_proj, v_proj
   RmsNorm q_norm{nullptr}, k_norm{nullptr};  // only with qk_norm (Qwen3)
 };
 TORCH_MODULE(LlamaAttention);
@@ -105,8 +121,9 @@ TORCH_MODULE(LlamaAttention);
 struct LlamaMlpImpl : torch::nn::Module {
   explicit LlamaMlpImpl(const LlamaConfig& c);
   torch::Tensor forward(const torch::Tensor& x);  // down(act(gate(x)) * up(x)), act silu or gelu-tanh
-  bool gelu_tanh, summed;  // summed: the caller only adds the output to the residual stream
+  bool gelu_tanh, summed;                         // summed: the caller only adds the output to the residual stream
   torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+  torch::nn::Linear gate_up_proj{nullptr};  // Phi-3: instead of gate_proj, up_proj
 };
 TORCH_MODULE(LlamaMlp);
 
@@ -119,6 +136,7 @@ struct LlamaDecoderLayerImpl : torch::nn::Module {
   RmsNorm pre_feedforward_layernorm{nullptr}, post_feedforward_layernorm{nullptr};
   LlamaAttention self_attn{nullptr};
   LlamaMlp mlp{nullptr};
+  SparseMoe block_sparse_moe{nullptr};  // Mixtral: instead of mlp
 };
 TORCH_MODULE(LlamaDecoderLayer);
 

@@ -64,6 +64,99 @@ const std::map<std::string, nlohmann::json>& opt_sizes() {
   return sizes;
 }
 
+// Gemma's published shapes (google/gemma-2-2b's and google/gemma-3-1b-pt's config.json) and
+// the test shape; the rest of each config is the family's transformers default (read back
+// through LlamaConfig::from_json, so the defaults are one table's).
+LlamaConfig gemma_preset(const std::string& model_type, const std::string& size) {
+  nlohmann::json j = {{"model_type", model_type}};
+  if (size == "tiny") {
+    const auto tiny = llama_preset("tiny");
+    j.update({{"vocab_size", tiny.vocab_size},
+              {"hidden_size", tiny.hidden_size},
+              {"intermediate_size", tiny.intermediate_size},
+              {"num_hidden_layers", model_type == "gemma2" ? 2 : 3},
+              {"num_attention_heads", tiny.num_attention_heads},
+              {"num_key_value_heads", tiny.num_key_value_heads},
+              {"head_dim", 2 * tiny.dim_per_head()},
+              {"max_position_embeddings", tiny.max_position_embeddings},
+              {"sliding_window", 8},
+              {"sliding_window_pattern", 3}});
+    if (model_type == "gemma2") j.erase("sliding_window_pattern");
+  } else if (size == "2B") {  // Gemma 2 2B
+    j.update({{"vocab_size", 256000},
+              {"hidden_size", 2304},
+              {"intermediate_size", 9216},
+              {"num_hidden_layers", 26},
+              {"num_attention_heads", 8},
+              {"num_key_value_heads", 4},
+              {"head_dim", 256},
+              {"max_position_embeddings", 8192},
+              {"sliding_window", 4096}});
+  } else {  // Gemma 3 1B
+    j.update({{"vocab_size", 262144},
+              {"hidden_size", 1152},
+              {"intermediate_size", 6912},
+              {"num_hidden_layers", 26},
+              {"num_attention_heads", 4},
+              {"num_key_value_heads", 1},
+              {"head_dim", 256},
+              {"max_position_embeddings", 32768},
+              {"sliding_window", 512},
+              {"sliding_window_pattern", 6}});
+  }
+  return LlamaConfig::from_json(j, model_type + " preset " + size);
+}
+
+// Phi-3 mini (microsoft/Phi-3-mini-4k-instruct's config.json) and Phi-4
+// (microsoft/phi-4's), and the test shape: Llama's tiny one with a partial rotary.
+LlamaConfig phi3_preset(const std::string& size) {
+  nlohmann::json j = {{"model_type", "phi3"}};
+  if (size == "tiny") {
+    auto tiny = llama_preset("tiny");
+    tiny.model_type = "phi3";
+    j = tiny.to_json();
+    j["partial_rotary_factor"] = 0.5;
+  } else if (size == "3.8B") {
+    j.update({{"vocab_size", 32064},
+              {"hidden_size", 3072},
+              {"intermediate_size", 8192},
+              {"num_hidden_layers", 32},
+              {"num_attention_heads", 32},
+              {"num_key_value_heads", 32},
+              {"max_position_embeddings", 4096},
+              {"sliding_window", 2047},
+              {"pad_token_id", 32000}});
+  } else {  // 14B: Phi-4
+    j.update({{"vocab_size", 100352},
+              {"hidden_size", 5120},
+              {"intermediate_size", 17920},
+              {"num_hidden_layers", 40},
+              {"num_attention_heads", 40},
+              {"num_key_value_heads", 10},
+              {"max_position_embeddings", 16384},
+              {"rope_theta", 250000.0},
+              {"pad_token_id", nullptr}});  // no padding row: a from-scratch run trains every row
+  }
+  return LlamaConfig::from_json(j, "phi3 preset " + size);
+}
+
+// Mixtral 8x7B (mistralai/Mixtral-8x7B-v0.1's config.json) and the test shape: Llama's tiny
+// one with 4 experts, 2 per token.
+LlamaConfig mixtral_preset(const std::string& size) {
+  auto c = llama_preset(size == "tiny" ? "tiny" : "7B");
+  c.model_type = "mixtral";
+  c.num_experts = size == "tiny" ? 4 : 8;
+  c.experts_per_token = 2;
+  if (size != "tiny") {
+    c.intermediate_size = 14336;
+    c.num_key_value_heads = 8;
+    c.max_position_embeddings = 32768;
+    c.rope_theta = 1e6;
+    c.rms_norm_eps = 1e-5;
+  }
+  return LlamaConfig::from_json(c.to_json(), "mixtral preset " + size);
+}
+
 std::string join_keys(const std::vector<std::string>& names) {
   std::string out;
   for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
@@ -82,13 +175,18 @@ std::vector<std::string> from_scratch_sizes(const std::string& model_type) {
     names = llama_preset_names();
   } else if (model_type == "qwen2" || model_type == "qwen3") {
     names = {"tiny"};  // the test shape; Qwen's published sizes are issue 41's item 5
+  } else if (model_type == "gemma2") {
+    names = {"tiny", "2B"};
+  } else if (model_type == "gemma3_text") {
+    names = {"tiny", "1B"};
+  } else if (model_type == "phi3") {
+    names = {"tiny", "3.8B", "14B"};
+  } else if (model_type == "mixtral") {
+    names = {"tiny", "8x7B"};
   } else {
-    // Gemma's norms start at zero (x * (1 + w)); init_rows starts every norm at one.
     std::string known;
-    for (const auto& type : supported_model_types())
-      if (type.rfind("gemma", 0) != 0) known += (known.empty() ? "" : ", ") + type;
-    throw std::invalid_argument("--model-type '" + model_type + "': expected a family with from-scratch presets (" +
-                                known + "); load a Hugging Face folder with --model for the others");
+    for (const auto& type : supported_model_types()) known += (known.empty() ? "" : ", ") + type;
+    throw std::invalid_argument("--model-type '" + model_type + "': expected one of " + known);
   }
   return names;
 }
@@ -103,6 +201,12 @@ nlohmann::json from_scratch_config(const std::string& model_type, const std::str
     config = gpt2_sizes().at(size);
   } else if (model_type == "opt") {
     config = opt_sizes().at(size);
+  } else if (model_type.rfind("gemma", 0) == 0) {
+    config = gemma_preset(model_type, size).to_json();
+  } else if (model_type == "phi3") {
+    config = phi3_preset(size).to_json();
+  } else if (model_type == "mixtral") {
+    config = mixtral_preset(size).to_json();
   } else {
     auto llama = llama_preset(size);
     llama.model_type = model_type;  // the family's own config keys (Mistral: no window)
@@ -152,8 +256,10 @@ bool is_bias(const std::string& name) { return name.size() >= 4 && name.compare(
 
 }  // namespace
 
+double initial_norm_weight(const std::string& model_type) { return model_type.rfind("gemma", 0) == 0 ? 0.0 : 1.0; }
+
 void init_rows(const std::string& name, const std::vector<int64_t>& shape, uint64_t seed, int64_t first_row,
-               at::Tensor out) {
+               at::Tensor out, double norm_weight) {
   const int64_t total_rows = shape.empty() ? 1 : shape[0];
   std::vector<int64_t> row_shape = {out.defined() && out.dim() > 0 ? out.size(0) : -1};
   if (shape.size() >= 2) row_shape.insert(row_shape.end(), shape.begin() + 1, shape.end());
@@ -174,7 +280,7 @@ void init_rows(const std::string& name, const std::vector<int64_t>& shape, uint6
     if (is_bias(name)) {
       target.zero_();
     } else {
-      target.fill_(1.0);
+      target.fill_(norm_weight);
     }
     return;
   }
@@ -190,10 +296,11 @@ void init_rows(const std::string& name, const std::vector<int64_t>& shape, uint6
   });
 }
 
-std::function<void(const std::string&, const std::vector<int64_t>&, int64_t, at::Tensor)> seeded_rows(uint64_t seed) {
-  return [seed](const std::string& name, const std::vector<int64_t>& shape, int64_t first_row, at::Tensor out) {
-    init_rows(name, shape, seed, first_row, out);
-  };
+std::function<void(const std::string&, const std::vector<int64_t>&, int64_t, at::Tensor)> seeded_rows(
+    uint64_t seed, const std::string& model_type) {
+  const double norm_weight = initial_norm_weight(model_type);
+  return [seed, norm_weight](const std::string& name, const std::vector<int64_t>& shape, int64_t first_row,
+                             at::Tensor out) { init_rows(name, shape, seed, first_row, out, norm_weight); };
 }
 
 void init_from_scratch(CausalLm& lm, uint64_t seed) {
@@ -208,7 +315,7 @@ void init_from_scratch(CausalLm& lm, uint64_t seed) {
     auto target = p.dim() == 0 ? p.detach().view({1}) : p.detach();  // a 0-d parameter is one row
     const bool in_place = p.scalar_type() == at::kFloat && p.is_contiguous() && p.device().is_cpu();
     auto rows = in_place ? target : at::empty(target.sizes(), at::kFloat);
-    init_rows(item.key(), p.sizes().vec(), seed, 0, rows);
+    init_rows(item.key(), p.sizes().vec(), seed, 0, rows, initial_norm_weight(lm.model_type));
     if (!in_place) target.copy_(rows);
   }
 }

@@ -29,6 +29,11 @@ std::pair<at::Tensor, at::Tensor> RotaryTable::cos_sin(int64_t seq, c10::Device 
 }
 
 at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  const int64_t rotated = cos.size(-1);
+  if (rotated < x.size(-1)) {  // partial rotary: the rest of each head passes unrotated
+    auto parts = x.split({rotated, x.size(-1) - rotated}, -1);
+    return at::cat({apply_rotary(parts[0], cos, sin), parts[1]}, -1);
+  }
   auto halves = x.chunk(2, -1);
   return x * cos + at::cat({-halves[1], halves[0]}, -1) * sin;
 }

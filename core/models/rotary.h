@@ -11,7 +11,7 @@
 namespace fsdpp::models {
 
 // cos and sin of the angles t * inv_freq[i], for positions t in [0, seq) and i in
-// [0, head_dim/2), each duplicated along the last dimension: [seq, head_dim], HF's
+// [0, rotary_dims/2), each duplicated along the last dimension: [seq, rotary_dims], HF's
 // rotate_half layout. A model builds one table and every attention layer reads it, so the
 // angles are computed once per sequence length, device and dtype, not once per layer and
 // step (HF's LlamaModel computes position embeddings once per forward and hands them to
@@ -42,7 +42,8 @@ class RotaryTable {
 };
 
 // x * cos + rotate_half(x) * sin for x [batch, heads, seq, head_dim], rotate_half(x) =
-// cat(-x[..., d/2:], x[..., :d/2]).
+// cat(-x[..., d/2:], x[..., :d/2]). A table narrower than head_dim (partial rotary) rotates
+// the first cos.size(-1) dims and passes the rest through, as transformers' Phi-3 does.
 at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
 }  // namespace fsdpp::models

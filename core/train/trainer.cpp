@@ -76,7 +76,7 @@ models::CausalLm build_model(const TrainConfig& c, const models::CausalLmConfig&
       return lm;
     }
   } else if (c.from_scratch) {
-    fsdp_options.materialize = models::seeded_rows(c.seed);
+    fsdp_options.materialize = models::seeded_rows(c.seed, config.model_type);
   } else {
     auto rows = std::make_shared<models::PretrainedRows>(models::PretrainedRows::open(c.model_dir, config));
     fsdp_options.materialize = [rows](const std::string& name, const std::vector<int64_t>& shape, int64_t first_row,
@@ -227,6 +227,7 @@ TrainResult train(comm::Communicator& comm, const TrainConfig& c, const RunInput
   runtime::set_current_device(device);
   auto fsdp_options = rank_fsdp_options(c, device);
   auto lm = build_model(c, inputs.model, comm.rank(), fsdp_options);
+  fsdp_options.gradients_may_differ_across_ranks = lm.data_dependent_parameters;
   const int64_t parameters = parameter_count(*lm.module);
   const int64_t seq_len = inputs.seq_len;
 

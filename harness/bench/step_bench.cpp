@@ -217,11 +217,12 @@ nlohmann::json run_step_bench(comm::Communicator& comm, int local_rank, const St
       options.mixed_precision.param_dtype = compute_dtype;
       options.mixed_precision.reduce_dtype = at::kFloat;
     }
-    options.materialize = models::seeded_rows(c.seed);
+    options.materialize = models::seeded_rows(c.seed, c.model_type);
     lm = [&] {
       nn::DeferredInit deferred;
       return models::build_causal_lm(config, source);
     }();
+    options.gradients_may_differ_across_ranks = lm.data_dependent_parameters;
     sharded = fsdp::ShardedModel::create(lm.module, comm, options, fsdp::wrap_by_module_type({lm.block_type}));
   }
   if (c.seq_len > lm.max_positions)

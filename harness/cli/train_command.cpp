@@ -25,7 +25,8 @@ void TrainCommand::add_to(CLI::App& app) {
   t->add_option("--config", config_file_, "JSON or YAML file with any of these options (flags override it)");
   t->add_option("--model", c.model_dir, "Hugging Face model folder to fine-tune");
   t->add_flag("--from-scratch", c.from_scratch, "Initialise a new model (with --model-type, --model-size)");
-  t->add_option("--model-type", c.model_type, "From scratch: gpt2, opt, llama, mistral, qwen2 or qwen3")
+  t->add_option("--model-type", c.model_type,
+                "From scratch: gpt2, opt, llama, mistral, qwen2, qwen3, gemma2, gemma3_text or phi3")
       ->check(CLI::IsMember(models::supported_model_types()));
   t->add_option("--model-size", c.model_size, "From scratch: preset size (e.g. tiny, mini, 124M; see README)");
   t->add_option("--vocab-size", c.vocab_size, "From scratch: vocabulary size instead of the preset's")

@@ -250,7 +250,7 @@ TEST(SmokeDocument, FullShardSendsTheAnalyticZero3Volume) {
         return models::build_causal_lm(model_config, "smoke document");
       }();
       fsdp::FsdpOptions options;
-      options.materialize = models::seeded_rows(0);
+      options.materialize = models::seeded_rows(0, lm.model_type);
       auto sharded =
           fsdp::ShardedModel::create(lm.module, ctx.comm, options, fsdp::wrap_by_module_type({lm.block_type}));
       int64_t all = 0, root = 0;

@@ -191,7 +191,9 @@ TEST_P(TrainEquivalence, LossCurveIsTheSameOnOneTwoAndFourRanks) {
               one.losses().back(), max_diff);
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, TrainEquivalence, ::testing::Values("gpt2", "opt", "llama", "qwen2", "qwen3"));
+INSTANTIATE_TEST_SUITE_P(Families, TrainEquivalence,
+                         ::testing::Values("gpt2", "opt", "llama", "qwen2", "qwen3", "gemma2", "gemma3_text", "phi3",
+                                           "mixtral"));
 
 // --- the documented data order and loss --------------------------------------------
 

@@ -142,7 +142,7 @@ TEST_P(DeferredBuild, LeavesMetaParametersOfTheSameShapesWithTiesGradFlagsAndRea
 
 INSTANTIATE_TEST_SUITE_P(Families, DeferredBuild,
                          ::testing::Values("gpt2", "opt", "opt_projected", "llama", "llama_tied", "mistral", "qwen2",
-                                           "qwen3", "gemma2", "gemma3_text"));
+                                           "qwen3", "gemma2", "gemma3_text", "phi3", "mixtral"));
 
 TEST(DeferredBuild, TiedHeadsAreTheEmbeddingsTensorObject) {
   auto gpt2 = build_deferred(config_for("gpt2"));

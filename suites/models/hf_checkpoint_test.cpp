@@ -50,6 +50,7 @@ nlohmann::json tiny_config(const std::string& family) {
                         {"tie_word_embeddings", family == "gemma2"}};
     return LlamaConfig::from_json(j, family).to_json();
   }
+  if (family == "phi3" || family == "mixtral") return from_scratch_config(family, "tiny");
   auto c = llama_preset("tiny");
   c.tie_word_embeddings = family == "llama_tied" || family == "qwen3_tied";
   if (family == "llama_mlp_bias") c.mlp_bias = true;
@@ -94,7 +95,7 @@ TEST_P(RoundTrip, OneFileAndShardsReloadBitForBit) {
 
 INSTANTIATE_TEST_SUITE_P(Families, RoundTrip,
                          ::testing::Values("gpt2", "opt", "llama", "llama_tied", "llama_mlp_bias", "qwen2",
-                                           "qwen3_tied", "gemma2", "gemma3"));
+                                           "qwen3_tied", "gemma2", "gemma3", "phi3", "mixtral"));
 
 TEST(RoundTrip, TiedWeightsAreStoredOnceUnderTheirFirstName) {
   auto lm = random_model("gpt2");

@@ -11,6 +11,7 @@
 #include "core/models/gpt2.h"
 #include "core/models/llama.h"
 #include "core/models/opt.h"
+#include "core/models/presets.h"
 #include "harness/oracle/tolerance.h"
 
 namespace fsdpp::models {
@@ -199,9 +200,10 @@ TEST(Opt, PostLayerNormWithEmbeddingProjectionsLikeOpt350M) {
 
 // ---------------------------------------------------------------- Llama
 Tensor rope_ref(const Tensor& x, const Tensor& inv_freq, int64_t heads, int64_t hd) {
-  // Pairs (i, i + hd/2) rotate by angle pos * inv_freq[i] (HF's rotate_half layout).
+  // Pairs (i, i + half) rotate by angle pos * inv_freq[i] (HF's rotate_half layout), half =
+  // inv_freq's length: hd / 2, or fewer with a partial rotary, whose other dims stay.
   auto out = x.clone();
-  const int64_t s = x.size(1), half = hd / 2;
+  const int64_t s = x.size(1), half = inv_freq.size(0);
   for (int64_t pos = 0; pos < s; ++pos)
     for (int64_t h = 0; h < heads; ++h)
       for (int64_t i = 0; i < half; ++i) {
@@ -214,7 +216,7 @@ Tensor rope_ref(const Tensor& x, const Tensor& inv_freq, int64_t heads, int64_t 
 }
 
 Tensor inv_freq_ref(const LlamaConfig& c) {
-  const int64_t hd = c.dim_per_head();
+  const int64_t hd = c.rotary_dims();
   auto inv = torch::empty({hd / 2}, torch::kDouble);
   for (int64_t i = 0; i < hd / 2; ++i) {
     double f = 1.0 / std::pow(c.rope_theta, 2.0 * static_cast<double>(i) / static_cast<double>(hd));
@@ -530,7 +532,8 @@ TEST(Configs, QwenLayersSlideByTransformersRulesAndASlidingLayerWithoutAWindowIs
 TEST(Configs, EachFamilyExportsItsOwnConfigAndReadsItBack) {
   const std::map<std::string, std::string> kClasses = {
       {"llama", "LlamaForCausalLM"}, {"mistral", "MistralForCausalLM"}, {"qwen2", "Qwen2ForCausalLM"},
-      {"qwen3", "Qwen3ForCausalLM"}, {"gemma2", "Gemma2ForCausalLM"},   {"gemma3_text", "Gemma3ForCausalLM"}};
+      {"qwen3", "Qwen3ForCausalLM"}, {"gemma2", "Gemma2ForCausalLM"},   {"gemma3_text", "Gemma3ForCausalLM"},
+      {"phi3", "Phi3ForCausalLM"},   {"mixtral", "MixtralForCausalLM"}};
   for (const std::string& type : llama_model_types()) {
     const bool gemma = type.rfind("gemma", 0) == 0;
     auto c = LlamaConfig::from_json(
@@ -604,10 +607,17 @@ Tensor gemma_ref(const Weights& w, const LlamaConfig& c, const Tensor& tokens) {
 }
 
 TEST(Llama, Gemma2And3LayersMatchThePublishedFormulas) {
-  nlohmann::json gemma2 = {{"model_type", "gemma2"},       {"vocab_size", 97},          {"hidden_size", 16},
-                           {"intermediate_size", 40},      {"num_hidden_layers", 3},    {"num_attention_heads", 4},
-                           {"num_key_value_heads", 2},     {"head_dim", 6},             {"sliding_window", 3},
-                           {"query_pre_attn_scalar", 5},   {"attn_logit_softcapping", 2.0},
+  nlohmann::json gemma2 = {{"model_type", "gemma2"},
+                           {"vocab_size", 97},
+                           {"hidden_size", 16},
+                           {"intermediate_size", 40},
+                           {"num_hidden_layers", 3},
+                           {"num_attention_heads", 4},
+                           {"num_key_value_heads", 2},
+                           {"head_dim", 6},
+                           {"sliding_window", 3},
+                           {"query_pre_attn_scalar", 5},
+                           {"attn_logit_softcapping", 2.0},
                            {"final_logit_softcapping", 4.0}};
   auto gemma3 = gemma2;
   gemma3["model_type"] = "gemma3_text";
@@ -635,7 +645,7 @@ TEST(Llama, Gemma2And3LayersMatchThePublishedFormulas) {
 // with caps 50 and 30 and a tied head; Gemma 3 slides but every sixth layer, caps off, its
 // sliding layers rotate at base 10000 and the others at 1e6; both pad at token 0.
 TEST(Configs, GemmaDefaultsAreTransformersOwn) {
-  nlohmann::json j = {{"model_type", "gemma2"}, {"vocab_size", 97},       {"hidden_size", 16},
+  nlohmann::json j = {{"model_type", "gemma2"},  {"vocab_size", 97},       {"hidden_size", 16},
                       {"intermediate_size", 40}, {"num_hidden_layers", 7}, {"num_attention_heads", 4}};
   const auto two = LlamaConfig::from_json(j, "g2");
   EXPECT_EQ(two.sliding_layers, (std::vector<bool>{true, false, true, false, true, false, true}));
@@ -663,9 +673,14 @@ TEST(Configs, GemmaDefaultsAreTransformersOwn) {
 // transformers 5's nested rope_parameters and 4.x's rope_theta / rope_local_base_freq /
 // rope_scaling describe the same Gemma 3; what fsdpp writes reads back as it was.
 TEST(Configs, Gemma3RopeByLayerTypeReadsInBothLayoutsAndRoundTrips) {
-  nlohmann::json v4 = {{"model_type", "gemma3_text"}, {"vocab_size", 97},        {"hidden_size", 16},
-                       {"intermediate_size", 40},     {"num_hidden_layers", 2},  {"num_attention_heads", 4},
-                       {"rope_theta", 2e5},           {"rope_local_base_freq", 300.0},
+  nlohmann::json v4 = {{"model_type", "gemma3_text"},
+                       {"vocab_size", 97},
+                       {"hidden_size", 16},
+                       {"intermediate_size", 40},
+                       {"num_hidden_layers", 2},
+                       {"num_attention_heads", 4},
+                       {"rope_theta", 2e5},
+                       {"rope_local_base_freq", 300.0},
                        {"rope_scaling", {{"rope_type", "linear"}, {"factor", 8.0}}}};
   auto v5 = v4;
   for (const auto* key : {"rope_theta", "rope_local_base_freq", "rope_scaling"}) v5.erase(key);
@@ -681,6 +696,119 @@ TEST(Configs, Gemma3RopeByLayerTypeReadsInBothLayoutsAndRoundTrips) {
   expect_refused(v5, "rope_parameters.sliding_attention scales its rope");
   v5["rope_parameters"] = {{"global", {{"rope_type", "default"}}}};
   expect_refused(v5, "rope_parameters key 'global' is not a layer type");
+}
+
+// Gemma 2 2B and Gemma 3 1B as transformers counts them (num_parameters() of the model
+// built from the published config.json: the tied head once); the tiny shapes by their own
+// parameters. From scratch, Gemma's norms start at 0 (they multiply by 1 + w).
+TEST(Configs, GemmaPresetsHaveTheirPublishedParameterCountsAndZeroNorms) {
+  auto preset = [](const std::string& type, const std::string& size) {
+    return LlamaConfig::from_json(from_scratch_config(type, size), type + " " + size);
+  };
+  EXPECT_EQ(preset("gemma2", "2B").parameter_count(), 2614341888);
+  EXPECT_EQ(preset("gemma3_text", "1B").parameter_count(), 999885952);
+  for (const char* type : {"gemma2", "gemma3_text"}) {
+    auto lm = build_causal_lm(from_scratch_config(type, "tiny"), type);
+    EXPECT_EQ(preset(type, "tiny").parameter_count(), counted_parameters(*lm.module)) << type;
+    init_from_scratch(lm, 3);
+    auto params = lm.module->named_parameters(true);
+    EXPECT_TRUE(torch::equal(params["model.layers.0.pre_feedforward_layernorm.weight"],
+                             torch::zeros({lm.config["hidden_size"].get<int64_t>()})));
+    EXPECT_GT(params["model.embed_tokens.weight"].abs().sum().item<double>(), 0.0);
+  }
+  EXPECT_EQ(initial_norm_weight("llama"), 1.0);
+}
+
+// Phi3Attention and Phi3MLP: one qkv_proj whose output is [q | k | v] and one gate_up_proj
+// whose output is [gate | up], rope on the first half of each head (partial_rotary_factor
+// 0.5); the same model as Llama's with those tensors split.
+TEST(Llama, Phi3FusedProjectionsAndPartialRotaryMatchThePublishedFormulas) {
+  const auto c = LlamaConfig::from_json(from_scratch_config("phi3", "tiny"), "phi3 tiny");
+  ASSERT_EQ(c.rotary_dims(), c.dim_per_head() / 2);
+  LlamaForCausalLM model(c);
+  randomize(*model, 9);
+  auto w = weights_of(*model);
+  const int64_t q = c.num_attention_heads * c.dim_per_head(), kv = c.num_key_value_heads * c.dim_per_head();
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    auto qkv = w.at(p + "self_attn.qkv_proj.weight");
+    ASSERT_EQ(qkv.size(0), q + 2 * kv);
+    w[p + "self_attn.q_proj.weight"] = qkv.narrow(0, 0, q);
+    w[p + "self_attn.k_proj.weight"] = qkv.narrow(0, q, kv);
+    w[p + "self_attn.v_proj.weight"] = qkv.narrow(0, q + kv, kv);
+    auto gate_up = w.at(p + "mlp.gate_up_proj.weight");
+    w[p + "mlp.gate_proj.weight"] = gate_up.narrow(0, 0, c.intermediate_size);
+    w[p + "mlp.up_proj.weight"] = gate_up.narrow(0, c.intermediate_size, c.intermediate_size);
+  }
+  EXPECT_EQ(c.parameter_count(), counted_parameters(*model));
+  auto tokens = tokens_for(c.vocab_size, 10);
+  torch::NoGradGuard no_grad;
+  expect_close(model->forward(tokens), llama_ref(w, c, tokens));
+}
+
+// Phi-3 mini and Phi-4 as transformers counts them (num_parameters() of Phi3ForCausalLM built
+// from their config.json shapes); a rotary fraction is Phi-3's only, and is refused elsewhere.
+TEST(Configs, Phi3PresetsHaveTheirPublishedParameterCountsAndPartialRotaryIsPhi3s) {
+  EXPECT_EQ(LlamaConfig::from_json(from_scratch_config("phi3", "3.8B"), "p").parameter_count(), 3821079552);
+  EXPECT_EQ(LlamaConfig::from_json(from_scratch_config("phi3", "14B"), "p").parameter_count(), 14659507200);
+  auto llama = llama_preset("tiny").to_json();
+  llama["rope_parameters"] = {{"rope_theta", 10000.0}, {"rope_type", "default"}, {"partial_rotary_factor", 0.5}};
+  expect_refused(llama, "partial_rotary_factor other than 1.0 is not supported for llama");
+  auto phi3 = from_scratch_config("phi3", "tiny");
+  phi3["rope_scaling"] = {{"rope_type", "longrope"}, {"short_factor", {1.0}}, {"long_factor", {1.0}}};
+  expect_refused(phi3, "rope_type 'longrope' is not supported");
+  phi3.erase("rope_scaling");
+  phi3["resid_pdrop"] = 0.1;
+  expect_refused(phi3, "key 'resid_pdrop' is 0.1");
+}
+
+// Mixtral's sparse MLP, written densely: every token's output is the sum over its two
+// highest-probability experts (softmax over all four, the two renormalised to sum to 1) of
+// weight times that expert's w2(silu(w1 x) * w3 x).
+TEST(Llama, MixtralSparseExpertsMatchThePublishedFormulas) {
+  const auto c = LlamaConfig::from_json(from_scratch_config("mixtral", "tiny"), "mixtral tiny");
+  ASSERT_EQ(c.num_experts, 4);
+  LlamaForCausalLM model(c);
+  randomize(*model, 10);
+  auto w = weights_of(*model);
+  auto tokens = tokens_for(c.vocab_size, 10);
+  torch::NoGradGuard no_grad;
+  // The model's own MoE block on the normalised hidden states of layer 0, against the formula.
+  auto x = torch::randn({2, 10, c.hidden_size});
+  const std::string p = "model.layers.0.block_sparse_moe.";
+  auto probs = softmax_ref(linear_ref(w, p + "gate", x));
+  auto expected = torch::zeros_like(x);
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t t = 0; t < 10; ++t) {
+      auto top = std::get<1>(probs[b][t].topk(2));
+      const double sum = probs[b][t][top[0]].item<double>() + probs[b][t][top[1]].item<double>();
+      for (int64_t j = 0; j < 2; ++j) {
+        const int64_t e = top[j].item<int64_t>();
+        const std::string ex = p + "experts." + std::to_string(e) + ".";
+        auto h = x[b][t];
+        auto gate = linear_ref(w, ex + "w1", h);
+        auto y = linear_ref(w, ex + "w2", gate * torch::sigmoid(gate) * linear_ref(w, ex + "w3", h));
+        expected[b][t] += y * (probs[b][t][e].item<double>() / sum);
+      }
+    }
+  expect_close(model->model->layer_list[0]->block_sparse_moe->forward(x), expected);
+  EXPECT_EQ(c.parameter_count(), counted_parameters(*model));
+  EXPECT_EQ(model->forward(tokens).sizes(), (std::vector<int64_t>{2, 10, c.vocab_size}));
+}
+
+// Mixtral 8x7B as transformers counts it (MixtralForCausalLM from its config.json shape); the
+// router settings transformers uses in training and fsdpp does not compute are refused.
+TEST(Configs, MixtralPresetHasItsPublishedCountAndRouterTrainingKeysAreRefused) {
+  EXPECT_EQ(LlamaConfig::from_json(from_scratch_config("mixtral", "8x7B"), "m").parameter_count(), 46702792704);
+  auto c = from_scratch_config("mixtral", "tiny");
+  c["output_router_logits"] = true;
+  expect_refused(c, "key 'output_router_logits' is true; the load-balancing loss is not implemented");
+  c["output_router_logits"] = false;
+  c["router_jitter_noise"] = 0.01;
+  expect_refused(c, "key 'router_jitter_noise' is 0.01");
+  c["router_jitter_noise"] = 0.0;
+  c["num_experts_per_tok"] = 5;
+  expect_refused(c, "num_experts_per_tok is 5 of num_local_experts 4");
 }
 
 }  // namespace

@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # transformers judges fsdpp's models (harness/references/hf_models.py). For tiny random
 # GPT-2, OPT (pre-LN 125M-style, post-LN 350M-style with projections), Llama (GQA, tied
-# head, Llama-3 rope scaling, mlp_bias), Qwen2 (q/k/v biases; untied and tied) and Qwen3
-# (q/k norms, head_dim 24 where hidden/heads is 16; untied with attention_bias, and tied)
+# head, Llama-3 rope scaling, mlp_bias), Qwen2 (q/k/v biases; untied, tied, and a second
+# layer sliding through 8 of the 32 tokens), Qwen3 (q/k norms, head_dim 24 where hidden/heads
+# is 16; untied with attention_bias, and tied), Gemma 2 (tied; head_dim 24,
+# query_pre_attn_scalar 20, a sliding first layer, caps 5 and 3 that bend) and Gemma 3
+# (untied; q/k norms, sliding, sliding, full with a local rope base and linear scaling) and
+# Phi-3 (fused qkv_proj and gate_up_proj, rope on half of each head, every layer sliding) and
+# Mixtral (4 experts, 2 per token, every layer sliding)
 # models that transformers builds and saves with save_pretrained (transformers 5's config keys):
 #   - fsdpp eval's logits on every window pass the float64 judge (hf_models.py's judge_logits):
 #     transformers' own model run with every op in float64 on the same weights is the ground
@@ -14,8 +19,10 @@
 #   - the folder `fsdpp train` exports loads with from_pretrained (offline) and its fsdpp
 #     logits pass the same judge;
 #   - a folder fsdpp does not compute exactly is refused by `fsdpp eval` in one line, exit 2:
-#     a Qwen2 whose second layer slides (transformers' own config), and a Qwen2 checkpoint
-#     holding a tensor no parameter reads (an o_proj bias, which Qwen2 does not have).
+#     a bidirectional Gemma 2 (a key fsdpp does not compute), a Qwen2 checkpoint holding a
+#     tensor no parameter reads (an o_proj bias, which Qwen2 does not have), and a Gemma 3
+#     checkpoint under a Gemma 2 config (its q/k norms are read by nothing), a Mixtral holding
+#     an expert past num_local_experts, and a Phi-3 whose fused qkv_proj is one row short.
 # The judge's bar is transformers' own fp32 error on the same model, measured each run; it is
 # never widened by the judge itself (a family that needs more has a written entry in
 # hf_models.py's JUDGE_EXCEPTIONS; none does). Each run's record carries every figure:
@@ -100,7 +107,7 @@ refused() {  # WHAT DIR WORDS: fsdpp eval of DIR exits 2 with one line that hold
 
 for arch in gpt2 opt-pre-ln opt-post-ln; do judge "$arch" gpt2; done
 for arch in llama-gqa llama-tied llama3-rope llama-mlp-bias qwen2-gqa qwen2-tied qwen3-gqa-bias qwen3-tied \
-  qwen2-sliding gemma2 gemma3; do
+  qwen2-sliding gemma2 gemma3 phi3 mixtral; do
   judge "$arch" llama
 done
 
@@ -122,5 +129,21 @@ for key in ("_sliding_window_pattern", "sliding_window_pattern", "rope_parameter
 json.dump(c, open(path, "w"))' "$work/gemma3-extra" || fail "gemma3-extra: could not rewrite its config"
 refused "a Gemma 3 checkpoint under a Gemma 2 config" "$work/gemma3-extra" \
   "_norm.weight' is read by no parameter of the gemma2"
+edit_tensors() {  # DIR PYTHON_STATEMENTS on t (the tensors of DIR/model.safetensors, by name)
+  "$python" -c 'import sys, torch; from safetensors.torch import load_file, save_file
+path = sys.argv[1] + "/model.safetensors"; t = load_file(path); exec(sys.argv[2])
+save_file(t, path, metadata={"format": "pt"})' "$1" "$2"
+}
+cp -r "$work/mixtral" "$work/mixtral-expert"  # an expert index past num_local_experts (4)
+moe=model.layers.1.block_sparse_moe.experts
+edit_tensors "$work/mixtral-expert" "t['$moe.4.w1.weight'] = t['$moe.0.w1.weight'].clone()" ||
+  fail "mixtral-expert: could not add a tensor"
+refused "an expert past num_local_experts" "$work/mixtral-expert" "tensor '$moe.4.w1.weight' is read by no parameter"
+cp -r "$work/phi3" "$work/phi3-fused"  # a fused qkv_proj one row short
+edit_tensors "$work/phi3-fused" \
+  'k = "model.layers.0.self_attn.qkv_proj.weight"; t[k] = t[k][:-1].contiguous()' ||
+  fail "phi3-fused: could not cut a tensor"
+refused "a fused tensor of the wrong size" "$work/phi3-fused" \
+  "tensor 'model.layers.0.self_attn.qkv_proj.weight' has shape [127, 64], the config implies [128, 64]"
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

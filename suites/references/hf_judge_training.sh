@@ -4,7 +4,15 @@
 # transformers model from the same initial weights with torch.optim.AdamW and
 # clip_grad_norm_ on the same global batches (harness/references/hf_train.py). Every one of
 # the 20 per-step losses must agree within 1e-5 relative; the learning rates, step count,
-# global batch and windows must be the same. GPT-2 (tied head) and Llama (GQA, untied).
+# global batch and windows must be the same. GPT-2 (tied head), Llama (GQA, untied), and
+# Gemma 2 and Gemma 3 in the shapes that set their traps: head_dim 24 where hidden/heads is
+# 16, query_pre_attn_scalar 20, sliding layers with a window of 16 of the 64 tokens, caps
+# small enough for tanh to bend under the 0.02 init (Gemma 2), Gemma 3's local rope base and
+# linear scaling, and pad_token_id 11 (',' in GPT-2's tokens, frequent in the text): the
+# embedding's padding_idx, whose row gets no gradient from its lookups in either system.
+# Phi-3: fused qkv_proj and gate_up_proj, rope on half of each head, every layer sliding.
+# Mixtral: 4 experts of which each token takes 2 (the load-balancing loss is off, as in
+# transformers without output_router_logits).
 #
 # Usage: hf_judge_training.sh FSDPP_BINARY PYTHON
 set -uo pipefail
@@ -48,5 +56,19 @@ judge gpt2 '{"model_type": "gpt2", "vocab_size": 50257, "n_positions": 256, "n_e
 judge llama '{"model_type": "llama", "vocab_size": 50257, "hidden_size": 64, "intermediate_size": 128,
   "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256,
   "tie_word_embeddings": false}'
+gemma='"vocab_size": 50257, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+  "num_key_value_heads": 2, "head_dim": 24, "query_pre_attn_scalar": 20, "sliding_window": 16,
+  "max_position_embeddings": 256, "pad_token_id": 11'
+judge gemma2 "{\"model_type\": \"gemma2\", $gemma, \"num_hidden_layers\": 2, \"attn_logit_softcapping\": 0.05,
+  \"final_logit_softcapping\": 0.5}"
+judge gemma3 "{\"model_type\": \"gemma3_text\", $gemma, \"num_hidden_layers\": 3, \"sliding_window_pattern\": 3,
+  \"rope_local_base_freq\": 100.0, \"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 4.0},
+  \"tie_word_embeddings\": false}"
+judge phi3 '{"model_type": "phi3", "vocab_size": 50257, "hidden_size": 64, "intermediate_size": 128,
+  "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256,
+  "partial_rotary_factor": 0.5, "sliding_window": 16, "pad_token_id": 11}'
+judge mixtral '{"model_type": "mixtral", "vocab_size": 50257, "hidden_size": 64, "intermediate_size": 64,
+  "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256,
+  "num_local_experts": 4, "num_experts_per_tok": 2, "tie_word_embeddings": false}'
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]
