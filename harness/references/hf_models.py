@@ -133,20 +133,18 @@ def _qwen2_sliding():
     return Qwen2ForCausalLM, config, "llama"
 
 
+# Gemma's traps shared by both versions: head_dim 24 where hidden/heads is 16,
+# query_pre_attn_scalar 20 (not head_dim), a window of 8 of the 32 tokens.
+_GEMMA_TRAPS = dict(head_dim=24, query_pre_attn_scalar=20, sliding_window=8)
+
+
 def _gemma2():
     """Gemma 2: (1 + w) norms, four per layer, scaled embeddings, GeGLU, a sliding first layer
     (window 8 of 32 tokens), head_dim 24 where hidden/heads is 16, query_pre_attn_scalar 20
     (not head_dim), and caps low enough that tanh bends: attention 5, final logits 3; tied."""
     from transformers import Gemma2Config, Gemma2ForCausalLM
 
-    config = Gemma2Config(
-        **_LLAMA_SHAPE,
-        head_dim=24,
-        query_pre_attn_scalar=20,
-        sliding_window=8,
-        attn_logit_softcapping=5.0,
-        final_logit_softcapping=3.0,
-    )
+    config = Gemma2Config(**_LLAMA_SHAPE, **_GEMMA_TRAPS, attn_logit_softcapping=5.0, final_logit_softcapping=3.0)
     return Gemma2ForCausalLM, config, "llama"
 
 
@@ -159,9 +157,7 @@ def _gemma3():
     shape = dict(_LLAMA_SHAPE, num_hidden_layers=3)
     config = Gemma3TextConfig(
         **shape,
-        head_dim=24,
-        query_pre_attn_scalar=20,
-        sliding_window=8,
+        **_GEMMA_TRAPS,
         sliding_window_pattern=3,
         rope_local_base_freq=100.0,
         rope_scaling={"rope_type": "linear", "factor": 4.0},
@@ -557,11 +553,9 @@ def judge_logits(candidate, hf32, exact, rule, rtol=FP32_RTOL, atol=FP32_ATOL):
     "reason" naming the figures when not ok."""
     c = candidate["logits"]
     record = {"ok": False, "elements": exact.numel(), "rtol": rtol, "atol": atol}
-    if c.shape != exact.shape:
-        record["reason"] = f"logits shapes differ: expected {list(exact.shape)}, actual {list(c.shape)}"
-        return record
-    if not torch.equal(hf32["input_ids"], candidate["input_ids"]):
-        record["reason"] = "input_ids differ: the two files are not the same windows"
+    reason = windows_mismatch({"logits": exact, "input_ids": hf32["input_ids"]}, candidate)
+    if reason:
+        record["reason"] = reason
         return record
     ours = error_against(exact, c, rtol, atol)
     theirs = error_against(exact, hf32["logits"], rtol, atol)
@@ -706,16 +700,24 @@ def read_logits_file(path, flag):
     return tensors
 
 
+def windows_mismatch(expected, actual):
+    """Why two {logits, input_ids} sets are not element-for-element comparable, or None."""
+    e, a = expected["logits"], actual["logits"]
+    if e.shape != a.shape:
+        return f"logits shapes differ: expected {list(e.shape)}, actual {list(a.shape)}"
+    if not torch.equal(expected["input_ids"], actual["input_ids"]):
+        return "input_ids differ: the two files are not the same windows"
+    return None
+
+
 def compare_logits(expected, actual, rtol, atol):
     """tolerance.cpp's compare() of two {logits, input_ids} sets: a record with "ok", the
     element count, the largest differences and, when not ok, a one-line "reason"."""
     e, a = expected["logits"], actual["logits"]
     record = {"ok": False, "elements": e.numel(), "rtol": rtol, "atol": atol}
-    if e.shape != a.shape:
-        record["reason"] = f"logits shapes differ: expected {list(e.shape)}, actual {list(a.shape)}"
-        return record
-    if not torch.equal(expected["input_ids"], actual["input_ids"]):
-        record["reason"] = "input_ids differ: the two files are not the same windows"
+    reason = windows_mismatch(expected, actual)
+    if reason:
+        record["reason"] = reason
         return record
     # As tolerance.cpp's compare(): in float64, |a - e| <= atol + rtol*|e|, NaN never matches,
     # max rel over elements with e != 0.
