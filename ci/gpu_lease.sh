@@ -219,9 +219,10 @@ stage_offload_profile() {
   tar -C "$work" -czf "$out/offload.tar.gz" offload
 }
 
-# The CUDA offload-vs-resident loss gap (2026-11-27 H200 lease): the tiny GPT-2 bench-step
-# pair run twice each, then with --deterministic, then with torch's per-tensor AdamW, so
-# that run-to-run noise, nondeterministic kernels and the optimizer can be told apart.
+# The CUDA offload-vs-resident loss gap (docs/notes/2026-11-27-gpu-h200-lease.md): the tiny
+# GPT-2 bench-step pair run twice each, then with --deterministic, then with torch's
+# per-tensor AdamW, so that run-to-run noise, nondeterministic kernels and the optimizer can
+# be told apart.
 stage_diag() {
   local dir=$out/diag variant flags rep
   mkdir -p "$dir"

@@ -13,8 +13,8 @@
 #          --base REV   compare against REV instead of the default base
 #
 # Why not the whole tree by default: clang-tidy parses LibTorch's headers for every file,
-# about 30 s of CPU each (core/fsdp/fsdp_unit.cpp: 32 s; measured on CI's machine kind),
-# so ~200 sources take over an hour on two cores, against a CI run of ~18 minutes.
+# tens of seconds of CPU each, so ~200 sources take longer on two cores than the whole CI
+# run (figures: docs/notes/2026-11-28-comments-moved.md).
 #
 # The base: $FSDPP_LINT_BASE when set; else `git merge-base HEAD origin/main` when the clone
 # has that remote branch (a pull request: all of its changes); else HEAD~1 (a clone of main:

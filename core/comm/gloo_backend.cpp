@@ -2,9 +2,9 @@
 //
 // Gloo in LibTorch 1.13 lacks a flat all-gather, any reduce-scatter, ReduceOp::AVG and
 // bf16/int16 in data collectives. Rather than mixing native calls and fallbacks, every
-// CPU collective is built on one primitive that works for all of them and was measured
-// fastest here: alltoall_base on raw bytes (~2 GB/s on loopback against 0.2-0.8 GB/s for
-// Gloo's list all-gather at 4-64 MB). On top of it:
+// CPU collective is built on one primitive that works for all of them and is faster than
+// Gloo's list all-gather on loopback (figures: docs/notes/2026-11-28-comments-moved.md):
+// alltoall_base on raw bytes. On top of it:
 // - all-gather: the input repeated size() times goes out as one all-to-all. Costs one
 //   extra local copy of the output's size; wire bytes are the ring's (N-1)/N * output.
 // - reduce-scatter: chunk j goes to rank j, then a local sum of the N received chunks

@@ -285,8 +285,9 @@ void init_rows(const std::string& name, const std::vector<int64_t>& shape, uint6
     return;
   }
   // One stream per row: any split of the rows, made in any order, gives the same values.
-  // About 6 ns a value on one thread (0.8 s for GPT-2 124M, 40 s for Llama 7B), so large
-  // tensors split their rows over the rank's intra-op threads.
+  // Seconds to tens of seconds for a large model on one thread (figures:
+  // docs/notes/2026-11-28-comments-moved.md), so large tensors split their rows over the
+  // rank's intra-op threads.
   const uint64_t name_key = splitmix64(splitmix64(seed) ^ fnv1a(name));
   constexpr int64_t kValuesPerThread = int64_t{1} << 22;  // below this, a thread costs more than it saves
   const int64_t row_numel = std::max<int64_t>(1, target.numel() / std::max<int64_t>(1, rows));

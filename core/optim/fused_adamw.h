@@ -1,7 +1,7 @@
 // AdamW whose step reads each parameter, gradient and moment once, where
 // torch::optim::AdamW's per-tensor step runs ~9 kernels per parameter, each a full pass
-// over its bytes (the update is memory-bound: on an H100 that is ~40 ms of a 1.2B-
-// parameter model's step against ~14 ms fused). Two fused routes:
+// over its bytes (the update is memory-bound, so those passes are its cost). Two fused
+// routes:
 //   - CUDA parameters: at::_fused_adamw_, the kernel behind torch.optim.AdamW(fused=True)
 //     and torchtitan's default optimizer (LibTorch >= 2.0; any floating dtype);
 //   - host fp32 parameters: fsdpp's kernel (adamw_kernel.h), any LibTorch version, split

@@ -189,7 +189,7 @@ std::string plan_text(const Plan& p) {
     std::snprintf(
         line, sizeof line,
         "step time            %.1f ms (compute %.1f, exposed comm %.1f of %.1f, offload %.1f): %.0f tokens/s, "
-        "MFU %.2f\n",
+        "MFU %.2f vs the assumed matmul rate\n",
         t.step_ms, t.compute_ms, t.exposed_comm_ms, t.comm_ms, t.offload_ms, t.tokens_per_s, t.mfu);
     s << line;
     std::snprintf(line, sizeof line,

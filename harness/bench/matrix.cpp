@@ -118,9 +118,10 @@ const std::vector<ModelShape>& gpu_model_shapes() {
 
 const std::vector<ModelShape>& model_shapes() {
   // vocab, seq_len, batch per rank, warm-up and timed steps: small enough that a CPU cell
-  // of the larger models still takes minutes, not hours. tiny's steps take ~17 ms and vary
-  // by ~20% one to the next (Gloo over loopback): it times 20, so that a run's median over
-  // 3 x 20 steps is uncertain by ~3% (bootstrap, README gate trials), not ~6% as over 3 x 5.
+  // of the larger models still takes minutes, not hours. tiny's steps are short and vary
+  // one to the next (Gloo over loopback): it times 20, so that a run's median over 3 x 20
+  // steps is about half as uncertain as over 3 x 5 (figures:
+  // docs/notes/2026-11-28-comments-moved.md).
   static const std::vector<ModelShape> shapes = {
       {"gpt2", "tiny", 2048, 64, 4, 3, 20, ""},    {"gpt2", "mini", 8192, 128, 8, 2, 5, ""},
       {"gpt2", "mini256", 8192, 128, 8, 2, 5, ""}, {"gpt2", "124M", 50257, 256, 4, 1, 3, ""},

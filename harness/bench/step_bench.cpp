@@ -29,6 +29,7 @@
 #include "core/runtime/device.h"
 #include "core/runtime/host_memory.h"
 #include "core/train/train_step.h"
+#include "harness/bench/cell_result.h"
 #include "harness/bench/step_profiler.h"
 #include "harness/results/stats.h"
 
@@ -303,6 +304,9 @@ nlohmann::json run_step_bench(comm::Communicator& comm, int local_rank, const St
   const double achieved = flops_per_token * tokens_per_s / comm.size();  // per device
   const double peak =
       measure_matmul_flops(device.str(), c.mixed_precision, device.is_cuda() ? 8192 : 1024, device.is_cuda() ? 10 : 3);
+  // The vendor's dense bf16 peak, as torchtitan's MFU divides by (bf16 cells on a listed GPU).
+  const auto datasheet =
+      c.mixed_precision == "bf16" ? datasheet_bf16_flops_per_s(runtime::device_name(device)) : std::optional<double>();
   int64_t params = 0;
   std::set<const void*> counted;  // LibTorch's named_parameters lists a tie under each name: count it once
   for (const auto& p : lm.module->named_parameters(true))
@@ -377,6 +381,8 @@ nlohmann::json run_step_bench(comm::Communicator& comm, int local_rank, const St
       {"achieved_flops_per_s_per_device", achieved},
       {"matmul_peak_flops_per_s", peak},
       {"mfu", achieved / peak},
+      {"datasheet_peak_flops_per_s", datasheet ? nlohmann::json(*datasheet) : nlohmann::json(nullptr)},
+      {"mfu_datasheet", datasheet ? nlohmann::json(achieved / *datasheet) : nlohmann::json(nullptr)},
       {"memory_bytes", memory_json},
       {"comm", comm_json},
       {"comm_ms_per_step", busy_total},

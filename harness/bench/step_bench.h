@@ -3,7 +3,9 @@
 // reduce, unscale with fp16's loss scaling, clip at 1.0, AdamW, the loss all-reduce), timed on every
 // rank after a device synchronisation, and a step's time is the slowest rank's (one MAX
 // all-reduce per step, outside the timed region). The same cell's matmul peak is measured
-// in the same process, in the cell's compute dtype, so MFU needs no datasheet figure.
+// in the same process, in the cell's compute dtype: `mfu` is against it. `mfu_datasheet`
+// is against the vendor's dense bf16 peak (datasheet_bf16_flops_per_s, as torchtitan's
+// MFU), for bf16 cells on a listed GPU; null otherwise.
 //
 // FLOPs per token: core/plan/step_time_model.h's model_flops_per_token (model FLOPs, the
 // PaLM / nanoGPT convention), the formula `fsdpp plan` predicts with.
@@ -74,6 +76,7 @@ struct StepBenchConfig {
 // Collective over `comm`. Returns the cell's numbers (same on every rank), format
 // "fsdpp.bench-cell" version 2: config, per-step ms (raw samples), median/min step ms,
 // tokens_per_s, model_flops_per_token, achieved_flops_per_s, matmul_peak_flops_per_s, mfu,
+// datasheet_peak_flops_per_s and mfu_datasheet (null unless bf16 on a listed GPU),
 // memory (bytes: tensors alive after setup and between steps, their peak over the
 // measured steps, from CUDA's caching allocator or the CPU's counting allocator; CUDA's
 // peak reserved; on the CPU the resident set after setup, between steps and its peak

@@ -1464,8 +1464,8 @@ def training_device(args, ranks):
     else:
         device = torch.device("cpu")
     # Default intra-op threads: cores / local ranks on CPU (as fsdpp); on CUDA at most 4 (the
-    # host only launches kernels; on an H100 with 16 cores, 16 OpenMP threads made FSDP2
-    # steps of a 110M Llama 1.3x slower than 1-4 threads).
+    # host only launches kernels, and more threads made FSDP2's GPU steps slower: the figure
+    # is in harness/peers/README.md).
     share = max(1, cpu_count() // ranks.local_world)
     torch.set_num_threads(args.threads or (share if device.type == "cpu" else min(4, share)))
     return device

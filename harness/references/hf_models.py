@@ -446,19 +446,17 @@ def window_loss(logits, targets, batch_size):
 JUDGE_FACTOR = 2.0
 # The hard cap, absolute: whatever transformers' own fp32 error is, fsdpp's is at most this.
 # On the judged models (unit-scale activations, logits of std 1-4) transformers' fp32 error
-# against float64 is 3.3e-6 to 1.65e-5 (docs/notes/2026-11-28-fp64-judge.md), so the cap is
-# 6x the worst of it; a reference whose own fp32 error approaches the cap needs a person, not a
-# bound that grows with it.
+# against float64 stays several times below the cap (each arch's figure:
+# docs/notes/2026-11-28-fp64-judge.md); a reference whose own fp32 error approaches the cap
+# needs a person, not a bound that grows with it.
 JUDGE_CAP = 1e-4
 
 # Exceptions, each for the folders its `applies(config)` picks: {"factor": F, "cap": C,
 # "count": False (the count rule (2) is not applied), "reason": "..."}. A key it does not give
 # keeps the rule's value.
 #
-# None. A tied-head entry (count rule off) was written and then dropped the same day: once
-# fsdpp's rotary table took transformers' own fp32 bits, every Llama-like folder's logits
-# came out bitwise transformers' fp32 ones, tied heads included, and the count failures
-# went with it (docs/notes/2026-11-28-fp64-judge.md, "Decision").
+# None: every judged folder passes the rule as it is (why no family needs an entry:
+# docs/notes/2026-11-28-fp64-judge.md, "Decision").
 JUDGE_EXCEPTIONS = {}
 
 

@@ -1,7 +1,8 @@
 # Registers a GoogleTest binary's tests with ctest one group per test suite (a suite of more
 # than FSDPP_GTEST_GROUP_SIZE tests is split with GoogleTest's sharding), instead of one
-# process per test: every process start costs about a second of LibTorch's static
-# initialisation, which over ~700 tests was a third of the test run on 2 cores.
+# process per test: every process start pays LibTorch's static initialisation, a large
+# share of the test run over hundreds of tests on 2 cores (figures:
+# docs/notes/2026-11-28-comments-moved.md).
 # The groups are listed after each build (write_gtest_groups.cmake), as gtest_discover_tests
 # does; a group whose every test skipped is reported as skipped (suites/run_gtest_group.sh).
 set(FSDPP_GTEST_GROUP_SIZE 12 CACHE STRING "Most tests in one ctest group of a GoogleTest binary")
