@@ -6,6 +6,7 @@
 #include "core/models/gpt2.h"
 #include "core/models/llama.h"
 #include "core/models/opt.h"
+#include "core/models/phi.h"
 #include "core/nn/module_hooks.h"
 
 namespace fsdpp::models {
@@ -33,7 +34,11 @@ CausalLm make_lm(const std::string& type, const Config& c, const char* block_typ
   lm.max_positions = positions;
   lm.config = c.to_json();
   lm.config["model_type"] = type;
-  if constexpr (std::is_same_v<Config, LlamaConfig>) lm.data_dependent_parameters = c.num_experts > 0;
+  if constexpr (std::is_same_v<Config, LlamaConfig>) {
+    lm.data_dependent_parameters = c.num_experts > 0;
+    if constexpr (std::is_same_v<Holder, LlamaForCausalLM>)
+      if (model->router_logits) lm.auxiliary_loss = [model] { return model->auxiliary_loss(); };
+  }
   return lm;
 }
 
@@ -65,6 +70,11 @@ auto dispatch(const nlohmann::json& config, const std::string& source, Make&& ma
                 CausalLmLimits{c.vocab_size, c.max_position_embeddings});
   }
   const auto& llama_types = llama_model_types();
+  if (type == "phi") {  // LlamaConfig's reader, Phi's own blocks
+    auto c = LlamaConfig::from_json(config, source);
+    return make(type, c, static_cast<PhiForCausalLM*>(nullptr), "fsdpp::models::PhiDecoderLayerImpl",
+                CausalLmLimits{c.vocab_size, c.max_position_embeddings});
+  }
   if (std::find(llama_types.begin(), llama_types.end(), type) != llama_types.end()) {
     auto c = LlamaConfig::from_json(config, source);
     return make(type, c, static_cast<LlamaForCausalLM*>(nullptr), "fsdpp::models::LlamaDecoderLayerImpl",
@@ -83,7 +93,10 @@ CausalLmConfig parse_causal_lm_config(const nlohmann::json& config, const std::s
   return dispatch(config, source,
                   [](const std::string& type, const auto& c, auto* holder, const char* block, CausalLmLimits limits) {
                     using Holder = std::remove_pointer_t<decltype(holder)>;
-                    return CausalLmConfig{type, limits, [type, c, block, limits] {
+                    bool auxiliary_loss = false;
+                    if constexpr (std::is_same_v<std::decay_t<decltype(c)>, LlamaConfig>)
+                      auxiliary_loss = c.output_router_logits && c.num_experts > 0;
+                    return CausalLmConfig{type, limits, auxiliary_loss, [type, c, block, limits] {
                                             return make_lm<Holder>(type, c, block, limits.vocab_size,
                                                                    limits.max_positions);
                                           }};

@@ -25,11 +25,16 @@ struct CausalLm {
   // Parameters used data-dependently (a mixture of experts' experts): ranks of one step may
   // differ in which got a gradient (fsdp::FsdpOptions::gradients_may_differ_across_ranks).
   bool data_dependent_parameters = false;
+  // Null unless the config asks for an auxiliary training loss (a mixture of experts'
+  // load balancing, output_router_logits): that loss of the last forward pass run with
+  // gradients on, already weighted (router_aux_loss_coef), a scalar that training adds to
+  // the micro-batch's mean cross-entropy. Evaluation does not add it.
+  std::function<torch::Tensor()> auxiliary_loss;
   nlohmann::json config;  // as written to config.json
 };
 
 // Supported model_type values: gpt2, opt, llama, mistral, qwen2, qwen3, gemma2, gemma3_text, phi3,
-// mixtral.
+// phi, mixtral, qwen3_moe.
 // Throws std::invalid_argument naming `source` and the model_type for anything else.
 CausalLm build_causal_lm(const nlohmann::json& config, const std::string& source);
 const std::vector<std::string>& supported_model_types();
@@ -49,6 +54,7 @@ CausalLmLimits causal_lm_limits(const nlohmann::json& config, const std::string&
 struct CausalLmConfig {
   std::string model_type;
   CausalLmLimits limits;
+  bool auxiliary_loss = false;  // whether build()'s CausalLm has an auxiliary_loss
   std::function<CausalLm()> build;
 };
 CausalLmConfig parse_causal_lm_config(const nlohmann::json& config, const std::string& source);

@@ -35,7 +35,7 @@ void read_rope_object(const nlohmann::json& rope, const std::string& where, bool
                                 "' (fsdpp refuses rope settings it does not compute)");
   }
   const double partial = r.number("partial_rotary_factor", c.partial_rotary_factor);
-  if (partial != 1.0 && c.model_type != "phi3")
+  if (partial != 1.0 && c.model_type != "phi3" && c.model_type != "phi")
     throw std::invalid_argument(where + ": partial_rotary_factor other than 1.0 is not supported for " + c.model_type +
                                 " (transformers rotates the whole head there)");
   if (!(partial > 0 && partial <= 1))
@@ -198,6 +198,21 @@ const FamilyKeys& family_keys(const std::string& model_type) {
                        "router_aux_loss_coef", "router_jitter_noise"}),
         {},
         {}}},
+      // Qwen3MoeConfig reads no max_window_layers (4.x's did); fsdpp refuses use_sliding_window,
+      // which the two versions apply to different layers, so without it the key is inert.
+      {"qwen3_moe",
+       {with(kCommon, {"attention_bias", "use_sliding_window", "sliding_window", "decoder_sparse_step",
+                       "moe_intermediate_size", "num_experts_per_tok", "num_experts", "num_local_experts",
+                       "norm_topk_prob", "output_router_logits", "router_aux_loss_coef", "mlp_only_layers"}),
+        {{"max_window_layers", "only counts with use_sliding_window, which fsdpp refuses for qwen3_moe"}},
+        {}}},
+      // Phi-1/1.5/2: LayerNorms (layer_norm_eps), no head_dim of its own (its q/k LayerNorms
+      // are hidden / heads wide).
+      {"phi",
+       {with(without(without(kCommon, "rms_norm_eps"), "head_dim"),
+             {"layer_norm_eps", "qk_layernorm", "resid_pdrop", "embd_pdrop", "partial_rotary_factor"}),
+        {},
+        {}}},
       {"phi3",
        {with(kCommon, {"sliding_window", "resid_pdrop", "embd_pdrop", "partial_rotary_factor", "attention_bias"}),
         {{"original_max_position_embeddings", "read by longrope only, which fsdpp refuses"}},
@@ -279,11 +294,51 @@ void refuse_key(const nlohmann::json& json, const std::string& source, const std
   throw std::invalid_argument(source + ": key '" + key + "' is " + value_text(json[key]) + "; " + why);
 }
 
+// The experts of Mixtral (num_local_experts, always renormalised top-k, every layer) and
+// Qwen3-MoE (num_experts, norm_topk_prob, moe_intermediate_size, mlp_only_layers,
+// decoder_sparse_step), and the load-balancing loss both add with output_router_logits.
+void read_experts(const nlohmann::json& json, const std::string& source, LlamaConfig& c) {
+  JsonReader r{json, source};
+  const bool mixtral = c.model_type == "mixtral";
+  if (mixtral) {
+    c.rope_theta = 1e6;  // MixtralConfig's default base
+    c.num_experts = r.integer("num_local_experts", 8);
+    if (r.number("router_jitter_noise", 0.0) != 0.0)
+      refuse_key(json, source, "router_jitter_noise", "router jitter is not implemented (expected 0)");
+  } else {
+    // transformers 5 writes num_local_experts (its attribute_map's name), 4.x num_experts.
+    c.num_experts = r.integer("num_local_experts", r.integer("num_experts", 128));
+    if (json.contains("num_experts") && json.contains("num_local_experts") && r.integer("num_experts") != c.num_experts)
+      refuse_key(json, source, "num_experts", "it disagrees with num_local_experts " + std::to_string(c.num_experts));
+    c.normalize_top_k = r.boolean("norm_topk_prob", false);
+    c.moe_intermediate_size = r.integer("moe_intermediate_size", 768);
+    c.decoder_sparse_step = r.integer("decoder_sparse_step", 1);
+    if (c.decoder_sparse_step < 1) refuse_key(json, source, "decoder_sparse_step", "expected a positive layer step");
+    if (json.contains("mlp_only_layers") && !json["mlp_only_layers"].is_null()) {
+      const auto& layers = json["mlp_only_layers"];
+      if (!layers.is_array()) refuse_key(json, source, "mlp_only_layers", "expected a list of layer indices");
+      for (const auto& layer : layers) {
+        if (!layer.is_number_integer() || layer.get<int64_t>() < 0 || layer.get<int64_t>() >= c.num_hidden_layers)
+          refuse_key(json, source, "mlp_only_layers",
+                     "expected layer indices below num_hidden_layers " + std::to_string(c.num_hidden_layers));
+        c.mlp_only_layers.push_back(layer.get<int64_t>());
+      }
+    }
+  }
+  c.experts_per_token = r.integer("num_experts_per_tok", mixtral ? 2 : 8);
+  if (c.num_experts < 1 || c.experts_per_token < 1 || c.experts_per_token > c.num_experts)
+    throw std::invalid_argument(source + ": num_experts_per_tok is " + std::to_string(c.experts_per_token) + " of " +
+                                (mixtral ? "num_local_experts " : "num_experts ") + std::to_string(c.num_experts) +
+                                ", expected 1 <= k <= experts");
+  c.output_router_logits = r.boolean("output_router_logits", false);
+  c.router_aux_loss_coef = r.number("router_aux_loss_coef", 0.001);
+}
+
 }  // namespace
 
 const std::vector<std::string>& llama_model_types() {
-  static const std::vector<std::string> types = {"llama",  "mistral",     "qwen2", "qwen3",
-                                                 "gemma2", "gemma3_text", "phi3",  "mixtral"};
+  static const std::vector<std::string> types = {"llama",       "mistral", "qwen2", "qwen3",   "gemma2",
+                                                 "gemma3_text", "phi3",    "phi",   "mixtral", "qwen3_moe"};
   return types;
 }
 
@@ -291,6 +346,12 @@ int64_t LlamaConfig::window_of_layer(int64_t layer) const {
   if (sliding_window <= 0) return 0;
   if (sliding_layers.empty()) return sliding_window;  // Mistral: every layer
   return sliding_layers.at(static_cast<size_t>(layer)) ? sliding_window : 0;
+}
+
+bool LlamaConfig::is_sparse_layer(int64_t layer) const {
+  // Qwen2MoeDecoderLayer's rule; Mixtral's configs leave both at their defaults.
+  return num_experts > 0 && std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) == mlp_only_layers.end() &&
+         (layer + 1) % decoder_sparse_step == 0;
 }
 
 // Defaults are transformers' own for each family (LlamaConfig, MistralConfig, Qwen2Config,
@@ -310,7 +371,9 @@ LlamaConfig LlamaConfig::from_json(const nlohmann::json& json, const std::string
   const bool qwen = c.model_type == "qwen2" || c.model_type == "qwen3";
   const bool gemma3 = c.model_type == "gemma3_text";
   const bool phi3 = c.model_type == "phi3";
+  const bool phi = c.model_type == "phi";
   const bool mixtral = c.model_type == "mixtral";
+  const bool qwen3_moe = c.model_type == "qwen3_moe";
   const bool gemma = c.model_type == "gemma2" || gemma3;
   c.vocab_size = r.integer("vocab_size");
   c.hidden_size = r.integer("hidden_size");
@@ -319,34 +382,19 @@ LlamaConfig LlamaConfig::from_json(const nlohmann::json& json, const std::string
   c.num_attention_heads = r.integer("num_attention_heads");
   const int64_t default_kv_heads = c.model_type == "mistral" || mixtral ? 8
                                    : qwen                               ? 32
-                                   : gemma                              ? 4
+                                   : gemma || qwen3_moe                 ? 4
                                                                         : c.num_attention_heads;
   c.num_key_value_heads = r.integer("num_key_value_heads", default_kv_heads);
   c.head_dim = r.integer("head_dim", c.model_type == "qwen3" ? 128 : gemma ? 256 : 0);
   const int64_t default_positions = c.model_type == "mistral" || mixtral ? 4096 * 32
                                     : phi3                               ? 4096
-                                    : qwen                               ? 32768
+                                    : qwen || qwen3_moe                  ? 32768
                                     : gemma3                             ? 131072
                                     : gemma                              ? 8192
                                                                          : 2048;
   c.max_position_embeddings = r.integer("max_position_embeddings", default_positions);
-  c.rms_norm_eps = r.number("rms_norm_eps", phi3 || mixtral ? 1e-5 : 1e-6);
-  if (mixtral) {
-    c.rope_theta = 1e6;  // MixtralConfig's default base
-    c.num_experts = r.integer("num_local_experts", 8);
-    c.experts_per_token = r.integer("num_experts_per_tok", 2);
-    if (c.num_experts < 1 || c.experts_per_token < 1 || c.experts_per_token > c.num_experts)
-      throw std::invalid_argument(source + ": num_experts_per_tok is " + std::to_string(c.experts_per_token) +
-                                  " of num_local_experts " + std::to_string(c.num_experts) +
-                                  ", expected 1 <= k <= experts");
-    // transformers adds router_aux_loss_coef times the load-balancing loss only with
-    // output_router_logits, and jitters the router's input only with router_jitter_noise.
-    if (r.boolean("output_router_logits", false))
-      refuse_key(json, source, "output_router_logits", "the load-balancing loss is not implemented (expected false)");
-    if (r.number("router_jitter_noise", 0.0) != 0.0)
-      refuse_key(json, source, "router_jitter_noise", "router jitter is not implemented (expected 0)");
-    r.number("router_aux_loss_coef", 0.001);  // type-checked; unused without output_router_logits
-  }
+  c.rms_norm_eps = phi ? r.number("layer_norm_eps", 1e-5) : r.number("rms_norm_eps", phi3 || mixtral ? 1e-5 : 1e-6);
+  if (mixtral || qwen3_moe) read_experts(json, source, c);
   c.tie_word_embeddings = r.boolean("tie_word_embeddings", gemma);
   // Absent: the family's default (Gemma's 0); null: no padding row.
   const bool pad_null = json.contains("pad_token_id") && json["pad_token_id"].is_null();
@@ -356,6 +404,14 @@ LlamaConfig LlamaConfig::from_json(const nlohmann::json& json, const std::string
                                 ", expected a token id below vocab_size " + std::to_string(c.vocab_size));
   if (c.model_type == "qwen2") {
     c.qkv_bias = true;  // Qwen2Attention: q/k/v always biased, o_proj never
+  } else if (phi) {
+    // PhiAttention: q/k/v and dense always biased; its lm_head too, never tied.
+    c.qkv_bias = c.o_proj_bias = true;
+    c.mlp_bias = true;
+    for (const char* key : {"resid_pdrop", "embd_pdrop"})
+      if (r.number(key, 0.0) != 0.0) refuse_key(json, source, key, "dropout is not implemented (expected 0)");
+    if (c.tie_word_embeddings)
+      refuse_key(json, source, "tie_word_embeddings", "fsdpp's Phi has an untied, biased lm_head (expected false)");
   } else if (phi3) {
     // Phi3Attention and Phi3MLP have no biases; transformers 4.x wrote attention_bias false.
     if (r.boolean("attention_bias", false))
@@ -366,16 +422,17 @@ LlamaConfig LlamaConfig::from_json(const nlohmann::json& json, const std::string
   } else if (c.model_type != "mistral") {
     c.qkv_bias = c.o_proj_bias = r.boolean("attention_bias", false);
   }
-  c.mlp_bias = c.model_type == "llama" && r.boolean("mlp_bias", false);
-  c.qk_norm = c.model_type == "qwen3" || gemma3;
+  if (!phi) c.mlp_bias = c.model_type == "llama" && r.boolean("mlp_bias", false);
+  c.qk_norm = c.model_type == "qwen3" || qwen3_moe || gemma3 || (phi && r.boolean("qk_layernorm", false));
   c.gemma_norms = gemma;
-  c.hidden_act = gemma ? r.text("hidden_activation", "gelu_pytorch_tanh") : r.text("hidden_act", "silu");
-  if (c.hidden_act != "silu" && c.hidden_act != "gelu_pytorch_tanh")
+  c.hidden_act =
+      gemma ? r.text("hidden_activation", "gelu_pytorch_tanh") : r.text("hidden_act", phi ? "gelu_new" : "silu");
+  if (phi ? c.hidden_act != "gelu_new" : c.hidden_act != "silu" && c.hidden_act != "gelu_pytorch_tanh")
     refuse_key(json, source, gemma ? "hidden_activation" : "hidden_act",
-               "fsdpp computes silu and gelu_pytorch_tanh only");
+               phi ? "fsdpp's Phi computes gelu_new only" : "fsdpp computes silu and gelu_pytorch_tanh only");
   if (r.number("attention_dropout", 0.0) != 0.0)
     refuse_key(json, source, "attention_dropout", "attention dropout is not implemented (expected 0)");
-  if (phi3) c.partial_rotary_factor = r.number("partial_rotary_factor", 1.0);  // 4.x: top level
+  if (phi3 || phi) c.partial_rotary_factor = r.number("partial_rotary_factor", phi ? 0.5 : 1.0);  // 4.x: top level
   if (gemma3) {
     read_gemma3_rope(json, source, c);
   } else {
@@ -394,6 +451,13 @@ LlamaConfig LlamaConfig::from_json(const nlohmann::json& json, const std::string
   if (c.model_type == "mistral" || phi3 || mixtral) {
     // MistralAttention, Phi3Attention: every layer, when not null (Phi-3's default: null).
     c.sliding_window = window_of(r, c.model_type == "mistral" ? 4096 : 0);
+  } else if (qwen3_moe) {
+    // Qwen3MoeConfig: the window counts only with use_sliding_window.
+    if (r.boolean("use_sliding_window", false))
+      refuse_key(json, source, "use_sliding_window",
+                 "transformers 4.x slides qwen3_moe's layers from max_window_layers on and 5.x every layer; "
+                 "fsdpp refuses rather than pick one (expected false)");
+    window_of(r, 4096);  // type-checked; inert without use_sliding_window
   } else if (qwen) {
     // Qwen2Config.__post_init__: the window counts only with use_sliding_window, and then
     // (without layer_types) for the layers from max_window_layers on.
@@ -432,7 +496,8 @@ nlohmann::json LlamaConfig::to_json() const {
   static const std::map<std::string, std::string> architectures = {
       {"llama", "LlamaForCausalLM"}, {"mistral", "MistralForCausalLM"}, {"qwen2", "Qwen2ForCausalLM"},
       {"qwen3", "Qwen3ForCausalLM"}, {"gemma2", "Gemma2ForCausalLM"},   {"gemma3_text", "Gemma3ForCausalLM"},
-      {"phi3", "Phi3ForCausalLM"},   {"mixtral", "MixtralForCausalLM"}};
+      {"phi3", "Phi3ForCausalLM"},   {"mixtral", "MixtralForCausalLM"}, {"qwen3_moe", "Qwen3MoeForCausalLM"},
+      {"phi", "PhiForCausalLM"}};
   const bool gemma = model_type == "gemma2" || model_type == "gemma3_text";
   nlohmann::json j = {{"model_type", model_type},
                       {"architectures", {architectures.at(model_type)}},
@@ -450,20 +515,36 @@ nlohmann::json LlamaConfig::to_json() const {
                       {gemma ? "hidden_activation" : "hidden_act", hidden_act},
                       {"pad_token_id", pad_token_id >= 0 ? nlohmann::json(pad_token_id) : nlohmann::json(nullptr)},
                       {"rope_scaling", nullptr}};
-  if (model_type == "llama" || model_type == "qwen3" || gemma) j["attention_bias"] = qkv_bias;
+  if (model_type == "llama" || model_type == "qwen3" || model_type == "qwen3_moe" || gemma)
+    j["attention_bias"] = qkv_bias;
   if (model_type == "llama") j["mlp_bias"] = mlp_bias;
   if (model_type == "mistral" || model_type == "phi3" || model_type == "mixtral")
     j["sliding_window"] = sliding_window > 0 ? nlohmann::json(sliding_window) : nullptr;
-  if (model_type == "mixtral") {
+  if (num_experts > 0) {
     j["num_local_experts"] = num_experts;
     j["num_experts_per_tok"] = experts_per_token;
-    j["output_router_logits"] = false;
-    j["router_jitter_noise"] = 0.0;
+    j["output_router_logits"] = output_router_logits;
+    j["router_aux_loss_coef"] = router_aux_loss_coef;
   }
-  if (model_type == "phi3") {
+  if (model_type == "mixtral") j["router_jitter_noise"] = 0.0;
+  if (model_type == "qwen3_moe") {
+    j["moe_intermediate_size"] = expert_intermediate_size();
+    j["norm_topk_prob"] = normalize_top_k;
+    j["decoder_sparse_step"] = decoder_sparse_step;
+    j["mlp_only_layers"] = mlp_only_layers;
+    j["use_sliding_window"] = false;
+    j["sliding_window"] = nullptr;
+  }
+  if (model_type == "phi3" || model_type == "phi") {
     j["partial_rotary_factor"] = partial_rotary_factor;
     j["resid_pdrop"] = 0.0;
     j["embd_pdrop"] = 0.0;
+  }
+  if (model_type == "phi") {
+    j.erase("head_dim");
+    j.erase("rms_norm_eps");
+    j["layer_norm_eps"] = rms_norm_eps;
+    j["qk_layernorm"] = qk_norm;
   }
   std::vector<std::string> layer_types;
   bool any_sliding = false;
@@ -505,15 +586,22 @@ nlohmann::json LlamaConfig::to_json() const {
 int64_t LlamaConfig::parameter_count() const {
   const int64_t d = hidden_size, hd = dim_per_head();
   const int64_t q = num_attention_heads * hd, kv = num_key_value_heads * hd;
+  if (model_type == "phi") {  // every projection biased, LayerNorms (weight and bias), a biased head
+    const int64_t attention = d * q + 2 * d * kv + q * d + q + 2 * kv + d + (qk_norm ? 4 * hd : 0);
+    const int64_t mlp = 2 * d * intermediate_size + intermediate_size + d;
+    return num_hidden_layers * (attention + mlp + 2 * d) + 2 * vocab_size * d + vocab_size + 2 * d;
+  }
   int64_t attention = d * q + 2 * d * kv + q * d;  // fused or not, the same weights
   if (qkv_bias) attention += q + 2 * kv;
   if (o_proj_bias) attention += d;
   if (qk_norm) attention += 2 * hd;
-  int64_t mlp = 3 * d * intermediate_size + (mlp_bias ? 2 * intermediate_size + d : 0);
-  if (num_experts > 0) mlp = num_experts * (3 * d * intermediate_size + d);  // experts + router rows
-  const int64_t layer = attention + mlp + (gemma_norms ? 4 : 2) * d;         // + the RMSNorm weights
+  const int64_t dense_mlp = 3 * d * intermediate_size + (mlp_bias ? 2 * intermediate_size + d : 0);
+  const int64_t sparse_mlp = num_experts * (3 * d * expert_intermediate_size() + d);  // experts + router rows
+  int64_t layers = 0;
+  for (int64_t i = 0; i < num_hidden_layers; ++i)
+    layers += attention + (is_sparse_layer(i) ? sparse_mlp : dense_mlp) + (gemma_norms ? 4 : 2) * d;  // + norms
   const int64_t embeddings = vocab_size * d * (tie_word_embeddings ? 1 : 2);
-  return num_hidden_layers * layer + embeddings + d;  // + final norm
+  return layers + embeddings + d;  // + final norm
 }
 
 LlamaConfig llama_preset(const std::string& name) {
@@ -665,7 +753,8 @@ torch::Tensor LlamaMlpImpl::forward(const torch::Tensor& x) {
   return summed ? nn::call_summed(down_proj, h) : nn::call(down_proj, h);
 }
 
-LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const LlamaConfig& c, int64_t layer, std::shared_ptr<RotaryTable> rotary) {
+LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const LlamaConfig& c, int64_t layer, std::shared_ptr<RotaryTable> rotary,
+                                             const std::shared_ptr<RouterLogits>& router_logits) {
   auto norm = [&](const char* name) {
     return register_module(name, RmsNorm(c.hidden_size, c.rms_norm_eps, c.gemma_norms));
   };
@@ -673,10 +762,11 @@ LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const LlamaConfig& c, int64_t layer
   self_attn = register_module("self_attn", LlamaAttention(c, layer, std::move(rotary)));
   post_attention_layernorm = norm("post_attention_layernorm");
   if (c.gemma_norms) pre_feedforward_layernorm = norm("pre_feedforward_layernorm");
-  if (c.num_experts > 0) {
-    block_sparse_moe = register_module(
-        "block_sparse_moe",
-        SparseMoe(MoeOptions{c.hidden_size, c.intermediate_size, c.num_experts, c.experts_per_token, true}));
+  if (c.is_sparse_layer(layer)) {
+    const bool qwen = c.model_type == "qwen3_moe";
+    MoeOptions options{c.hidden_size,     c.expert_intermediate_size(),    c.num_experts,      c.experts_per_token,
+                       c.normalize_top_k, /*weights_in_input_dtype=*/qwen, /*qwen_names=*/qwen};
+    moe = register_module(qwen ? "mlp" : "block_sparse_moe", SparseMoe(options, router_logits));
   } else {
     mlp = register_module("mlp", LlamaMlp(c));
   }
@@ -689,12 +779,12 @@ torch::Tensor LlamaDecoderLayerImpl::forward(torch::Tensor x) {
     return x + nn::call(post_feedforward_layernorm, nn::call(mlp, nn::call(pre_feedforward_layernorm, x)));
   }
   x = x + nn::call(self_attn, nn::call(input_layernorm, x));
-  if (block_sparse_moe) return x + nn::call(block_sparse_moe, nn::call(post_attention_layernorm, x));
+  if (moe) return x + nn::call(moe, nn::call(post_attention_layernorm, x));
   return x + nn::call(mlp, nn::call(post_attention_layernorm, x));
 }
 
 // Each part goes to the meta device as soon as it is built under nn::DeferredInit.
-LlamaModelImpl::LlamaModelImpl(const LlamaConfig& c)
+LlamaModelImpl::LlamaModelImpl(const LlamaConfig& c, const std::shared_ptr<RouterLogits>& router_logits)
     : embed_scale(c.gemma_norms ? std::sqrt(static_cast<double>(c.hidden_size)) : 1.0),
       rotary(std::make_shared<RotaryTable>(rope_inverse_frequencies(c))) {
   if (c.local_rope_theta > 0) {  // Gemma 3's sliding layers: their own base, unscaled
@@ -710,7 +800,7 @@ LlamaModelImpl::LlamaModelImpl(const LlamaConfig& c)
   layers = register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const bool local = local_rotary && c.window_of_layer(i) > 0;
-    layer_list.emplace_back(c, i, local ? local_rotary : rotary);
+    layer_list.emplace_back(c, i, local ? local_rotary : rotary, router_logits);
     layers->push_back(layer_list.back());
     nn::release_to_meta(*layer_list.back());
   }
@@ -726,17 +816,30 @@ torch::Tensor LlamaModelImpl::forward(const torch::Tensor& tokens) {
   return nn::call(norm, x);
 }
 
-LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& c) : config(c) {
-  model = register_module("model", LlamaModel(c));
+LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& c)
+    : config(c),
+      router_logits(c.output_router_logits && c.num_experts > 0 ? std::make_shared<RouterLogits>() : nullptr) {
+  model = register_module("model", LlamaModel(c, router_logits));
   lm_head = register_module(
       "lm_head", c.tie_word_embeddings ? LmHead(model->embed_tokens->weight) : LmHead(c.hidden_size, c.vocab_size));
   nn::release_to_meta(*lm_head);  // untied: a part of its own; tied: meta already when deferred
 }
 
 torch::Tensor LlamaForCausalLMImpl::forward(const torch::Tensor& tokens) {
+  if (router_logits) router_logits->clear();
   auto logits = nn::call(lm_head, nn::call(model, tokens));
   const double cap = config.final_logit_softcapping;  // Gemma 2: cap * tanh(logits / cap)
   return cap > 0 ? torch::tanh(logits / cap) * cap : logits;
+}
+
+}  // namespace fsdpp::models
+
+namespace fsdpp::models {
+
+torch::Tensor LlamaForCausalLMImpl::auxiliary_loss() const {
+  if (!router_logits) throw std::logic_error("auxiliary_loss: the config has no output_router_logits");
+  return load_balancing_loss(*router_logits, config.num_experts, config.experts_per_token) *
+         config.router_aux_loss_coef;
 }
 
 }  // namespace fsdpp::models

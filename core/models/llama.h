@@ -32,7 +32,7 @@ struct Llama3RopeScaling {
 
 struct LlamaConfig {
   // Whose config.json this is, and whose to_json writes: llama, mistral, qwen2, qwen3,
-  // gemma2, gemma3_text, phi3 or mixtral.
+  // gemma2, gemma3_text, phi3, phi (built as PhiForCausalLM, phi.h), mixtral or qwen3_moe.
   std::string model_type = "llama";
   int64_t vocab_size = 32000;
   int64_t hidden_size = 4096;
@@ -42,14 +42,14 @@ struct LlamaConfig {
   int64_t num_key_value_heads = 32;
   int64_t head_dim = 0;  // 0: hidden_size / num_attention_heads
   int64_t max_position_embeddings = 4096;
-  double rms_norm_eps = 1e-5;
+  double rms_norm_eps = 1e-5;  // Phi: its LayerNorms' layer_norm_eps
   double rope_theta = 10000.0;
   std::optional<Llama3RopeScaling> rope_scaling;
   bool tie_word_embeddings = false;
   bool qkv_bias = false;     // q_proj, k_proj, v_proj (Llama's attention_bias, Qwen2 always)
   bool o_proj_bias = false;  // o_proj (Llama's and Qwen3's attention_bias; never Qwen2)
   bool mlp_bias = false;     // gate_proj, up_proj, down_proj (Llama's mlp_bias)
-  bool qk_norm = false;      // Qwen3, Gemma 3: RMSNorm over head_dim of every q and k head, before rope
+  bool qk_norm = false;  // Qwen3, Gemma 3: RMSNorm over head_dim of every q and k head, before rope (Phi: qk_layernorm)
   // Which layers attend through a window of sliding_window tokens: empty, every layer when
   // sliding_window > 0 (Mistral); else one entry per layer (Qwen2/3 and Gemma's layer_types).
   int64_t sliding_window = 0;
@@ -69,10 +69,20 @@ struct LlamaConfig {
   // store them (one matmul each); rope on the first head_dim * partial_rotary_factor dims.
   bool fused_projections = false;
   double partial_rotary_factor = 1.0;
-  // Mixtral: every layer's MLP is num_experts SwiGLU experts of intermediate_size, top_k of
-  // them per token (moe.h); 0: a dense MLP.
+  // Mixtral, Qwen3-MoE: a sparse layer's MLP is num_experts SwiGLU experts of
+  // moe_intermediate_size (0: intermediate_size), experts_per_token of them per token
+  // (moe.h); 0: every MLP dense. Qwen3-MoE: layers in mlp_only_layers, and those whose
+  // (index + 1) is not a multiple of decoder_sparse_step, keep a dense MLP of intermediate_size.
   int64_t num_experts = 0;
   int64_t experts_per_token = 2;
+  int64_t moe_intermediate_size = 0;
+  bool normalize_top_k = true;  // Qwen3-MoE's norm_topk_prob; Mixtral always
+  int64_t decoder_sparse_step = 1;
+  std::vector<int64_t> mlp_only_layers;
+  // output_router_logits: training adds router_aux_loss_coef times the load-balancing loss
+  // of each forward pass to its mean cross-entropy (LlamaForCausalLMImpl::auxiliary_loss).
+  bool output_router_logits = false;
+  double router_aux_loss_coef = 0.001;
 
   // Reads the config.json of any model_type above (none: llama). Every key is computed,
   // listed as not changing the math, or refused in one line naming `source`, the key and
@@ -87,12 +97,17 @@ struct LlamaConfig {
   }
   // The window layer `layer` attends through; 0: full causal attention.
   int64_t window_of_layer(int64_t layer) const;
+  // Whether layer `layer`'s MLP is a mixture of experts.
+  bool is_sparse_layer(int64_t layer) const;
+  int64_t expert_intermediate_size() const {
+    return moe_intermediate_size > 0 ? moe_intermediate_size : intermediate_size;
+  }
   // Exact parameter count (tied embeddings counted once), without building the model.
   int64_t parameter_count() const;
 };
 
 // The model_types LlamaConfig reads: llama, mistral, qwen2, qwen3, gemma2, gemma3_text, phi3,
-// mixtral.
+// phi, mixtral, qwen3_moe.
 const std::vector<std::string>& llama_model_types();
 
 // Presets for training from scratch: "tiny" (tests), "125M", "350M" (Llama-style sizes
@@ -128,7 +143,9 @@ struct LlamaMlpImpl : torch::nn::Module {
 TORCH_MODULE(LlamaMlp);
 
 struct LlamaDecoderLayerImpl : torch::nn::Module {
-  LlamaDecoderLayerImpl(const LlamaConfig& c, int64_t layer, std::shared_ptr<RotaryTable> rotary);
+  // `router_logits`: where a sparse layer records its router logits (null: nowhere).
+  LlamaDecoderLayerImpl(const LlamaConfig& c, int64_t layer, std::shared_ptr<RotaryTable> rotary,
+                        const std::shared_ptr<RouterLogits>& router_logits = nullptr);
   torch::Tensor forward(torch::Tensor x);
   // Llama: post_attention_layernorm is the MLP's input norm. Gemma: it normalises the
   // attention's output, and pre_/post_feedforward_layernorm surround the MLP.
@@ -136,12 +153,13 @@ struct LlamaDecoderLayerImpl : torch::nn::Module {
   RmsNorm pre_feedforward_layernorm{nullptr}, post_feedforward_layernorm{nullptr};
   LlamaAttention self_attn{nullptr};
   LlamaMlp mlp{nullptr};
-  SparseMoe block_sparse_moe{nullptr};  // Mixtral: instead of mlp
+  // A sparse layer's experts instead of mlp, named block_sparse_moe (Mixtral) or mlp (Qwen3-MoE).
+  SparseMoe moe{nullptr};
 };
 TORCH_MODULE(LlamaDecoderLayer);
 
 struct LlamaModelImpl : torch::nn::Module {
-  explicit LlamaModelImpl(const LlamaConfig& c);
+  LlamaModelImpl(const LlamaConfig& c, const std::shared_ptr<RouterLogits>& router_logits = nullptr);
   torch::Tensor forward(const torch::Tensor& tokens);  // -> normed hidden states
   torch::nn::Embedding embed_tokens{nullptr};
   torch::nn::ModuleList layers;
@@ -156,7 +174,12 @@ TORCH_MODULE(LlamaModel);
 struct LlamaForCausalLMImpl : torch::nn::Module {
   explicit LlamaForCausalLMImpl(const LlamaConfig& c);
   torch::Tensor forward(const torch::Tensor& tokens);  // -> logits [b, s, vocab], soft-capped if asked
+  // router_aux_loss_coef times the load-balancing loss of the last forward pass run with
+  // gradients on (transformers' MixtralForCausalLM adds it to the loss when labels are given).
+  // Only with output_router_logits; std::logic_error if no such forward pass ran.
+  torch::Tensor auxiliary_loss() const;
   LlamaConfig config;
+  std::shared_ptr<RouterLogits> router_logits;  // output_router_logits only: this pass's, per sparse layer
   LlamaModel model{nullptr};
   LmHead lm_head{nullptr};
 };

@@ -140,6 +140,36 @@ LlamaConfig phi3_preset(const std::string& size) {
   return LlamaConfig::from_json(j, "phi3 preset " + size);
 }
 
+// Phi-1.5 and Phi-2 (microsoft/phi-1_5's and microsoft/phi-2's config.json), and the test
+// shape: Llama's tiny one with a half rotary and q/k LayerNorms.
+LlamaConfig phi_preset(const std::string& size) {
+  nlohmann::json j = {{"model_type", "phi"}, {"vocab_size", 51200}, {"num_attention_heads", 32}};
+  if (size == "tiny") {
+    const auto tiny = llama_preset("tiny");
+    j = {{"model_type", "phi"},
+         {"vocab_size", tiny.vocab_size},
+         {"hidden_size", tiny.hidden_size},
+         {"intermediate_size", tiny.intermediate_size},
+         {"num_hidden_layers", tiny.num_hidden_layers},
+         {"num_attention_heads", tiny.num_attention_heads},
+         {"num_key_value_heads", tiny.num_key_value_heads},
+         {"max_position_embeddings", tiny.max_position_embeddings},
+         {"partial_rotary_factor", 0.5},
+         {"qk_layernorm", true}};
+  } else if (size == "1.3B") {
+    j.update({{"hidden_size", 2048},
+              {"intermediate_size", 8192},
+              {"num_hidden_layers", 24},
+              {"partial_rotary_factor", 0.5}});
+  } else {  // 2.7B: Phi-2
+    j.update({{"hidden_size", 2560},
+              {"intermediate_size", 10240},
+              {"num_hidden_layers", 32},
+              {"partial_rotary_factor", 0.4}});
+  }
+  return LlamaConfig::from_json(j, "phi preset " + size);
+}
+
 // Mixtral 8x7B (mistralai/Mixtral-8x7B-v0.1's config.json) and the test shape: Llama's tiny
 // one with 4 experts, 2 per token.
 LlamaConfig mixtral_preset(const std::string& size) {
@@ -155,6 +185,66 @@ LlamaConfig mixtral_preset(const std::string& size) {
     c.rms_norm_eps = 1e-5;
   }
   return LlamaConfig::from_json(c.to_json(), "mixtral preset " + size);
+}
+
+// Qwen's published shapes (the config.json of Qwen/Qwen2.5-{0.5B,1.5B,7B},
+// Qwen/Qwen3-{0.6B,1.7B,4B,8B} and Qwen/Qwen3-30B-A3B): vocab, hidden, intermediate, layers,
+// heads, kv heads, tied embeddings. Qwen3's head_dim is 128 at every size.
+struct QwenShape {
+  int64_t vocab, hidden, intermediate, layers, heads, kv_heads;
+  bool tied;
+};
+
+const std::map<std::string, QwenShape>& qwen_shapes(const std::string& model_type) {
+  static const std::map<std::string, std::map<std::string, QwenShape>> shapes = {
+      {"qwen2",
+       {{"0.5B", {151936, 896, 4864, 24, 14, 2, true}},
+        {"1.5B", {151936, 1536, 8960, 28, 12, 2, true}},
+        {"7B", {152064, 3584, 18944, 28, 28, 4, false}}}},
+      {"qwen3",
+       {{"0.6B", {151936, 1024, 3072, 28, 16, 8, true}},
+        {"1.7B", {151936, 2048, 6144, 28, 16, 8, true}},
+        {"4B", {151936, 2560, 9728, 36, 32, 8, true}},
+        {"8B", {151936, 4096, 12288, 36, 32, 8, false}}}},
+      {"qwen3_moe", {{"30B-A3B", {151936, 2048, 6144, 48, 32, 4, false}}}}};
+  return shapes.at(model_type);
+}
+
+// Qwen2/2.5, Qwen3 and Qwen3-MoE: the published sizes above, and the test shape: Llama's
+// tiny one with the family's options (Qwen3's head_dim twice hidden / heads; Qwen3-MoE with
+// a third layer, 4 experts of 2 per token unnormalised, layer 1 dense).
+LlamaConfig qwen_preset(const std::string& model_type, const std::string& size) {
+  const bool moe = model_type == "qwen3_moe";
+  if (size == "tiny") {
+    auto c = llama_preset("tiny");
+    c.model_type = model_type;
+    if (model_type != "qwen2") c.head_dim = 2 * c.dim_per_head();  // Qwen3's trap: not hidden / heads
+    if (moe) {
+      c.num_hidden_layers = 3;
+      c.num_experts = 4;
+      c.experts_per_token = 2;
+      c.moe_intermediate_size = 24;
+      c.normalize_top_k = false;
+      c.mlp_only_layers = {1};
+    }
+    return LlamaConfig::from_json(c.to_json(), model_type + " preset tiny");
+  }
+  const QwenShape& shape = qwen_shapes(model_type).at(size);
+  nlohmann::json j = {{"model_type", model_type},
+                      {"vocab_size", shape.vocab},
+                      {"hidden_size", shape.hidden},
+                      {"intermediate_size", shape.intermediate},
+                      {"num_hidden_layers", shape.layers},
+                      {"num_attention_heads", shape.heads},
+                      {"num_key_value_heads", shape.kv_heads},
+                      {"tie_word_embeddings", shape.tied},
+                      {"rope_theta", 1e6},
+                      {"max_position_embeddings", model_type == "qwen2" ? 32768 : 40960}};
+  if (model_type != "qwen2") j["head_dim"] = 128;
+  if (moe)
+    j.update(
+        {{"num_experts", 128}, {"num_experts_per_tok", 8}, {"moe_intermediate_size", 768}, {"norm_topk_prob", true}});
+  return LlamaConfig::from_json(j, model_type + " preset " + size);
 }
 
 std::string join_keys(const std::vector<std::string>& names) {
@@ -173,8 +263,9 @@ std::vector<std::string> from_scratch_sizes(const std::string& model_type) {
     for (const auto& [name, _] : opt_sizes()) names.push_back(name);
   } else if (model_type == "llama" || model_type == "mistral") {
     names = llama_preset_names();
-  } else if (model_type == "qwen2" || model_type == "qwen3") {
-    names = {"tiny"};  // the test shape; Qwen's published sizes are issue 41's item 5
+  } else if (model_type == "qwen2" || model_type == "qwen3" || model_type == "qwen3_moe") {
+    names = {"tiny"};
+    for (const auto& [name, _] : qwen_shapes(model_type)) names.push_back(name);
   } else if (model_type == "gemma2") {
     names = {"tiny", "2B"};
   } else if (model_type == "gemma3_text") {
@@ -183,6 +274,8 @@ std::vector<std::string> from_scratch_sizes(const std::string& model_type) {
     names = {"tiny", "3.8B", "14B"};
   } else if (model_type == "mixtral") {
     names = {"tiny", "8x7B"};
+  } else if (model_type == "phi") {
+    names = {"tiny", "1.3B", "2.7B"};
   } else {
     std::string known;
     for (const auto& type : supported_model_types()) known += (known.empty() ? "" : ", ") + type;
@@ -207,10 +300,13 @@ nlohmann::json from_scratch_config(const std::string& model_type, const std::str
     config = phi3_preset(size).to_json();
   } else if (model_type == "mixtral") {
     config = mixtral_preset(size).to_json();
+  } else if (model_type == "phi") {
+    config = phi_preset(size).to_json();
+  } else if (model_type.rfind("qwen", 0) == 0) {
+    config = qwen_preset(model_type, size).to_json();
   } else {
     auto llama = llama_preset(size);
     llama.model_type = model_type;  // the family's own config keys (Mistral: no window)
-    if (model_type == "qwen3") llama.head_dim = 2 * llama.dim_per_head();  // Qwen3's trap: not hidden / heads
     config = llama.to_json();
   }
   config["model_type"] = model_type;

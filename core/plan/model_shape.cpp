@@ -87,6 +87,9 @@ ModelShape ModelShape::of_config(const nlohmann::json& config, const std::string
     }
     s.vocab = lm.vocab_size;
     s.max_positions = lm.max_positions;
+    // The family's own config.json names both, with defaults filled in.
+    const int64_t experts = config_int(lm.config, {"num_local_experts"});
+    if (experts > 0) s.expert_share = static_cast<double>(config_int(lm.config, {"num_experts_per_tok"})) / experts;
   }
   s.layers = config_int(config, {"n_layer", "num_hidden_layers"});
   s.hidden = config_int(config, {"n_embd", "hidden_size"});
@@ -96,7 +99,9 @@ ModelShape ModelShape::of_config(const nlohmann::json& config, const std::string
   // GPT-2's n_inner may be null (4 * n_embd); OPT's ffn_dim; Llama's intermediate_size.
   s.ffn = config_int(config, {"n_inner", "ffn_dim", "intermediate_size"}, 4 * s.hidden);
   const bool post_norm = s.model_type == "opt" && !config.value("do_layer_norm_before", true);
-  s.skipped_projection_params = post_norm ? 0 : s.ffn * s.hidden;
+  // A sparse block's last call is an expert's down projection, an ordinary call that its
+  // recomputation repeats: nothing is skipped.
+  s.skipped_projection_params = post_norm || s.expert_share < 1.0 ? 0 : s.ffn * s.hidden;
   return s;
 }
 

@@ -31,7 +31,7 @@ struct UnitShape {
 // (allocation), which tidy's exception-escape reads into the implicit noexcept move.
 // NOLINTNEXTLINE(bugprone-exception-escape)
 struct ModelShape {
-  std::string model_type;        // gpt2, opt, llama, mistral
+  std::string model_type;        // one of models::supported_model_types()
   nlohmann::json config;         // as parsed (config.json)
   std::vector<UnitShape> units;  // core/fsdp/unit_plan.h's order: blocks, then the root
   // Every parameter under every name (a tied weight under each of its names), in
@@ -42,6 +42,9 @@ struct ModelShape {
   int64_t attention_width = 0;  // heads * head_dim
   int64_t heads = 0;
   int64_t ffn = 0;  // MLP inner width
+  // Mixture of experts: num_experts_per_tok / experts, the share of expert weights a token
+  // runs (the FLOP count's active parameters); 1 without experts.
+  double expert_share = 1.0;
   // Weight elements, per block, of the projection a checkpoint's recomputation skips: the
   // MLP's output projection (ffn x hidden; nn::call_summed in core/models), which is the
   // block's last module call in every family but post-norm OPT (0 there).

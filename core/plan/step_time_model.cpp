@@ -22,7 +22,7 @@ bool name_has(const std::string& s, const char* part) { return s.find(part) != s
 }  // namespace
 
 double model_flops_per_token(const std::vector<ParamShape>& named_parameters, int64_t layers, int64_t attention_width,
-                             int64_t seq_len) {
+                             int64_t seq_len, double expert_share) {
   bool separate_head = false;
   for (const auto& p : named_parameters)
     if (p.name == "lm_head.weight") separate_head = true;
@@ -33,13 +33,14 @@ double model_flops_per_token(const std::vector<ParamShape>& named_parameters, in
     if (name_has(p.name, "wpe") || name_has(p.name, "embed_positions")) continue;
     const bool token_embedding = name_has(p.name, "wte") || name_has(p.name, "embed_tokens");
     if (token_embedding && separate_head) continue;  // a lookup; the head is counted itself
-    matmul_params += static_cast<double>(p.numel());
+    matmul_params += static_cast<double>(p.numel()) * (name_has(p.name, ".experts.") ? expert_share : 1.0);
   }
   return 6.0 * matmul_params + 12.0 * static_cast<double>(layers * attention_width * seq_len);
 }
 
 double model_flops_per_token(const ModelShape& model, int64_t seq_len) {
-  return model_flops_per_token(model.named_parameters, model.layers, model.attention_width, seq_len);
+  return model_flops_per_token(model.named_parameters, model.layers, model.attention_width, seq_len,
+                               model.expert_share);
 }
 
 StepTimeEstimate estimate_step_time(const ModelShape& model, const PlanConfig& c, const MemoryEstimate& memory) {

@@ -3,8 +3,10 @@
 // FLOPs per token (model FLOPs, the PaLM / nanoGPT convention; recomputation under
 // activation checkpointing is not counted): 6 * (parameters that enter a matmul: every
 // weight except position embeddings and norms; the LM head counts once even when tied)
-// + 12 * layers * attention width * sequence length. The benchmark's MFU and this plan
-// both use model_flops_per_token; there is no other copy in C++.
+// + 12 * layers * attention width * sequence length. A mixture of experts' expert weights
+// (names holding ".experts.") count at the share of them a token runs, top-k / experts:
+// active parameters for FLOPs, while memory counts them all. The benchmark's MFU and this
+// plan both use model_flops_per_token; there is no other copy in C++.
 //
 // Step time (a roofline with a width-dependent matmul efficiency, all terms in PLAN.md):
 //   compute   = (block FLOPs * (1 + recomputed share / 3) - recomputed share * skipped
@@ -33,9 +35,10 @@
 namespace fsdpp::plan {
 
 // See above. `named_parameters`: every parameter under every name, tied weights under
-// each name (torch's named_parameters order); layers and attention width from the model.
+// each name (torch's named_parameters order); layers and attention width from the model;
+// expert_share: the experts a token runs over all experts (1 without experts).
 double model_flops_per_token(const std::vector<ParamShape>& named_parameters, int64_t layers, int64_t attention_width,
-                             int64_t seq_len);
+                             int64_t seq_len, double expert_share = 1.0);
 double model_flops_per_token(const ModelShape& model, int64_t seq_len);
 
 struct TimeAssumptions {

@@ -34,11 +34,17 @@ at::Tensor summed_cross_entropy(const models::CausalLm& lm, const at::Tensor& in
       torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum).ignore_index(kIgnoreIndex));
 }
 
+at::Tensor training_loss(const models::CausalLm& lm, const at::Tensor& inputs, const at::Tensor& targets) {
+  auto loss = summed_cross_entropy(lm, inputs, targets);
+  if (!lm.auxiliary_loss) return loss;
+  return loss + lm.auxiliary_loss() * static_cast<double>(targets.numel());
+}
+
 TrainStep::TrainStep(comm::Communicator& comm, const models::CausalLm& lm, fsdp::ShardedModel* sharded,
                      torch::optim::Optimizer& optimizer, const TrainStepOptions& options)
     : TrainStep(
-          comm, [&lm](const MicroBatch& batch) { return summed_cross_entropy(lm, batch.inputs, batch.targets); },
-          sharded, optimizer, options) {}
+          comm, [&lm](const MicroBatch& batch) { return training_loss(lm, batch.inputs, batch.targets); }, sharded,
+          optimizer, options) {}
 
 TrainStep::TrainStep(comm::Communicator& comm, LossFn loss, fsdp::ShardedModel* sharded,
                      torch::optim::Optimizer& optimizer, const TrainStepOptions& options, TrainStepHooks hooks)

@@ -80,6 +80,12 @@ struct StepRecord {
 // CPU torch's cross_entropy on an fp32 copy; the two agree to fp32 round-off.
 at::Tensor summed_cross_entropy(const models::CausalLm& lm, const at::Tensor& inputs, const at::Tensor& targets);
 
+// What a causal LM's micro-step minimises: summed_cross_entropy, plus the model's auxiliary
+// loss (CausalLm::auxiliary_loss, a mixture of experts' load balancing) times the
+// micro-batch's token count, so that backward_scale makes each micro-batch count as
+// transformers' loss (mean cross-entropy + coef x aux), averaged over the step's micro-batches.
+at::Tensor training_loss(const models::CausalLm& lm, const at::Tensor& inputs, const at::Tensor& targets);
+
 // What a micro-step minimises: the loss of one micro-batch, a scalar tensor that the step
 // multiplies by backward_scale before backward. A causal LM's is summed_cross_entropy (so
 // that backward_scale makes it the mean over the step's tokens); a loss that is already a

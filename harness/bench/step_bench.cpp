@@ -305,8 +305,9 @@ nlohmann::json run_step_bench(comm::Communicator& comm, int local_rank, const St
   const double peak =
       measure_matmul_flops(device.str(), c.mixed_precision, device.is_cuda() ? 8192 : 1024, device.is_cuda() ? 10 : 3);
   // The vendor's dense bf16 peak, as torchtitan's MFU divides by (bf16 cells on a listed GPU).
-  const auto datasheet =
-      c.mixed_precision == "bf16" ? datasheet_bf16_flops_per_s(runtime::device_name(device)) : std::optional<double>();
+  // 0: none (gcc cannot follow an optional through the json initialiser below).
+  const double datasheet =
+      c.mixed_precision == "bf16" ? datasheet_bf16_flops_per_s(runtime::device_name(device)).value_or(0.0) : 0.0;
   int64_t params = 0;
   std::set<const void*> counted;  // LibTorch's named_parameters lists a tie under each name: count it once
   for (const auto& p : lm.module->named_parameters(true))
@@ -381,8 +382,8 @@ nlohmann::json run_step_bench(comm::Communicator& comm, int local_rank, const St
       {"achieved_flops_per_s_per_device", achieved},
       {"matmul_peak_flops_per_s", peak},
       {"mfu", achieved / peak},
-      {"datasheet_peak_flops_per_s", datasheet ? nlohmann::json(*datasheet) : nlohmann::json(nullptr)},
-      {"mfu_datasheet", datasheet ? nlohmann::json(achieved / *datasheet) : nlohmann::json(nullptr)},
+      {"datasheet_peak_flops_per_s", datasheet > 0 ? nlohmann::json(datasheet) : nlohmann::json(nullptr)},
+      {"mfu_datasheet", datasheet > 0 ? nlohmann::json(achieved / datasheet) : nlohmann::json(nullptr)},
       {"memory_bytes", memory_json},
       {"comm", comm_json},
       {"comm_ms_per_step", busy_total},

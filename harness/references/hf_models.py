@@ -197,6 +197,35 @@ def _mixtral():
     return MixtralForCausalLM, config, "llama"
 
 
+def _phi():
+    """Phi-2's blocks: attention and MLP in parallel from one LayerNorm, biased projections
+    and head, rope on half of each head (partial_rotary_factor 0.5), q/k LayerNorms
+    (qk_layernorm), grouped-query attention."""
+    from transformers import PhiConfig, PhiForCausalLM
+
+    config = PhiConfig(**_LLAMA_SHAPE, partial_rotary_factor=0.5, qk_layernorm=True)
+    return PhiForCausalLM, config, "llama"
+
+
+def _qwen3_moe():
+    """Qwen3-MoE: Qwen3's attention (q/k norms, head_dim 24 where hidden/heads is 16), 3 layers
+    of which layer 1 keeps a dense MLP (mlp_only_layers), the others 4 experts 32 wide, 2 per
+    token, their weights not renormalised (norm_topk_prob false)."""
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    shape = dict(_LLAMA_SHAPE, num_hidden_layers=3)
+    config = Qwen3MoeConfig(
+        **shape,
+        head_dim=24,
+        num_experts=4,
+        num_experts_per_tok=2,
+        moe_intermediate_size=32,
+        norm_topk_prob=False,
+        mlp_only_layers=[1],
+    )
+    return Qwen3MoeForCausalLM, config, "llama"
+
+
 ARCHS = {
     "gpt2": _gpt2,
     "opt-pre-ln": lambda: _opt(pre_ln=True),
@@ -216,6 +245,8 @@ ARCHS = {
     "gemma3": _gemma3,
     "phi3": _phi3,
     "mixtral": _mixtral,
+    "qwen3-moe": _qwen3_moe,
+    "phi": _phi,
 }
 
 

@@ -162,9 +162,18 @@ def adamw(model, args):
 
 
 def summed_loss(model, inputs, targets):
-    """trainer.cpp's summed_loss: sum of next-token cross-entropy over the targets, fp32."""
-    logits = model(input_ids=inputs, use_cache=False).logits
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1), reduction="sum")
+    """train_step.cpp's training_loss: sum of next-token cross-entropy over the targets, fp32;
+    for a mixture of experts whose config sets output_router_logits, plus transformers' own
+    load-balancing loss (its aux_loss, computed by load_balancing_loss_func) times
+    router_aux_loss_coef, times the targets' count: the micro-batch's mean of transformers'
+    loss (mean cross-entropy + coef x aux_loss) once scaled by backward_scale."""
+    out = model(input_ids=inputs, use_cache=False)
+    logits = out.logits
+    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1), reduction="sum")
+    aux = getattr(out, "aux_loss", None)
+    if aux is not None:
+        loss = loss + model.config.router_aux_loss_coef * aux * targets.numel()
+    return loss
 
 
 def train(args):

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <array>
 #include <cmath>
 #include <map>
 #include <unordered_set>
@@ -533,7 +534,8 @@ TEST(Configs, EachFamilyExportsItsOwnConfigAndReadsItBack) {
   const std::map<std::string, std::string> kClasses = {
       {"llama", "LlamaForCausalLM"}, {"mistral", "MistralForCausalLM"}, {"qwen2", "Qwen2ForCausalLM"},
       {"qwen3", "Qwen3ForCausalLM"}, {"gemma2", "Gemma2ForCausalLM"},   {"gemma3_text", "Gemma3ForCausalLM"},
-      {"phi3", "Phi3ForCausalLM"},   {"mixtral", "MixtralForCausalLM"}};
+      {"phi3", "Phi3ForCausalLM"},   {"mixtral", "MixtralForCausalLM"}, {"qwen3_moe", "Qwen3MoeForCausalLM"},
+      {"phi", "PhiForCausalLM"}};
   for (const std::string& type : llama_model_types()) {
     const bool gemma = type.rfind("gemma", 0) == 0;
     auto c = LlamaConfig::from_json(
@@ -541,8 +543,12 @@ TEST(Configs, EachFamilyExportsItsOwnConfigAndReadsItBack) {
           auto j = llama_preset("tiny").to_json();
           j["model_type"] = type;
           if (type != "llama") j.erase("mlp_bias");
-          if (type != "llama" && type != "qwen3" && !gemma) j.erase("attention_bias");
+          if (type != "llama" && type != "qwen3" && type != "qwen3_moe" && !gemma) j.erase("attention_bias");
           if (gemma) j["hidden_activation"] = j["hidden_act"], j.erase("hidden_act");
+          if (type == "phi") {
+            j["layer_norm_eps"] = j["rms_norm_eps"], j["hidden_act"] = "gelu_new";
+            for (const char* key : {"rms_norm_eps", "head_dim", "attention_bias"}) j.erase(key);
+          }
           return j;
         }(),
         type);
@@ -551,8 +557,8 @@ TEST(Configs, EachFamilyExportsItsOwnConfigAndReadsItBack) {
     EXPECT_EQ(j["architectures"], nlohmann::json::array({kClasses.at(type)}));
     const auto back = LlamaConfig::from_json(j, type);
     EXPECT_EQ(back.parameter_count(), c.parameter_count()) << type;
-    EXPECT_EQ(back.qkv_bias, type == "qwen2") << type;
-    EXPECT_EQ(back.qk_norm, type == "qwen3" || type == "gemma3_text") << type;
+    EXPECT_EQ(back.qkv_bias, type == "qwen2" || type == "phi") << type;
+    EXPECT_EQ(back.qk_norm, type == "qwen3" || type == "qwen3_moe" || type == "gemma3_text") << type;
     EXPECT_EQ(back.gemma_norms, gemma) << type;
     EXPECT_EQ(back.sliding_layers, c.sliding_layers) << type;
     EXPECT_EQ(back.final_logit_softcapping, c.final_logit_softcapping) << type;
@@ -762,9 +768,31 @@ TEST(Configs, Phi3PresetsHaveTheirPublishedParameterCountsAndPartialRotaryIsPhi3
   expect_refused(phi3, "key 'resid_pdrop' is 0.1");
 }
 
-// Mixtral's sparse MLP, written densely: every token's output is the sum over its two
-// highest-probability experts (softmax over all four, the two renormalised to sum to 1) of
-// weight times that expert's w2(silu(w1 x) * w3 x).
+// A sparse MLP written densely: every token's output is the sum over its k highest-probability
+// experts (softmax over all of them) of the weight (renormalised over the k when `normalize`)
+// times that expert's down(silu(gate x) * up x); `names` are the gate, up and down tensors.
+torch::Tensor sparse_moe_ref(const Weights& w, const std::string& p, const torch::Tensor& x, int64_t k, bool normalize,
+                             const std::array<std::string, 3>& names) {
+  auto probs = softmax_ref(linear_ref(w, p + "gate", x));
+  auto expected = torch::zeros_like(x);
+  for (int64_t b = 0; b < x.size(0); ++b)
+    for (int64_t t = 0; t < x.size(1); ++t) {
+      auto top = std::get<1>(probs[b][t].topk(k));
+      double sum = 0;
+      for (int64_t j = 0; j < k; ++j) sum += probs[b][t][top[j]].item<double>();
+      for (int64_t j = 0; j < k; ++j) {
+        const int64_t e = top[j].item<int64_t>();
+        const std::string ex = p + "experts." + std::to_string(e) + ".";
+        auto h = x[b][t];
+        auto gate = linear_ref(w, ex + names[0], h);
+        auto y = linear_ref(w, ex + names[2], gate * torch::sigmoid(gate) * linear_ref(w, ex + names[1], h));
+        expected[b][t] += y * (probs[b][t][e].item<double>() / (normalize ? sum : 1.0));
+      }
+    }
+  return expected;
+}
+
+// Mixtral's sparse MLP: two of four experts, renormalised, named w1 (gate), w3 (up), w2 (down).
 TEST(Llama, MixtralSparseExpertsMatchThePublishedFormulas) {
   const auto c = LlamaConfig::from_json(from_scratch_config("mixtral", "tiny"), "mixtral tiny");
   ASSERT_EQ(c.num_experts, 4);
@@ -775,40 +803,178 @@ TEST(Llama, MixtralSparseExpertsMatchThePublishedFormulas) {
   torch::NoGradGuard no_grad;
   // The model's own MoE block on the normalised hidden states of layer 0, against the formula.
   auto x = torch::randn({2, 10, c.hidden_size});
-  const std::string p = "model.layers.0.block_sparse_moe.";
-  auto probs = softmax_ref(linear_ref(w, p + "gate", x));
-  auto expected = torch::zeros_like(x);
-  for (int64_t b = 0; b < 2; ++b)
-    for (int64_t t = 0; t < 10; ++t) {
-      auto top = std::get<1>(probs[b][t].topk(2));
-      const double sum = probs[b][t][top[0]].item<double>() + probs[b][t][top[1]].item<double>();
-      for (int64_t j = 0; j < 2; ++j) {
-        const int64_t e = top[j].item<int64_t>();
-        const std::string ex = p + "experts." + std::to_string(e) + ".";
-        auto h = x[b][t];
-        auto gate = linear_ref(w, ex + "w1", h);
-        auto y = linear_ref(w, ex + "w2", gate * torch::sigmoid(gate) * linear_ref(w, ex + "w3", h));
-        expected[b][t] += y * (probs[b][t][e].item<double>() / sum);
-      }
-    }
-  expect_close(model->model->layer_list[0]->block_sparse_moe->forward(x), expected);
+  auto expected = sparse_moe_ref(w, "model.layers.0.block_sparse_moe.", x, 2, true, {"w1", "w3", "w2"});
+  expect_close(model->model->layer_list[0]->moe->forward(x), expected);
   EXPECT_EQ(c.parameter_count(), counted_parameters(*model));
   EXPECT_EQ(model->forward(tokens).sizes(), (std::vector<int64_t>{2, 10, c.vocab_size}));
 }
 
+// Qwen3-MoE: the experts under `mlp` named gate_proj/up_proj/down_proj, top-k weights not
+// renormalised (norm_topk_prob false), and mlp_only_layers' layer a dense MLP of
+// intermediate_size while the others' experts are moe_intermediate_size wide.
+TEST(Llama, Qwen3MoeExpertsAndDenseLayersMatchThePublishedFormulas) {
+  const auto c = LlamaConfig::from_json(from_scratch_config("qwen3_moe", "tiny"), "qwen3_moe tiny");
+  ASSERT_FALSE(c.normalize_top_k);
+  ASSERT_TRUE(c.is_sparse_layer(0));
+  ASSERT_FALSE(c.is_sparse_layer(1));
+  LlamaForCausalLM model(c);
+  randomize(*model, 11);
+  auto w = weights_of(*model);
+  EXPECT_EQ(w.at("model.layers.0.mlp.experts.3.gate_proj.weight").sizes(),
+            (std::vector<int64_t>{c.moe_intermediate_size, c.hidden_size}));
+  EXPECT_EQ(w.at("model.layers.1.mlp.gate_proj.weight").sizes(),
+            (std::vector<int64_t>{c.intermediate_size, c.hidden_size}));
+  EXPECT_EQ(w.count("model.layers.1.mlp.gate.weight"), 0U);
+  EXPECT_EQ(c.parameter_count(), counted_parameters(*model));
+  torch::NoGradGuard no_grad;
+  auto x = torch::randn({2, 7, c.hidden_size});
+  auto expected = sparse_moe_ref(w, "model.layers.2.mlp.", x, 2, false, {"gate_proj", "up_proj", "down_proj"});
+  expect_close(model->model->layer_list[2]->moe->forward(x), expected);
+}
+
+// transformers' load_balancing_loss_func without a mask: over every layer's tokens, f_e the
+// share of the k picks that went to expert e and P_e the mean router probability of e;
+// num_experts * sum_e f_e * P_e, with a gradient through P only. Counted here by hand.
+TEST(Llama, LoadBalancingLossIsSwitchTransformersFormulaOverEveryLayer) {
+  torch::manual_seed(5);
+  const int64_t experts = 4, k = 2;
+  RouterLogits logits = {torch::randn({6, experts}, torch::requires_grad()),
+                         torch::randn({6, experts}, torch::requires_grad())};
+  auto loss = load_balancing_loss(logits, experts, k);
+  std::vector<double> picks(experts, 0.0), probability(experts, 0.0);
+  double rows = 0;
+  for (const auto& l : logits) {
+    auto probs = torch::softmax(l.detach().to(torch::kDouble), -1);
+    for (int64_t t = 0; t < l.size(0); ++t) {
+      auto top = std::get<1>(probs[t].topk(k));
+      for (int64_t j = 0; j < k; ++j) picks[static_cast<size_t>(top[j].item<int64_t>())] += 1;
+      for (int64_t e = 0; e < experts; ++e) probability[static_cast<size_t>(e)] += probs[t][e].item<double>();
+      rows += 1;
+    }
+  }
+  double expected = 0;
+  for (size_t e = 0; e < picks.size(); ++e) expected += picks[e] / rows * (probability[e] / rows);
+  expected *= static_cast<double>(experts);
+  EXPECT_NEAR(loss.item<double>(), expected, 1e-6);
+  loss.backward();
+  // d loss / d P_e = experts * f_e / rows for every token's probabilities: a nonzero gradient.
+  EXPECT_GT(logits[0].grad().abs().sum().item<double>(), 0.0);
+}
+
+// With output_router_logits the model records every sparse layer's router logits of a
+// forward pass run with gradients, and its auxiliary_loss is router_aux_loss_coef times
+// the load-balancing loss over them; without gradients (evaluation) nothing is recorded.
+TEST(Llama, AuxiliaryLossIsTheCoefficientTimesTheLoadBalancingLossOfTheLastForward) {
+  auto json = from_scratch_config("qwen3_moe", "tiny");
+  json["output_router_logits"] = true;
+  json["router_aux_loss_coef"] = 0.25;
+  auto lm = build_causal_lm(json, "qwen3_moe");
+  ASSERT_TRUE(lm.auxiliary_loss);
+  init_from_scratch(lm, 4);
+  auto model = std::dynamic_pointer_cast<LlamaForCausalLMImpl>(lm.module);
+  ASSERT_TRUE(model);
+  auto tokens = tokens_for(json["vocab_size"].get<int64_t>(), 9);
+  {
+    torch::NoGradGuard no_grad;
+    lm.logits(tokens);
+    EXPECT_TRUE(model->router_logits->empty());
+  }
+  lm.logits(tokens);
+  ASSERT_EQ(model->router_logits->size(), 2U);  // layers 0 and 2; layer 1 is dense
+  const auto recorded = *model->router_logits;
+  EXPECT_NEAR(lm.auxiliary_loss().item<double>(), 0.25 * load_balancing_loss(recorded, 4, 2).item<double>(), 1e-7);
+  EXPECT_FALSE(build_causal_lm(from_scratch_config("qwen3_moe", "tiny"), "q").auxiliary_loss);
+}
+
 // Mixtral 8x7B as transformers counts it (MixtralForCausalLM from its config.json shape); the
 // router settings transformers uses in training and fsdpp does not compute are refused.
-TEST(Configs, MixtralPresetHasItsPublishedCountAndRouterTrainingKeysAreRefused) {
+TEST(Configs, MixtralPresetHasItsPublishedCountAndRouterJitterIsRefused) {
   EXPECT_EQ(LlamaConfig::from_json(from_scratch_config("mixtral", "8x7B"), "m").parameter_count(), 46702792704);
   auto c = from_scratch_config("mixtral", "tiny");
   c["output_router_logits"] = true;
-  expect_refused(c, "key 'output_router_logits' is true; the load-balancing loss is not implemented");
-  c["output_router_logits"] = false;
+  EXPECT_TRUE(LlamaConfig::from_json(c, "m").output_router_logits);
   c["router_jitter_noise"] = 0.01;
   expect_refused(c, "key 'router_jitter_noise' is 0.01");
   c["router_jitter_noise"] = 0.0;
   c["num_experts_per_tok"] = 5;
   expect_refused(c, "num_experts_per_tok is 5 of num_local_experts 4");
+}
+
+// Qwen2.5, Qwen3 and Qwen3-MoE's published sizes as transformers counts them
+// (num_parameters() of the model built from each config.json shape, the tied head once).
+TEST(Configs, QwenPresetsHaveTheirPublishedParameterCounts) {
+  auto count = [](const std::string& type, const std::string& size) {
+    return LlamaConfig::from_json(from_scratch_config(type, size), type + " " + size).parameter_count();
+  };
+  EXPECT_EQ(count("qwen2", "0.5B"), 494032768);
+  EXPECT_EQ(count("qwen2", "1.5B"), 1543714304);
+  EXPECT_EQ(count("qwen2", "7B"), 7615616512);
+  EXPECT_EQ(count("qwen3", "0.6B"), 596049920);
+  EXPECT_EQ(count("qwen3", "1.7B"), 1720574976);
+  EXPECT_EQ(count("qwen3", "4B"), 4022468096);
+  EXPECT_EQ(count("qwen3", "8B"), 8190735360);
+  EXPECT_EQ(count("qwen3_moe", "30B-A3B"), 30532122624);
+  for (const char* type : {"qwen2", "qwen3", "qwen3_moe"}) {
+    auto lm = build_causal_lm(from_scratch_config(type, "tiny"), type);
+    EXPECT_EQ(count(type, "tiny"), counted_parameters(*lm.module)) << type;
+  }
+}
+
+// Phi-1.5 and Phi-2 as transformers counts them (PhiForCausalLM from their config.json
+// shapes: biased projections and head, LayerNorms with biases), the tiny shape by its own
+// parameters; what fsdpp's Phi does not compute is refused in one line each.
+TEST(Configs, PhiPresetsHaveTheirPublishedCountsAndUncomputedKeysAreRefused) {
+  auto count = [](const std::string& size) {
+    return LlamaConfig::from_json(from_scratch_config("phi", size), "phi " + size).parameter_count();
+  };
+  EXPECT_EQ(count("1.3B"), 1418270720);
+  EXPECT_EQ(count("2.7B"), 2779683840);
+  auto lm = build_causal_lm(from_scratch_config("phi", "tiny"), "phi");
+  EXPECT_EQ(count("tiny"), counted_parameters(*lm.module));
+  EXPECT_EQ(lm.block_type, "fsdpp::models::PhiDecoderLayerImpl");
+  auto params = lm.module->named_parameters(true);
+  for (const char* name : {"lm_head.bias", "model.final_layernorm.bias", "model.layers.1.self_attn.dense.bias",
+                           "model.layers.0.self_attn.q_layernorm.weight", "model.layers.0.mlp.fc2.bias"})
+    EXPECT_TRUE(params.contains(name)) << name;
+  auto c = from_scratch_config("phi", "tiny");
+  const auto read = LlamaConfig::from_json(c, "phi");
+  EXPECT_EQ(read.rotary_dims(), read.dim_per_head() / 2);
+  EXPECT_EQ(LlamaConfig::from_json(read.to_json(), "phi").parameter_count(), read.parameter_count());
+  c["tie_word_embeddings"] = true;
+  expect_refused(c, "key 'tie_word_embeddings' is true");
+  c["tie_word_embeddings"] = false;
+  c["hidden_act"] = "gelu";
+  expect_refused(c, "key 'hidden_act' is \"gelu\"; fsdpp's Phi computes gelu_new only");
+  c["hidden_act"] = "gelu_new";
+  c["head_dim"] = 8;
+  expect_refused(c, "key 'head_dim' (8) is not one fsdpp knows for model_type 'phi'");
+  c.erase("head_dim");
+  c["resid_pdrop"] = 0.1;
+  expect_refused(c, "key 'resid_pdrop' is 0.1");
+}
+
+// Qwen3-MoE's keys: 4.x's num_experts and 5.x's num_local_experts must agree; a sliding
+// window (which transformers 4.x and 5.x apply to different layers) and a dense layer past
+// the last are refused in one line each.
+TEST(Configs, Qwen3MoeKeysAreReadInBothLayoutsOrRefused) {
+  auto c = from_scratch_config("qwen3_moe", "tiny");
+  c.erase("num_local_experts");
+  c["num_experts"] = 4;
+  EXPECT_EQ(LlamaConfig::from_json(c, "q").num_experts, 4);
+  c["num_local_experts"] = 6;
+  expect_refused(c, "key 'num_experts' is 4; it disagrees with num_local_experts 6");
+  c.erase("num_experts");
+  c["num_local_experts"] = 4;
+  c["use_sliding_window"] = true;
+  expect_refused(c, "key 'use_sliding_window' is true");
+  c["use_sliding_window"] = false;
+  c["mlp_only_layers"] = {3};
+  expect_refused(c, "key 'mlp_only_layers' is [3]; expected layer indices below num_hidden_layers 3");
+  c["mlp_only_layers"] = nlohmann::json::array();
+  c["decoder_sparse_step"] = 2;
+  const auto stepped = LlamaConfig::from_json(c, "q");
+  EXPECT_FALSE(stepped.is_sparse_layer(0));
+  EXPECT_TRUE(stepped.is_sparse_layer(1));
 }
 
 }  // namespace

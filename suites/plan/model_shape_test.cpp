@@ -96,5 +96,22 @@ TEST(PlanModelShape, TheSkippedProjectionIsTheMlpOutputAndComesOffEachRecomputed
   }
 }
 
+// A mixture of experts: memory counts every expert (Mixtral 8x7B's 46.7B parameters), FLOPs
+// the active ones: each token runs 2 of the 8 experts, so the model FLOPs per token are 6 x
+// (attention, router and head weights + a quarter of the experts'), Mixtral's 12.9B active
+// parameters less its embedding lookup and norms; a recomputed sparse block skips nothing.
+TEST(PlanModelShape, ExpertsCountInFullForMemoryAndAtTheirActiveShareForFlops) {
+  const auto shape = plan::ModelShape::of_config(models::from_scratch_config("mixtral", "8x7B"), "mixtral 8x7B");
+  EXPECT_EQ(shape.parameter_count(), 46702792704);
+  EXPECT_DOUBLE_EQ(shape.expert_share, 0.25);
+  EXPECT_EQ(shape.skipped_projection_params, 0);
+  const double experts = 32.0 * 8 * 3 * 4096 * 14336, embedding = 32000.0 * 4096, norms = (2.0 * 32 + 1) * 4096;
+  const double active = static_cast<double>(shape.parameter_count()) - 0.75 * experts;
+  EXPECT_NEAR(active, 12.88e9, 0.01e9);  // Mixtral's published 12.9B active parameters
+  const int64_t seq = 4096;
+  const double attention = 12.0 * 32 * 4096 * seq;
+  EXPECT_DOUBLE_EQ(plan::model_flops_per_token(shape, seq) - attention, 6.0 * (active - embedding - norms));
+}
+
 }  // namespace
 }  // namespace fsdpp

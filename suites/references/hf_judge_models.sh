@@ -30,10 +30,15 @@
 # Measured per arch: docs/notes/2026-11-28-fp64-judge.md. The judge's own self-test (a wrong
 # attention mask and a logit moved by 1e-4 fail it) is suites/references/hf_judge_self_test.py.
 #
-# Usage: hf_judge_models.sh FSDPP_BINARY PYTHON
+# PART splits the families in two halves that CI runs side by side: `dense` (GPT-2, OPT,
+# Llama, Qwen2, Qwen3) and `newer` (Gemma 2/3, Phi, Phi-3, Mixtral, Qwen3-MoE); each part
+# runs the refusals made from its own folders. Without PART: both.
+#
+# Usage: hf_judge_models.sh FSDPP_BINARY PYTHON [dense|newer]
 set -uo pipefail
-[ $# -eq 2 ] && [ -x "$1" ] || { echo "usage: $0 FSDPP_BINARY PYTHON" >&2; exit 2; }
-fsdpp=$1 python=$2
+[ $# -ge 2 ] && [ $# -le 3 ] && [ -x "$1" ] || { echo "usage: $0 FSDPP_BINARY PYTHON [dense|newer]" >&2; exit 2; }
+fsdpp=$1 python=$2 part=${3:-all}
+case $part in dense | newer | all) ;; *) echo "$0: PART is '$part', expected dense or newer" >&2; exit 2 ;; esac
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 assets=${FSDPP_ASSETS_DIR:-$repo/.cache/assets}
 ref=("$python" "$repo/harness/references/hf_models.py")
@@ -105,45 +110,74 @@ refused() {  # WHAT DIR WORDS: fsdpp eval of DIR exits 2 with one line that hold
   fi
 }
 
-for arch in gpt2 opt-pre-ln opt-post-ln; do judge "$arch" gpt2; done
-for arch in llama-gqa llama-tied llama3-rope llama-mlp-bias qwen2-gqa qwen2-tied qwen3-gqa-bias qwen3-tied \
-  qwen2-sliding gemma2 gemma3 phi3 mixtral; do
-  judge "$arch" llama
-done
-
-# A config key fsdpp does not compute, in a family's own folder.
-cp -r "$work/gemma2" "$work/gemma2-bidirectional"
-"$python" -c 'import json, sys; path = sys.argv[1] + "/config.json"; c = json.load(open(path))
-c["use_bidirectional_attention"] = True; json.dump(c, open(path, "w"))' "$work/gemma2-bidirectional"
-refused "a bidirectional Gemma 2" "$work/gemma2-bidirectional" "key 'use_bidirectional_attention' is true"
-cp -r "$work/qwen2-gqa" "$work/qwen2-extra"
-"$python" -c 'import sys, torch; from safetensors.torch import load_file, save_file
-path = sys.argv[1] + "/model.safetensors"; t = load_file(path)
-t["model.layers.0.self_attn.o_proj.bias"] = torch.zeros(64); save_file(t, path, metadata={"format": "pt"})' \
-  "$work/qwen2-extra" || fail "qwen2-extra: could not add a tensor"
-refused "an unread tensor" "$work/qwen2-extra" "tensor 'model.layers.0.self_attn.o_proj.bias' is read by no parameter"
-cp -r "$work/gemma3" "$work/gemma3-extra"  # Gemma 2's layers have no q_norm: a Gemma 3 tensor in a Gemma 2 folder
-"$python" -c 'import json, sys; path = sys.argv[1] + "/config.json"; c = json.load(open(path))
-c["model_type"] = "gemma2"; c["architectures"] = ["Gemma2ForCausalLM"]
-for key in ("_sliding_window_pattern", "sliding_window_pattern", "rope_parameters"): c.pop(key)
-json.dump(c, open(path, "w"))' "$work/gemma3-extra" || fail "gemma3-extra: could not rewrite its config"
-refused "a Gemma 3 checkpoint under a Gemma 2 config" "$work/gemma3-extra" \
-  "_norm.weight' is read by no parameter of the gemma2"
+if [ "$part" != newer ]; then
+  for arch in gpt2 opt-pre-ln opt-post-ln; do judge "$arch" gpt2; done
+  for arch in llama-gqa llama-tied llama3-rope llama-mlp-bias qwen2-gqa qwen2-tied qwen3-gqa-bias qwen3-tied \
+    qwen2-sliding; do
+    judge "$arch" llama
+  done
+fi
+if [ "$part" != dense ]; then
+  for arch in gemma2 gemma3 phi3 phi mixtral qwen3-moe; do judge "$arch" llama; done
+fi
+judged() { [ -d "$work/$1" ]; }  # whether this part made arch $1's folder (a failed make counted already)
 edit_tensors() {  # DIR PYTHON_STATEMENTS on t (the tensors of DIR/model.safetensors, by name)
   "$python" -c 'import sys, torch; from safetensors.torch import load_file, save_file
 path = sys.argv[1] + "/model.safetensors"; t = load_file(path); exec(sys.argv[2])
 save_file(t, path, metadata={"format": "pt"})' "$1" "$2"
 }
-cp -r "$work/mixtral" "$work/mixtral-expert"  # an expert index past num_local_experts (4)
-moe=model.layers.1.block_sparse_moe.experts
-edit_tensors "$work/mixtral-expert" "t['$moe.4.w1.weight'] = t['$moe.0.w1.weight'].clone()" ||
-  fail "mixtral-expert: could not add a tensor"
-refused "an expert past num_local_experts" "$work/mixtral-expert" "tensor '$moe.4.w1.weight' is read by no parameter"
-cp -r "$work/phi3" "$work/phi3-fused"  # a fused qkv_proj one row short
-edit_tensors "$work/phi3-fused" \
-  'k = "model.layers.0.self_attn.qkv_proj.weight"; t[k] = t[k][:-1].contiguous()' ||
-  fail "phi3-fused: could not cut a tensor"
-refused "a fused tensor of the wrong size" "$work/phi3-fused" \
-  "tensor 'model.layers.0.self_attn.qkv_proj.weight' has shape [127, 64], the config implies [128, 64]"
+edit_config() {  # DIR PYTHON_STATEMENTS on c (DIR/config.json as a dict)
+  "$python" -c 'import json, sys; path = sys.argv[1] + "/config.json"; c = json.load(open(path)); exec(sys.argv[2])
+json.dump(c, open(path, "w"))' "$1" "$2"
+}
+
+# Every family: a tensor nothing reads is refused; every Llama-like family (whose reader has
+# a table of every key transformers writes) also refuses a config key it does not know.
+for arch in gpt2 opt-pre-ln llama-gqa qwen2-gqa qwen3-tied gemma2 gemma3 phi3 phi mixtral qwen3-moe; do
+  judged "$arch" || continue
+  cp -r "$work/$arch" "$work/$arch-tensor"
+  edit_tensors "$work/$arch-tensor" "t['model.unread.weight'] = torch.zeros(2)" || fail "$arch-tensor: could not add"
+  refused "$arch: an unread tensor" "$work/$arch-tensor" "tensor 'model.unread.weight' is read by no parameter"
+  case $arch in gpt2 | opt-*) continue ;; esac
+  cp -r "$work/$arch" "$work/$arch-key"
+  edit_config "$work/$arch-key" 'c["fsdpp_unheard_of"] = 3' || fail "$arch-key: could not add a key"
+  refused "$arch: an unknown config key" "$work/$arch-key" "key 'fsdpp_unheard_of' (3) is not one fsdpp knows"
+done
+# The family's own traps.
+if judged qwen2-gqa; then  # o_proj has no bias in Qwen2
+  cp -r "$work/qwen2-gqa" "$work/qwen2-extra"
+  edit_tensors "$work/qwen2-extra" "t['model.layers.0.self_attn.o_proj.bias'] = torch.zeros(64)" ||
+    fail "qwen2-extra: could not add a tensor"
+  refused "an unread tensor" "$work/qwen2-extra" "tensor 'model.layers.0.self_attn.o_proj.bias' is read by no parameter"
+fi
+if judged gemma2; then  # a config key fsdpp does not compute, in the family's own folder
+  cp -r "$work/gemma2" "$work/gemma2-bidirectional"
+  edit_config "$work/gemma2-bidirectional" 'c["use_bidirectional_attention"] = True' ||
+    fail "gemma2-bidirectional: could not rewrite its config"
+  refused "a bidirectional Gemma 2" "$work/gemma2-bidirectional" "key 'use_bidirectional_attention' is true"
+fi
+if judged gemma3; then  # Gemma 2's layers have no q_norm: a Gemma 3 checkpoint under a Gemma 2 config
+  cp -r "$work/gemma3" "$work/gemma3-extra"
+  edit_config "$work/gemma3-extra" 'c["model_type"] = "gemma2"; c["architectures"] = ["Gemma2ForCausalLM"]
+for key in ("_sliding_window_pattern", "sliding_window_pattern", "rope_parameters"): c.pop(key)' ||
+    fail "gemma3-extra: could not rewrite its config"
+  refused "a Gemma 3 checkpoint under a Gemma 2 config" "$work/gemma3-extra" \
+    "_norm.weight' is read by no parameter of the gemma2"
+fi
+if judged mixtral; then  # an expert index past num_local_experts (4)
+  cp -r "$work/mixtral" "$work/mixtral-expert"
+  moe=model.layers.1.block_sparse_moe.experts
+  edit_tensors "$work/mixtral-expert" "t['$moe.4.w1.weight'] = t['$moe.0.w1.weight'].clone()" ||
+    fail "mixtral-expert: could not add a tensor"
+  refused "an expert past num_local_experts" "$work/mixtral-expert" "tensor '$moe.4.w1.weight' is read by no parameter"
+fi
+if judged phi3; then  # a fused qkv_proj one row short
+  cp -r "$work/phi3" "$work/phi3-fused"
+  edit_tensors "$work/phi3-fused" \
+    'k = "model.layers.0.self_attn.qkv_proj.weight"; t[k] = t[k][:-1].contiguous()' ||
+    fail "phi3-fused: could not cut a tensor"
+  refused "a fused tensor of the wrong size" "$work/phi3-fused" \
+    "tensor 'model.layers.0.self_attn.qkv_proj.weight' has shape [127, 64], the config implies [128, 64]"
+fi
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

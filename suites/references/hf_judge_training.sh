@@ -11,8 +11,11 @@
 # linear scaling, and pad_token_id 11 (',' in GPT-2's tokens, frequent in the text): the
 # embedding's padding_idx, whose row gets no gradient from its lookups in either system.
 # Phi-3: fused qkv_proj and gate_up_proj, rope on half of each head, every layer sliding.
-# Mixtral: 4 experts of which each token takes 2 (the load-balancing loss is off, as in
-# transformers without output_router_logits).
+# Mixtral: 4 experts of which each token takes 2, once without the load-balancing loss and
+# once with it (output_router_logits, a coefficient of 0.05 so that it moves the losses);
+# Qwen3-MoE with it: q/k norms, an unnormalised top 2 of 4 experts, a dense middle layer.
+# Phi (Phi-2's blocks): parallel attention and MLP from one LayerNorm, half rotary, q/k
+# LayerNorms, biased projections and head.
 #
 # Usage: hf_judge_training.sh FSDPP_BINARY PYTHON
 set -uo pipefail
@@ -70,5 +73,16 @@ judge phi3 '{"model_type": "phi3", "vocab_size": 50257, "hidden_size": 64, "inte
 judge mixtral '{"model_type": "mixtral", "vocab_size": 50257, "hidden_size": 64, "intermediate_size": 64,
   "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256,
   "num_local_experts": 4, "num_experts_per_tok": 2, "tie_word_embeddings": false}'
+judge phi '{"model_type": "phi", "vocab_size": 50257, "hidden_size": 64, "intermediate_size": 128,
+  "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256,
+  "partial_rotary_factor": 0.5, "qk_layernorm": true}'
+judge mixtral-aux '{"model_type": "mixtral", "vocab_size": 50257, "hidden_size": 64, "intermediate_size": 64,
+  "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256,
+  "num_local_experts": 4, "num_experts_per_tok": 2, "tie_word_embeddings": false, "output_router_logits": true,
+  "router_aux_loss_coef": 0.05}'
+judge qwen3-moe '{"model_type": "qwen3_moe", "vocab_size": 50257, "hidden_size": 64, "intermediate_size": 96,
+  "moe_intermediate_size": 32, "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2,
+  "head_dim": 24, "max_position_embeddings": 256, "num_experts": 4, "num_experts_per_tok": 2,
+  "norm_topk_prob": false, "mlp_only_layers": [1], "output_router_logits": true, "router_aux_loss_coef": 0.05}'
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]
