@@ -10,6 +10,14 @@ references read (ci/fetch_assets.sh calls it with the .venv Python).
       OUT_DIR/tokenizer.json (and tokenizer_config.json): the tokenizer that transformers
       builds from the GGUF (AutoTokenizer.from_pretrained(..., gguf_file=...)), saved with
       save_pretrained: an independent conversion by the Hugging Face stack.
+  assets_from_gguf.py hub TOKENIZER_JSON OUT_DIR
+      OUT_DIR/tokenizer.json: a tokenizer.json that transformers made from a Llama 3 or a
+      Qwen2 GGUF (told apart by its Split pattern), rewritten into the shape of the
+      family's Hub file, which transformers' conversion does not reproduce:
+        Llama 3 (meta-llama/Meta-Llama-3-8B): model.ignore_merges true (a piece that is
+          itself a token is not merged; llama.cpp's llama-bpe does the same);
+        Qwen2 (Qwen/Qwen2.5-7B): normalizer NFC, ByteLevel trim_offsets false.
+      Vocabulary, merges and everything else stay as transformers wrote them.
 
 Errors: one line naming the file and what was expected, exit 1.
 """
@@ -59,12 +67,39 @@ def write_hf_tokenizer(gguf_path, out_dir):
         fail("transformers wrote no tokenizer.json for %s" % gguf_path)
 
 
+# The Split patterns transformers writes for Llama 3 (tiktoken's cl100k_base) and Qwen2.
+LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2_SPLIT = LLAMA3_SPLIT.replace(r"\p{N}{1,3}", r"\p{N}")
+
+
+def write_hub_shape(tokenizer_json, out_dir):
+    with open(tokenizer_json, encoding="utf-8") as f:
+        tok = json.load(f)
+    try:
+        split, byte_level = tok["pre_tokenizer"]["pretokenizers"]
+        pattern = split["pattern"]["Regex"]
+    except (KeyError, TypeError, ValueError):
+        fail("%s: pre_tokenizer is not a Sequence of Split and ByteLevel; expected transformers' "
+             "conversion of a Llama 3 or Qwen2 GGUF" % tokenizer_json)
+    if pattern == LLAMA3_SPLIT:
+        tok["model"]["ignore_merges"] = True
+    elif pattern == QWEN2_SPLIT:
+        tok["normalizer"] = {"type": "NFC"}
+        byte_level["trim_offsets"] = False
+    else:
+        fail("%s: pre_tokenizer Split pattern is neither Llama 3's nor Qwen2's" % tokenizer_json)
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "tokenizer.json"), "w", encoding="utf-8") as f:
+        json.dump(tok, f, ensure_ascii=False)
+
+
 def main(argv):
-    if len(argv) != 4 or argv[1] not in ("gpt2", "hf"):
-        fail("usage: assets_from_gguf.py gpt2|hf GGUF OUT_DIR")
+    if len(argv) != 4 or argv[1] not in ("gpt2", "hf", "hub"):
+        fail("usage: assets_from_gguf.py gpt2|hf GGUF OUT_DIR, or assets_from_gguf.py hub TOKENIZER_JSON OUT_DIR")
     if not os.path.isfile(argv[2]):
         fail("%s: no such file" % argv[2])
-    (write_gpt2_files if argv[1] == "gpt2" else write_hf_tokenizer)(argv[2], argv[3])
+    {"gpt2": write_gpt2_files, "hf": write_hf_tokenizer, "hub": write_hub_shape}[argv[1]](argv[2], argv[3])
 
 
 if __name__ == "__main__":

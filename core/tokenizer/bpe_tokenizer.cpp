@@ -13,6 +13,8 @@
 #include "core/io/json_depth.h"
 #include "core/tokenizer/gguf_vocab.h"
 #include "core/tokenizer/gpt2_pretokenizer.h"
+#include "core/tokenizer/llama3_pretokenizer.h"
+#include "core/tokenizer/nfc.h"
 #include "core/tokenizer/unicode.h"
 
 namespace fsdpp::tokenizer {
@@ -314,14 +316,19 @@ BpeTokenizer BpeTokenizer::from_hf_json_value(const nlohmann::json& root, const 
   const json* pre = field(root, "pre_tokenizer");
   const json* normalizer = field(root, "normalizer");
   const std::string pre_type = pre ? type_of(*pre, source, "pre_tokenizer") : "";
-  if (pre && pre_type != "ByteLevel" && pre_type != "Metaspace") {
-    reject(source, "pre_tokenizer.type is \"" + pre_type + "\"; expected \"ByteLevel\", \"Metaspace\" or null");
+  if (pre && pre_type != "ByteLevel" && pre_type != "Metaspace" && pre_type != "Sequence") {
+    reject(source, "pre_tokenizer.type is \"" + pre_type +
+                       "\"; expected \"ByteLevel\", \"Metaspace\", \"Sequence\" (of Split and ByteLevel) or null");
   }
-  if (pre_type == "ByteLevel") {
-    if (normalizer)
-      reject(source, "a ByteLevel tokenizer with a normalizer is not supported; expected normalizer null");
-    tok.add_prefix_space_ = pre->value("add_prefix_space", false);
-    tok.use_regex_ = pre->value("use_regex", true);
+  if (pre_type == "ByteLevel" || pre_type == "Sequence") {
+    // Byte-level: the normalizer may be NFC (Qwen2's Hub files), applied before splitting.
+    if (normalizer) {
+      const std::string type = type_of(*normalizer, source, "normalizer");
+      if (type != "NFC")
+        reject(source, "normalizer.type is \"" + type + "\" in a byte-level tokenizer; expected \"NFC\" or null");
+      tok.nfc_ = true;
+    }
+    set_byte_level_pre_tokenizer(tok, *pre, source);
     tok.finish_byte_level(source);
   } else {
     // SentencePiece-style: the normalizer is the only text transformation.
@@ -350,6 +357,53 @@ BpeTokenizer BpeTokenizer::from_hf_json_value(const nlohmann::json& root, const 
   }
   for (int32_t id : special_ids) tok.decoded_[id].clear();
   return tok;
+}
+
+// A byte-level pre_tokenizer: ByteLevel alone (GPT-2's regex when use_regex, else no
+// split), or a Sequence of a Split by Llama 3's or Qwen2's regex (behavior "Isolated",
+// invert false: every match is a piece, and so is every gap between matches, which these
+// patterns never leave) and a ByteLevel with use_regex false, as Llama 3's and Qwen2's Hub
+// files and transformers' GGUF conversion write it. Other patterns are refused: fsdpp has
+// no regex engine, only these hand-written splitters.
+void BpeTokenizer::set_byte_level_pre_tokenizer(BpeTokenizer& tok, const json& pre, const std::string& source) {
+  const std::string type = type_of(pre, source, "pre_tokenizer");
+  if (type == "ByteLevel") {
+    tok.add_prefix_space_ = pre.value("add_prefix_space", false);
+    tok.pre_tokenizer_ = pre.value("use_regex", true) ? PreTokenizer::kGpt2 : PreTokenizer::kNone;
+    return;
+  }
+  const std::string where = source + " pre_tokenizer (Sequence)";
+  const json* steps = field(pre, "pretokenizers");
+  const std::string expected =
+      "expected [Split (Llama 3's or Qwen2's Regex, behavior \"Isolated\", invert false), "
+      "ByteLevel (use_regex false, add_prefix_space false)]";
+  if (!steps || !steps->is_array() || steps->size() != 2) reject(where, "pretokenizers: " + expected);
+  const json& split = (*steps)[0];
+  const json& byte_level = (*steps)[1];
+  if (type_of(split, source, "pre_tokenizer.pretokenizers[0]") != "Split")
+    reject(where, "pretokenizers[0].type is not \"Split\"; " + expected);
+  if (type_of(byte_level, source, "pre_tokenizer.pretokenizers[1]") != "ByteLevel")
+    reject(where, "pretokenizers[1].type is not \"ByteLevel\"; " + expected);
+  const json* pattern = field(split, "pattern");
+  const json* regex = pattern && pattern->is_object() ? field(*pattern, "Regex") : nullptr;
+  if (!regex || !regex->is_string()) reject(where, "pretokenizers[0].pattern has no string \"Regex\"; " + expected);
+  const std::string re = regex->get<std::string>();
+  if (re == kLlama3SplitRegex) {
+    tok.pre_tokenizer_ = PreTokenizer::kLlama3;
+  } else if (re == kQwen2SplitRegex) {
+    tok.pre_tokenizer_ = PreTokenizer::kQwen2;
+  } else {
+    reject(where, "pretokenizers[0].pattern.Regex '" + re +
+                      "' is not a pattern fsdpp implements; expected Llama 3's or Qwen2's (see "
+                      "core/tokenizer/llama3_pretokenizer.h)");
+  }
+  if (split.value("behavior", "") != "Isolated")
+    reject(where, "pretokenizers[0].behavior is not \"Isolated\"; " + expected);
+  if (split.value("invert", true)) reject(where, "pretokenizers[0].invert is not false; " + expected);
+  // A ByteLevel after a Split would add its prefix space to every piece; refused.
+  if (byte_level.value("add_prefix_space", true))
+    reject(where, "pretokenizers[1].add_prefix_space is not false; " + expected);
+  if (byte_level.value("use_regex", true)) reject(where, "pretokenizers[1].use_regex is not false; " + expected);
 }
 
 // HF tokenizers' Metaspace pre-tokenizer (pre_tokenizers/metaspace.rs): " " -> replacement,
@@ -384,6 +438,25 @@ BpeTokenizer BpeTokenizer::from_gguf_vocab(const std::filesystem::path& gguf) {
     tok.add_vocab_entry(vocab.tokens[id], static_cast<int64_t>(id), source);
   constexpr int32_t kControlType = 3;  // llama.cpp's LLAMA_TOKEN_TYPE_CONTROL
   if (vocab.model == "gpt2") {
+    // tokenizer.ggml.pre names the pre-tokenizer, as llama.cpp's llama_vocab::load reads it;
+    // llama.cpp's "llama-bpe" also ignores merges for a word that is itself a token.
+    if (vocab.pre == "gpt-2") {
+      tok.pre_tokenizer_ = PreTokenizer::kGpt2;
+    } else if (vocab.pre == "llama-bpe") {
+      tok.pre_tokenizer_ = PreTokenizer::kLlama3;
+      tok.ignore_merges_ = true;
+    } else if (vocab.pre == "qwen2") {
+      tok.pre_tokenizer_ = PreTokenizer::kQwen2;
+    } else if (vocab.pre.empty()) {
+      reject(source,
+             "tokenizer.ggml.pre is missing for tokenizer.ggml.model \"gpt2\" (llama.cpp would use its "
+             "\"default\" pre-tokenizer, which fsdpp does not implement); expected \"gpt-2\", \"llama-bpe\" or "
+             "\"qwen2\"");
+    } else {
+      reject(source, "tokenizer.ggml.pre is \"" + vocab.pre +
+                         "\" for tokenizer.ggml.model \"gpt2\"; expected \"gpt-2\", \"llama-bpe\" or \"qwen2\" "
+                         "(the pre-tokenizers fsdpp implements)");
+    }
     for (size_t i = 0; i < vocab.merges.size(); ++i) {
       const std::string& m = vocab.merges[i];
       const size_t space = m.find(' ');
@@ -393,6 +466,11 @@ BpeTokenizer BpeTokenizer::from_gguf_vocab(const std::filesystem::path& gguf) {
     }
     tok.finish_byte_level(source);
   } else if (vocab.model == "llama") {
+    // llama.cpp ignores tokenizer.ggml.pre for SentencePiece; anything but "default" would
+    // promise a pre-tokenizer that is not applied, so it is refused.
+    if (!vocab.pre.empty() && vocab.pre != "default")
+      reject(source, "tokenizer.ggml.pre is \"" + vocab.pre +
+                         "\" for tokenizer.ggml.model \"llama\"; expected \"default\" or none");
     if (vocab.scores.size() != vocab.tokens.size()) reject(source, "tokenizer.ggml.scores is missing");
     // What llama.cpp does for a "llama" vocabulary: " " -> "▁", a "▁" prefix
     // (add_space_prefix), byte fallback to <0xXX>, merges by score.
@@ -485,16 +563,26 @@ void BpeTokenizer::merge_word(std::vector<int32_t> symbols, std::vector<int32_t>
 }
 
 void BpeTokenizer::encode_byte_level(std::string_view text, std::vector<int32_t>& out) const {
+  // HF order: the normalizer, then the pre-tokenizer (ByteLevel's prefix space, the split).
+  std::string normalized;
+  if (nfc_) {
+    normalized = unicode::nfc(text);
+    text = normalized;
+  }
   std::string prefixed;
   if (add_prefix_space_ && !text.empty() && text.front() != ' ') {
     prefixed = " " + std::string(text);
     text = prefixed;
   }
   std::vector<std::string_view> pieces;
-  if (use_regex_)
-    pieces = split_gpt2_pieces(text);
-  else if (!text.empty())
-    pieces.push_back(text);
+  switch (pre_tokenizer_) {
+    case PreTokenizer::kGpt2: pieces = split_gpt2_pieces(text); break;
+    case PreTokenizer::kLlama3: pieces = split_llama3_pieces(text, 3); break;
+    case PreTokenizer::kQwen2: pieces = split_llama3_pieces(text, 1); break;
+    case PreTokenizer::kNone:
+      if (!text.empty()) pieces.push_back(text);
+      break;
+  }
   const std::array<uint32_t, 256> byte_cp = bytes_to_unicode();
   for (std::string_view piece : pieces) {
     std::vector<int32_t> symbols;

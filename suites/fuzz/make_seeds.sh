@@ -266,6 +266,8 @@ for name, keep in (("llama-spm", 400), ("gpt-2", 556)):
              ("fsdpp.skipped.nested", ARRAY, (ARRAY, [(U32, [1, 2]), (U32, [])])),
              ("tokenizer.ggml.model", STRING, kv["tokenizer.ggml.model"][1]),
              ("tokenizer.ggml.tokens", ARRAY, (STRING, tokens))]
+    if "tokenizer.ggml.pre" in kv:
+        items.append(("tokenizer.ggml.pre", STRING, kv["tokenizer.ggml.pre"][1]))
     for key, elem in (("tokenizer.ggml.scores", F32), ("tokenizer.ggml.token_type", I32)):
         if key in kv:
             items.append((key, ARRAY, (elem, kv[key][1][1][:keep])))
