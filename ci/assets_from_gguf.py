@@ -68,8 +68,10 @@ def write_hf_tokenizer(gguf_path, out_dir):
 
 
 # The Split patterns transformers writes for Llama 3 (tiktoken's cl100k_base) and Qwen2.
-LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-                r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+LLAMA3_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 QWEN2_SPLIT = LLAMA3_SPLIT.replace(r"\p{N}{1,3}", r"\p{N}")
 
 
@@ -80,8 +82,10 @@ def write_hub_shape(tokenizer_json, out_dir):
         split, byte_level = tok["pre_tokenizer"]["pretokenizers"]
         pattern = split["pattern"]["Regex"]
     except (KeyError, TypeError, ValueError):
-        fail("%s: pre_tokenizer is not a Sequence of Split and ByteLevel; expected transformers' "
-             "conversion of a Llama 3 or Qwen2 GGUF" % tokenizer_json)
+        fail(
+            "%s: pre_tokenizer is not a Sequence of Split and ByteLevel; expected transformers' "
+            "conversion of a Llama 3 or Qwen2 GGUF" % tokenizer_json
+        )
     if pattern == LLAMA3_SPLIT:
         tok["model"]["ignore_merges"] = True
     elif pattern == QWEN2_SPLIT:
