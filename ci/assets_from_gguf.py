@@ -16,7 +16,9 @@ references read (ci/fetch_assets.sh calls it with the .venv Python).
       family's Hub file, which transformers' conversion does not reproduce:
         Llama 3 (meta-llama/Meta-Llama-3-8B): model.ignore_merges true (a piece that is
           itself a token is not merged; llama.cpp's llama-bpe does the same);
-        Qwen2 (Qwen/Qwen2.5-7B): normalizer NFC, ByteLevel trim_offsets false.
+        Qwen2 (Qwen/Qwen2.5-7B): normalizer NFC, ByteLevel trim_offsets false;
+        both: without the added tokens whose id is not in model.vocab (transformers appends
+          Llama 3 an "<|endoftext|>" at id 128256, past the GGUF's 128256 tokens).
       Vocabulary, merges and everything else stay as transformers wrote them.
 
 Errors: one line naming the file and what was expected, exit 1.
@@ -93,6 +95,8 @@ def write_hub_shape(tokenizer_json, out_dir):
         byte_level["trim_offsets"] = False
     else:
         fail("%s: pre_tokenizer Split pattern is neither Llama 3's nor Qwen2's" % tokenizer_json)
+    ids = set(tok["model"]["vocab"].values())
+    tok["added_tokens"] = [t for t in tok["added_tokens"] if t["id"] in ids]
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "tokenizer.json"), "w", encoding="utf-8") as f:
         json.dump(tok, f, ensure_ascii=False)

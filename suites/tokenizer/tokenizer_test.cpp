@@ -27,6 +27,7 @@
 #include "core/io/file_tree.h"
 #include "core/tokenizer/bpe_tokenizer.h"
 #include "core/tokenizer/llama3_pretokenizer.h"
+#include "core/tokenizer/load.h"
 #include "core/tokenizer/nfc.h"
 #include "core/tokenizer/unicode.h"
 #include "harness/testing/assets.h"
@@ -352,6 +353,15 @@ RC_GTEST_PROP(Llama3Tokenizer, DecodeInvertsEncodeOnArbitraryBytes, (const std::
   RC_ASSERT(gguf("llama-bpe").decode(gguf("llama-bpe").encode(text)) == text);
   RC_ASSERT(gguf("qwen2").decode(gguf("qwen2").encode(text)) == text);
   RC_ASSERT(hf("hf-qwen2-hub").decode(hf("hf-qwen2-hub").encode(text)) == tokenizer::unicode::nfc(text));
+}
+
+// data prepare starts every document with <|endoftext|>, else <s>, else Llama 3's BOS.
+TEST(DocumentSeparator, IsEndOfTextForQwen2AndPhi3SForLlama2AndBeginOfTextForLlama3) {
+  EXPECT_EQ(tokenizer::document_separator_id(gguf("qwen2")), 151643);
+  EXPECT_EQ(tokenizer::document_separator_id(gguf("phi-3")), 32000);
+  EXPECT_EQ(tokenizer::document_separator_id(llama2()), 1);
+  EXPECT_EQ(tokenizer::document_separator_id(gguf("llama-bpe")), 128000);
+  EXPECT_EQ(tokenizer::document_separator_id(hf("hf-llama-bpe-hub")), 128000);
 }
 
 // Phi-3 (mini) uses Llama-2's SentencePiece-style BPE with its own 32064-token vocabulary.
