@@ -10,13 +10,14 @@
 #
 #   gpt2/encoder.json, gpt2/vocab.bpe      GPT-2's BPE vocabulary and merges, copied out of
 #                                          llama.cpp's ggml-vocab-gpt-2.gguf (ci/assets_from_gguf.py)
-#   hf-{llama-spm,llama-bpe,qwen2,phi-3}/tokenizer.json
+#   hf-{llama-spm,llama-bpe,qwen2,phi-3,falcon}/tokenizer.json
 #                                          the Hugging Face tokenizer that transformers builds from
 #                                          llama.cpp's ggml-vocab-*.gguf (Llama-2's, Llama 3's,
-#                                          Qwen2's, Phi-3's vocabulary)
-#   hf-{llama-bpe,qwen2}-hub/tokenizer.json
-#                                          the same, in the shape of the Hub's Llama 3 / Qwen2.5
-#                                          files (ignore_merges; NFC), by ci/assets_from_gguf.py hub
+#                                          Qwen2's, Phi-3's, Falcon's vocabulary)
+#   hf-{llama-bpe,qwen2,falcon}-hub/tokenizer.json
+#                                          the same, in the shape of the Hub's Llama 3 / Qwen2.5 /
+#                                          Falcon files (ignore_merges; NFC; Falcon's pre-tokenizer
+#                                          Sequence), by ci/assets_from_gguf.py hub
 #   llama.cpp/ggml-vocab-{gpt-2,llama-spm,llama-bpe,qwen2,phi-3,falcon}.gguf{,.inp,.out}
 #                                          llama.cpp's vocabularies and tokenizer test vectors,
 #                                          from the models/ folder that PyPI's llama-cpp-python
@@ -90,12 +91,13 @@ for f in "${files[@]}"; do mv "$tmp/$models/$f" "$out/llama.cpp/$f"; done
 "$python" "$repo/ci/assets_from_gguf.py" gpt2 "$out/llama.cpp/ggml-vocab-gpt-2.gguf" "$out/gpt2"
 # hf-VOCAB: transformers' conversion of the GGUF; hf-VOCAB-hub: the same in the shape of
 # the family's Hugging Face Hub file (assets_from_gguf.py says what differs).
-for vocab in llama-spm llama-bpe qwen2 phi-3; do
+for vocab in llama-spm llama-bpe qwen2 phi-3 falcon; do
   "$python" "$repo/ci/assets_from_gguf.py" hf "$out/llama.cpp/ggml-vocab-$vocab.gguf" "$out/hf-$vocab" \
     >"$tmp/hf.log" 2>&1 || fail "transformers could not convert ggml-vocab-$vocab.gguf: $(tail -n1 "$tmp/hf.log")"
 done
-for vocab in llama-bpe qwen2; do
-  "$python" "$repo/ci/assets_from_gguf.py" hub "$out/hf-$vocab/tokenizer.json" "$out/hf-$vocab-hub" ||
+for family in llama3:llama-bpe qwen2:qwen2 falcon:falcon; do
+  vocab=${family#*:}
+  "$python" "$repo/ci/assets_from_gguf.py" hub "${family%%:*}" "$out/hf-$vocab/tokenizer.json" "$out/hf-$vocab-hub" ||
     fail "could not write hf-$vocab-hub"
 done
 

@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "core/io/json_depth.h"
+#include "core/tokenizer/falcon_pretokenizer.h"
 #include "core/tokenizer/gguf_vocab.h"
 #include "core/tokenizer/gpt2_pretokenizer.h"
 #include "core/tokenizer/llama3_pretokenizer.h"
@@ -165,10 +166,9 @@ void BpeTokenizer::finish_byte_level(const std::string& source) {
   for (int b = 0; b < 256; ++b) {
     std::string symbol;
     unicode::append_utf8(byte_cp[b], symbol);
+    // A vocabulary may lack the symbol of a byte its training text never had (Falcon's
+    // lacks 28: control bytes, bytes that UTF-8 never uses); encode() refuses such a byte.
     byte_symbol_ids_[b] = find_id(symbol);
-    if (byte_symbol_ids_[b] < 0) {
-      reject(source, "byte-level vocabulary lacks the token '" + symbol + "' for byte " + std::to_string(b));
-    }
     cp_byte[byte_cp[b]] = static_cast<uint8_t>(b);
   }
   // Each token decodes to the bytes its characters stand for; a token with a character
@@ -360,11 +360,16 @@ BpeTokenizer BpeTokenizer::from_hf_json_value(const nlohmann::json& root, const 
 }
 
 // A byte-level pre_tokenizer: ByteLevel alone (GPT-2's regex when use_regex, else no
-// split), or a Sequence of a Split by Llama 3's or Qwen2's regex (behavior "Isolated",
-// invert false: every match is a piece, and so is every gap between matches, which these
-// patterns never leave) and a ByteLevel with use_regex false, as Llama 3's and Qwen2's Hub
-// files and transformers' GGUF conversion write it. Other patterns are refused: fsdpp has
-// no regex engine, only these hand-written splitters.
+// split), or a Sequence that is exactly
+//  - Llama 3's or Qwen2's: a Split by their regex (behavior "Isolated", invert false: every
+//    match is a piece, and so is every gap between matches, which these patterns never
+//    leave) and a ByteLevel with use_regex false, as their Hub files and transformers' GGUF
+//    conversion write it; or
+//  - Falcon's: Punctuation (Contiguous), ByteLevel (use_regex true), Digits
+//    (individual_digits false), Split "[0-9][0-9][0-9]" (Isolated, invert false).
+// Other patterns and sequences are refused: fsdpp has no regex engine, only these
+// hand-written splitters. A ByteLevel inside a Sequence must have add_prefix_space false
+// (it would prefix every piece).
 void BpeTokenizer::set_byte_level_pre_tokenizer(BpeTokenizer& tok, const json& pre, const std::string& source) {
   const std::string type = type_of(pre, source, "pre_tokenizer");
   if (type == "ByteLevel") {
@@ -373,37 +378,54 @@ void BpeTokenizer::set_byte_level_pre_tokenizer(BpeTokenizer& tok, const json& p
     return;
   }
   const std::string where = source + " pre_tokenizer (Sequence)";
-  const json* steps = field(pre, "pretokenizers");
   const std::string expected =
-      "expected [Split (Llama 3's or Qwen2's Regex, behavior \"Isolated\", invert false), "
-      "ByteLevel (use_regex false, add_prefix_space false)]";
-  if (!steps || !steps->is_array() || steps->size() != 2) reject(where, "pretokenizers: " + expected);
-  const json& split = (*steps)[0];
-  const json& byte_level = (*steps)[1];
-  if (type_of(split, source, "pre_tokenizer.pretokenizers[0]") != "Split")
-    reject(where, "pretokenizers[0].type is not \"Split\"; " + expected);
-  if (type_of(byte_level, source, "pre_tokenizer.pretokenizers[1]") != "ByteLevel")
-    reject(where, "pretokenizers[1].type is not \"ByteLevel\"; " + expected);
+      "expected Llama 3's or Qwen2's [Split (their Regex, behavior \"Isolated\", invert false), ByteLevel "
+      "(use_regex false, add_prefix_space false)] or Falcon's [Punctuation (\"Contiguous\"), ByteLevel (use_regex "
+      "true, add_prefix_space false), Digits (individual_digits false), Split (Regex \"[0-9][0-9][0-9]\", "
+      "\"Isolated\", invert false)]";
+  const json* steps = field(pre, "pretokenizers");
+  if (!steps || !steps->is_array() || (steps->size() != 2 && steps->size() != 4))
+    reject(where, "pretokenizers: " + expected);
+  const bool falcon = steps->size() == 4;
+  const std::vector<std::string> want_types =
+      falcon ? std::vector<std::string>{"Punctuation", "ByteLevel", "Digits", "Split"}
+             : std::vector<std::string>{"Split", "ByteLevel"};
+  for (size_t i = 0; i < steps->size(); ++i) {
+    const std::string name = "pretokenizers[" + std::to_string(i) + "]";
+    const std::string step_type = type_of((*steps)[i], source, "pre_tokenizer." + name);
+    if (step_type != want_types[i]) reject(where, name + ".type is \"" + step_type + "\"; " + expected);
+  }
+  const size_t split_at = falcon ? 3 : 0;
+  const std::string split_name = "pretokenizers[" + std::to_string(split_at) + "]";
+  const json& split = (*steps)[split_at];
+  const json& byte_level = (*steps)[1];  // second in both sequences
   const json* pattern = field(split, "pattern");
   const json* regex = pattern && pattern->is_object() ? field(*pattern, "Regex") : nullptr;
-  if (!regex || !regex->is_string()) reject(where, "pretokenizers[0].pattern has no string \"Regex\"; " + expected);
+  if (!regex || !regex->is_string()) reject(where, split_name + ".pattern has no string \"Regex\"; " + expected);
   const std::string re = regex->get<std::string>();
-  if (re == kLlama3SplitRegex) {
+  if (falcon && re == "[0-9][0-9][0-9]") {
+    tok.pre_tokenizer_ = PreTokenizer::kFalcon;
+  } else if (!falcon && re == kLlama3SplitRegex) {
     tok.pre_tokenizer_ = PreTokenizer::kLlama3;
-  } else if (re == kQwen2SplitRegex) {
+  } else if (!falcon && re == kQwen2SplitRegex) {
     tok.pre_tokenizer_ = PreTokenizer::kQwen2;
   } else {
-    reject(where, "pretokenizers[0].pattern.Regex '" + re +
-                      "' is not a pattern fsdpp implements; expected Llama 3's or Qwen2's (see "
-                      "core/tokenizer/llama3_pretokenizer.h)");
+    reject(where, split_name + ".pattern.Regex '" + re +
+                      "' is not a pattern fsdpp implements in this Sequence (see "
+                      "core/tokenizer/llama3_pretokenizer.h, falcon_pretokenizer.h); " +
+                      expected);
   }
   if (split.value("behavior", "") != "Isolated")
-    reject(where, "pretokenizers[0].behavior is not \"Isolated\"; " + expected);
-  if (split.value("invert", true)) reject(where, "pretokenizers[0].invert is not false; " + expected);
-  // A ByteLevel after a Split would add its prefix space to every piece; refused.
+    reject(where, split_name + ".behavior is not \"Isolated\"; " + expected);
+  if (split.value("invert", true)) reject(where, split_name + ".invert is not false; " + expected);
   if (byte_level.value("add_prefix_space", true))
     reject(where, "pretokenizers[1].add_prefix_space is not false; " + expected);
-  if (byte_level.value("use_regex", true)) reject(where, "pretokenizers[1].use_regex is not false; " + expected);
+  if (byte_level.value("use_regex", true) != falcon)
+    reject(where, std::string("pretokenizers[1].use_regex is not ") + (falcon ? "true" : "false") + "; " + expected);
+  if (falcon && (*steps)[0].value("behavior", "") != "Contiguous")
+    reject(where, "pretokenizers[0].behavior is not \"Contiguous\"; " + expected);
+  if (falcon && (*steps)[2].value("individual_digits", true))
+    reject(where, "pretokenizers[2].individual_digits is not false; " + expected);
 }
 
 // HF tokenizers' Metaspace pre-tokenizer (pre_tokenizers/metaspace.rs): " " -> replacement,
@@ -447,15 +469,17 @@ BpeTokenizer BpeTokenizer::from_gguf_vocab(const std::filesystem::path& gguf) {
       tok.ignore_merges_ = true;
     } else if (vocab.pre == "qwen2") {
       tok.pre_tokenizer_ = PreTokenizer::kQwen2;
+    } else if (vocab.pre == "falcon") {
+      tok.pre_tokenizer_ = PreTokenizer::kFalcon;
     } else if (vocab.pre.empty()) {
       reject(source,
              "tokenizer.ggml.pre is missing for tokenizer.ggml.model \"gpt2\" (llama.cpp would use its "
-             "\"default\" pre-tokenizer, which fsdpp does not implement); expected \"gpt-2\", \"llama-bpe\" or "
-             "\"qwen2\"");
+             "\"default\" pre-tokenizer, which fsdpp does not implement); expected \"gpt-2\", \"llama-bpe\", "
+             "\"qwen2\" or \"falcon\"");
     } else {
       reject(source, "tokenizer.ggml.pre is \"" + vocab.pre +
-                         "\" for tokenizer.ggml.model \"gpt2\"; expected \"gpt-2\", \"llama-bpe\" or \"qwen2\" "
-                         "(the pre-tokenizers fsdpp implements)");
+                         "\" for tokenizer.ggml.model \"gpt2\"; expected \"gpt-2\", \"llama-bpe\", \"qwen2\" or "
+                         "\"falcon\" (the pre-tokenizers fsdpp implements)");
     }
     for (size_t i = 0; i < vocab.merges.size(); ++i) {
       const std::string& m = vocab.merges[i];
@@ -579,6 +603,7 @@ void BpeTokenizer::encode_byte_level(std::string_view text, std::vector<int32_t>
     case PreTokenizer::kGpt2: pieces = split_gpt2_pieces(text); break;
     case PreTokenizer::kLlama3: pieces = split_llama3_pieces(text, 3); break;
     case PreTokenizer::kQwen2: pieces = split_llama3_pieces(text, 1); break;
+    case PreTokenizer::kFalcon: pieces = split_falcon_pieces(text); break;
     case PreTokenizer::kNone:
       if (!text.empty()) pieces.push_back(text);
       break;
@@ -587,7 +612,16 @@ void BpeTokenizer::encode_byte_level(std::string_view text, std::vector<int32_t>
   for (std::string_view piece : pieces) {
     std::vector<int32_t> symbols;
     symbols.reserve(piece.size());
-    for (unsigned char b : piece) symbols.push_back(byte_symbol_ids_[b]);
+    for (unsigned char b : piece) {
+      // Hugging Face tokenizers drops a byte whose symbol is not a token (no unk_token in a
+      // byte-level BPE): fsdpp refuses rather than lose text silently.
+      if (byte_symbol_ids_[b] < 0) {
+        throw std::invalid_argument("tokenizer: text has the byte " + std::to_string(b) +
+                                    ", whose byte-level symbol is not in the vocabulary (Hugging Face tokenizers "
+                                    "would drop it; fsdpp refuses)");
+      }
+      symbols.push_back(byte_symbol_ids_[b]);
+    }
     if (ignore_merges_) {
       std::string as_token;
       for (unsigned char b : piece) unicode::append_utf8(byte_cp[b], as_token);

@@ -119,8 +119,9 @@ class BpeTokenizer {
   std::array<int32_t, 256> byte_symbol_ids_{};  // byte -> id of its bytes_to_unicode char
   bool add_prefix_space_ = false;               // HF ByteLevel: prepend " " unless present
   // How the text is split before merging: not at all (HF ByteLevel use_regex false alone),
-  // GPT-2's regex (gpt2_pretokenizer.h), Llama 3's or Qwen2's (llama3_pretokenizer.h).
-  enum class PreTokenizer { kNone, kGpt2, kLlama3, kQwen2 };
+  // GPT-2's regex (gpt2_pretokenizer.h), Llama 3's or Qwen2's (llama3_pretokenizer.h),
+  // Falcon's (falcon_pretokenizer.h).
+  enum class PreTokenizer { kNone, kGpt2, kLlama3, kQwen2, kFalcon };
   PreTokenizer pre_tokenizer_ = PreTokenizer::kGpt2;
   bool nfc_ = false;  // HF normalizer NFC (Qwen2): the text is NFC-normalized first
   static void set_byte_level_pre_tokenizer(BpeTokenizer& tok, const nlohmann::json& pre, const std::string& source);

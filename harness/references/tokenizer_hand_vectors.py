@@ -76,6 +76,14 @@ CORNERS = [
     # Emoji: astral symbols, a skin-tone modifier, ZWJ sequences, flags.
     "\U0001f600\U0001f603 \U0001f44d\U0001f3fd \U0001f468\u200d\U0001f469\u200d\U0001f467",
     "\U0001f1fa\U0001f1f8 ok\U0001f44c",
+    # Falcon's Punctuation, Digits and digit triples: punctuation runs (ASCII symbols, Unicode
+    # P*, U+166D which tokenizers' old tables call punctuation), numeric characters whose
+    # UTF-8 bytes include 0xB2 0xB3 0xB9 0xBC-0xBE, a space before digits.
+    "\u201cquoted\u201d\u2014dash\u2026 \u00bfqu\u00e9?",
+    "$+<=>^~|` a$b",
+    "\u00bd \u00b2\u00b3 1\u00b23 \u00bc\u00be \u00b9",
+    " 12 123 12345678",
+    "a\u166db \u2e43 \u061d",
     # NFC (Qwen2's Hub file): combining sequences, reordering, singletons, Hangul jamo.
     "e\u0301",
     "A\u030a",

@@ -11,6 +11,7 @@
 #                              converts them from llama.cpp's GGUF vocabularies
 #   hf-llama-bpe-hub,          the same in the shape of the Hub's files (ignore_merges;
 #   hf-qwen2-hub               NFC normalizer)
+#   hf-falcon-hub              Falcon's, with its Hub file's pre-tokenizer Sequence
 #
 # Usage: hf_judge_tokenizers.sh FSDPP_BINARY PYTHON
 set -uo pipefail
@@ -24,7 +25,8 @@ trap 'rm -rf "$work"' EXIT
 passed=0 failed=0
 for corpus in "$assets/corpora/kjv-old-testament" "$assets/corpora/kjv-new-testament" "$work/hand-vectors"; do
   for tokenizer in gpt2 hf-llama-spm/tokenizer.json hf-phi-3/tokenizer.json hf-llama-bpe/tokenizer.json \
-                   hf-llama-bpe-hub/tokenizer.json hf-qwen2/tokenizer.json hf-qwen2-hub/tokenizer.json; do
+                   hf-llama-bpe-hub/tokenizer.json hf-qwen2/tokenizer.json hf-qwen2-hub/tokenizer.json \
+                   hf-falcon-hub/tokenizer.json; do
     name="$(basename "$corpus")/$(dirname "$tokenizer" | sed 's/^\.$//')$(basename "$tokenizer")"
     out=$work/$(basename "$corpus")-$(echo "$tokenizer" | tr '/.' '__')
     if ! "$fsdpp" data prepare --input "$corpus" --output "$out" --tokenizer "$assets/$tokenizer" \

@@ -375,16 +375,37 @@ TEST(Phi3Tokenizer, DecodeInvertsEncodeOnEveryVector) {
   expect_decode_inverts_encode(gguf("phi-3"), "ggml-vocab-phi-3.gguf");
 }
 
-// Falcon's pre-tokenizer (punctuation runs, GPT-2's regex, then digit triples) is not
-// implemented: its GGUF is refused rather than split with another pattern.
-TEST(FalconTokenizer, GgufIsRefusedNamingTheFileAndItsPreTokenizer) {
-  const fs::path falcon = harness::test_asset("llama.cpp/ggml-vocab-falcon.gguf");
+// Falcon: punctuation runs, GPT-2's regex, numeric runs, ASCII digit triples, as the
+// Hugging Face Sequence of Falcon's Hub file splits (ci/assets_from_gguf.py hub falcon).
+TEST(FalconTokenizer, EncodesEveryLlamaCppVectorExactlyFromTheGgufAndAHubShapedTokenizerJson) {
+  EXPECT_EQ(gguf("falcon").kind(), BpeTokenizer::Kind::kByteLevel);
+  expect_all_cases_encode_exactly(gguf("falcon"), "ggml-vocab-falcon.gguf");
+  expect_all_cases_encode_exactly(hf("hf-falcon-hub"), "ggml-vocab-falcon.gguf");
+}
+
+TEST(FalconTokenizer, DecodeInvertsEncodeOnEveryVector) {
+  expect_decode_inverts_encode(gguf("falcon"), "ggml-vocab-falcon.gguf");
+}
+
+// Ids from Hugging Face tokenizers 0.23 with hf-falcon-hub: Digits runs on the characters
+// bytes_to_unicode gives, so the byte 0xBD of "½" (C2 BD) is numeric and split off; a
+// space before digits is its own piece; U+166D is punctuation in tokenizers' old tables.
+TEST(FalconTokenizer, NumericBytesDigitTriplesAndPunctuationSplitAsHuggingFaceDoes) {
+  for (const BpeTokenizer* tok : {&gguf("falcon"), &hf("hf-falcon-hub")}) {
+    EXPECT_EQ(ids_str(tok->encode("\u00bd")), "[136 133]");
+    EXPECT_EQ(ids_str(tok->encode(" 1234567")), "[204 10963 27681 34]");
+    EXPECT_EQ(ids_str(tok->encode("a\u166db")), "[76 167 231 239 77]");
+  }
+}
+
+// Falcon's vocabulary lacks the symbols of 28 bytes (control bytes, bytes UTF-8 never
+// uses). Hugging Face tokenizers drops such a byte from the ids; fsdpp refuses the text.
+TEST(FalconTokenizer, ByteWithoutASymbolInTheVocabularyIsRefusedNotDropped) {
   try {
-    BpeTokenizer::from_gguf_vocab(falcon);
+    gguf("falcon").encode("a\x03" "b");
     FAIL() << "expected std::invalid_argument";
   } catch (const std::invalid_argument& e) {
-    EXPECT_THAT(e.what(), AllOf(HasSubstr(falcon.string()), HasSubstr("tokenizer.ggml.pre is \"falcon\""),
-                                HasSubstr("expected \"gpt-2\", \"llama-bpe\" or \"qwen2\"")));
+    EXPECT_THAT(e.what(), AllOf(HasSubstr("byte 3"), HasSubstr("not in the vocabulary")));
   }
 }
 
@@ -544,6 +565,56 @@ TEST_F(TokenizerFileErrors, SplitWithAnotherBehaviorIsAnInvalidArgumentNamingThe
     FAIL() << "expected std::invalid_argument";
   } catch (const std::invalid_argument& e) {
     EXPECT_THAT(e.what(), AllOf(HasSubstr(file.string()), HasSubstr("pretokenizers[0].behavior")));
+  }
+}
+
+// A GGUF file with tokenizer.ggml.model "gpt2", one token and tokenizer.ggml.pre = `pre`
+// (none if empty): the keys the loader reads before it refuses a pre-tokenizer.
+std::string gguf_with_pre(const std::string& pre) {
+  std::string out = "GGUF";
+  auto u32 = [&](uint32_t v) { out.append(reinterpret_cast<const char*>(&v), 4); };
+  auto u64 = [&](uint64_t v) { out.append(reinterpret_cast<const char*>(&v), 8); };
+  auto str = [&](const std::string& v) {
+    u64(v.size());
+    out += v;
+  };
+  u32(3);                    // version
+  u64(0);                    // tensors
+  u64(pre.empty() ? 2 : 3);  // metadata keys
+  str("tokenizer.ggml.model");
+  u32(8);  // string
+  str("gpt2");
+  str("tokenizer.ggml.tokens");
+  u32(9);  // array
+  u32(8);  // of strings
+  u64(1);
+  str("a");
+  if (!pre.empty()) {
+    str("tokenizer.ggml.pre");
+    u32(8);
+    str(pre);
+  }
+  return out;
+}
+
+TEST_F(TokenizerFileErrors, GgufPreTokenizerFsdppDoesNotImplementIsAnInvalidArgumentNamingFileAndValue) {
+  const fs::path file = write("starcoder.gguf", gguf_with_pre("starcoder"));
+  try {
+    BpeTokenizer::from_gguf_vocab(file);
+    FAIL() << "expected std::invalid_argument";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), AllOf(HasSubstr(file.string()), HasSubstr("tokenizer.ggml.pre is \"starcoder\""),
+                                HasSubstr("expected \"gpt-2\", \"llama-bpe\", \"qwen2\" or \"falcon\"")));
+  }
+}
+
+TEST_F(TokenizerFileErrors, GgufWithoutPreTokenizerIsAnInvalidArgumentNamingFileAndKey) {
+  const fs::path file = write("no_pre.gguf", gguf_with_pre(""));
+  try {
+    BpeTokenizer::from_gguf_vocab(file);
+    FAIL() << "expected std::invalid_argument";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), AllOf(HasSubstr(file.string()), HasSubstr("tokenizer.ggml.pre is missing")));
   }
 }
 
