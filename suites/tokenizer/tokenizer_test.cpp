@@ -402,7 +402,7 @@ TEST(FalconTokenizer, NumericBytesDigitTriplesAndPunctuationSplitAsHuggingFaceDo
 // uses). Hugging Face tokenizers drops such a byte from the ids; fsdpp refuses the text.
 TEST(FalconTokenizer, ByteWithoutASymbolInTheVocabularyIsRefusedNotDropped) {
   try {
-    gguf("falcon").encode("a\x03" "b");
+    gguf("falcon").encode(std::string{'a', '\x03', 'b'});
     FAIL() << "expected std::invalid_argument";
   } catch (const std::invalid_argument& e) {
     EXPECT_THAT(e.what(), AllOf(HasSubstr("byte 3"), HasSubstr("not in the vocabulary")));
@@ -429,7 +429,7 @@ TEST(Nfc, ComposesReordersAndKeepsInvalidBytes) {
 class TokenizerFileErrors : public ::testing::Test {
  protected:
   fs::path write(const std::string& name, const std::string& content) {
-    const fs::path p = dir_ / name;
+    fs::path p = dir_ / name;  // not const: returned by move
     std::ofstream(p, std::ios::binary) << content;
     return p;
   }
