@@ -27,7 +27,7 @@ for corpus in "$assets/corpora/kjv-old-testament" "$assets/corpora/kjv-new-testa
   for tokenizer in gpt2 hf-llama-spm/tokenizer.json hf-phi-3/tokenizer.json hf-llama-bpe/tokenizer.json \
                    hf-llama-bpe-hub/tokenizer.json hf-qwen2/tokenizer.json hf-qwen2-hub/tokenizer.json \
                    hf-falcon-hub/tokenizer.json; do
-    name="$(basename "$corpus")/$(dirname "$tokenizer" | sed 's/^\.$//')$(basename "$tokenizer")"
+    name="$(basename "$corpus")/${tokenizer%/tokenizer.json}"
     out=$work/$(basename "$corpus")-$(echo "$tokenizer" | tr '/.' '__')
     if ! "$fsdpp" data prepare --input "$corpus" --output "$out" --tokenizer "$assets/$tokenizer" \
          --eval-fraction 0 >"$work/prepare.log" 2>&1; then

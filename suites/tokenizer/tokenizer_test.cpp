@@ -339,7 +339,7 @@ size_t code_points(std::string_view s) {
   return n;
 }
 
-RC_GTEST_PROP(Llama3PreTokenizer, SplitsInvalidUtf8AsIfEachBadByteWereU_FFFD, (const std::string& bytes)) {
+RC_GTEST_PROP(Llama3PreTokenizer, SplitsEachInvalidUtf8ByteAsIfItWereUFFFD, (const std::string& bytes)) {
   for (size_t digits : {1, 3}) {
     std::vector<size_t> raw, replaced;
     for (std::string_view p : tokenizer::split_llama3_pieces(bytes, digits)) raw.push_back(code_points(p));
