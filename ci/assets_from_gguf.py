@@ -10,6 +10,19 @@ references read (ci/fetch_assets.sh calls it with the .venv Python).
       OUT_DIR/tokenizer.json (and tokenizer_config.json): the tokenizer that transformers
       builds from the GGUF (AutoTokenizer.from_pretrained(..., gguf_file=...)), saved with
       save_pretrained: an independent conversion by the Hugging Face stack.
+  assets_from_gguf.py hub llama3|qwen2|falcon TOKENIZER_JSON OUT_DIR
+      OUT_DIR/tokenizer.json: a tokenizer.json that transformers made from that family's
+      GGUF, rewritten into the shape of the family's Hub file, which transformers'
+      conversion does not reproduce:
+        llama3 (meta-llama/Meta-Llama-3-8B): model.ignore_merges true (a piece that is
+          itself a token is not merged; llama.cpp's llama-bpe does the same);
+        qwen2 (Qwen/Qwen2.5-7B): normalizer NFC, ByteLevel trim_offsets false;
+        falcon (tiiuae/falcon-7b): pre_tokenizer Sequence [Punctuation (Contiguous),
+          ByteLevel, Digits (individual_digits false), Split "[0-9][0-9][0-9]" (Isolated)]
+          where transformers writes a plain ByteLevel (GPT-2's regex);
+        all: without the added tokens whose id is not in model.vocab (transformers appends
+          Llama 3 an "<|endoftext|>" at id 128256, past the GGUF's 128256 tokens).
+      Vocabulary, merges and everything else stay as transformers wrote them.
 
 Errors: one line naming the file and what was expected, exit 1.
 """
@@ -59,9 +72,71 @@ def write_hf_tokenizer(gguf_path, out_dir):
         fail("transformers wrote no tokenizer.json for %s" % gguf_path)
 
 
+# The Split patterns transformers writes for Llama 3 (tiktoken's cl100k_base) and Qwen2.
+LLAMA3_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+QWEN2_SPLIT = LLAMA3_SPLIT.replace(r"\p{N}{1,3}", r"\p{N}")
+
+
+FALCON_PRE_TOKENIZER = {
+    "type": "Sequence",
+    "pretokenizers": [
+        {"type": "Punctuation", "behavior": "Contiguous"},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+        {"type": "Digits", "individual_digits": False},
+        {"type": "Split", "pattern": {"Regex": "[0-9][0-9][0-9]"}, "behavior": "Isolated", "invert": False},
+    ],
+}
+
+
+def write_hub_shape(family, tokenizer_json, out_dir):
+    with open(tokenizer_json, encoding="utf-8") as f:
+        tok = json.load(f)
+    pre = tok.get("pre_tokenizer") or {}
+    if family == "falcon":
+        if pre.get("type") != "ByteLevel" or not pre.get("use_regex", True):
+            fail(
+                "%s: pre_tokenizer is not a ByteLevel with use_regex; expected transformers' conversion of "
+                "Falcon's GGUF" % tokenizer_json
+            )
+        tok["pre_tokenizer"] = FALCON_PRE_TOKENIZER
+    else:
+        try:
+            split, byte_level = pre["pretokenizers"]
+            pattern = split["pattern"]["Regex"]
+        except (KeyError, TypeError, ValueError):
+            pattern = None
+        if pattern != {"llama3": LLAMA3_SPLIT, "qwen2": QWEN2_SPLIT}[family]:
+            fail(
+                "%s: pre_tokenizer is not a Sequence of a Split by %s's regex and a ByteLevel; expected "
+                "transformers' conversion of its GGUF" % (tokenizer_json, family)
+            )
+        if family == "llama3":
+            tok["model"]["ignore_merges"] = True
+        else:
+            tok["normalizer"] = {"type": "NFC"}
+            byte_level["trim_offsets"] = False
+    ids = set(tok["model"]["vocab"].values())
+    tok["added_tokens"] = [t for t in tok["added_tokens"] if t["id"] in ids]
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "tokenizer.json"), "w", encoding="utf-8") as f:
+        json.dump(tok, f, ensure_ascii=False)
+
+
 def main(argv):
+    usage = (
+        "usage: assets_from_gguf.py gpt2|hf GGUF OUT_DIR, or assets_from_gguf.py hub llama3|qwen2|falcon "
+        "TOKENIZER_JSON OUT_DIR"
+    )
+    if len(argv) == 5 and argv[1] == "hub" and argv[2] in ("llama3", "qwen2", "falcon"):
+        if not os.path.isfile(argv[3]):
+            fail("%s: no such file" % argv[3])
+        write_hub_shape(argv[2], argv[3], argv[4])
+        return
     if len(argv) != 4 or argv[1] not in ("gpt2", "hf"):
-        fail("usage: assets_from_gguf.py gpt2|hf GGUF OUT_DIR")
+        fail(usage)
     if not os.path.isfile(argv[2]):
         fail("%s: no such file" % argv[2])
     (write_gpt2_files if argv[1] == "gpt2" else write_hf_tokenizer)(argv[2], argv[3])

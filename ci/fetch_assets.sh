@@ -10,9 +10,15 @@
 #
 #   gpt2/encoder.json, gpt2/vocab.bpe      GPT-2's BPE vocabulary and merges, copied out of
 #                                          llama.cpp's ggml-vocab-gpt-2.gguf (ci/assets_from_gguf.py)
-#   hf-llama-spm/tokenizer.json            the Hugging Face tokenizer that transformers builds from
-#                                          llama.cpp's ggml-vocab-llama-spm.gguf (Llama-2's vocabulary)
-#   llama.cpp/ggml-vocab-{gpt-2,llama-spm}.gguf{,.inp,.out}
+#   hf-{llama-spm,llama-bpe,qwen2,phi-3,falcon}/tokenizer.json
+#                                          the Hugging Face tokenizer that transformers builds from
+#                                          llama.cpp's ggml-vocab-*.gguf (Llama-2's, Llama 3's,
+#                                          Qwen2's, Phi-3's, Falcon's vocabulary)
+#   hf-{llama-bpe,qwen2,falcon}-hub/tokenizer.json
+#                                          the same, in the shape of the Hub's Llama 3 / Qwen2.5 /
+#                                          Falcon files (ignore_merges; NFC; Falcon's pre-tokenizer
+#                                          Sequence), by ci/assets_from_gguf.py hub
+#   llama.cpp/ggml-vocab-{gpt-2,llama-spm,llama-bpe,qwen2,phi-3,falcon}.gguf{,.inp,.out}
 #                                          llama.cpp's vocabularies and tokenizer test vectors,
 #                                          from the models/ folder that PyPI's llama-cpp-python
 #                                          source distribution carries
@@ -76,13 +82,24 @@ sdist=$tmp/sdist/llama_cpp_python-$version.tar.gz
 [ -f "$sdist" ] || fail "pip download llama-cpp-python==$version gave no $(basename "$sdist")"
 check_sha256 "$sdist" "llama-cpp-python==$version" pypi-sdist llama-cpp-python
 models=llama_cpp_python-$version/vendor/llama.cpp/models
-files=(ggml-vocab-gpt-2.gguf ggml-vocab-gpt-2.gguf.inp ggml-vocab-gpt-2.gguf.out
-       ggml-vocab-llama-spm.gguf ggml-vocab-llama-spm.gguf.inp ggml-vocab-llama-spm.gguf.out)
+files=()
+for vocab in gpt-2 llama-spm llama-bpe qwen2 phi-3 falcon; do
+  files+=("ggml-vocab-$vocab.gguf" "ggml-vocab-$vocab.gguf.inp" "ggml-vocab-$vocab.gguf.out")
+done
 tar -xzf "$sdist" -C "$tmp" "${files[@]/#/$models/}" || fail "$(basename "$sdist") lacks llama.cpp's models/ vocabularies"
 for f in "${files[@]}"; do mv "$tmp/$models/$f" "$out/llama.cpp/$f"; done
 "$python" "$repo/ci/assets_from_gguf.py" gpt2 "$out/llama.cpp/ggml-vocab-gpt-2.gguf" "$out/gpt2"
-"$python" "$repo/ci/assets_from_gguf.py" hf "$out/llama.cpp/ggml-vocab-llama-spm.gguf" "$out/hf-llama-spm" \
-  >"$tmp/hf.log" 2>&1 || fail "transformers could not convert ggml-vocab-llama-spm.gguf: $(tail -n1 "$tmp/hf.log")"
+# hf-VOCAB: transformers' conversion of the GGUF; hf-VOCAB-hub: the same in the shape of
+# the family's Hugging Face Hub file (assets_from_gguf.py says what differs).
+for vocab in llama-spm llama-bpe qwen2 phi-3 falcon; do
+  "$python" "$repo/ci/assets_from_gguf.py" hf "$out/llama.cpp/ggml-vocab-$vocab.gguf" "$out/hf-$vocab" \
+    >"$tmp/hf.log" 2>&1 || fail "transformers could not convert ggml-vocab-$vocab.gguf: $(tail -n1 "$tmp/hf.log")"
+done
+for family in llama3:llama-bpe qwen2:qwen2 falcon:falcon; do
+  vocab=${family#*:}
+  "$python" "$repo/ci/assets_from_gguf.py" hub "${family%%:*}" "$out/hf-$vocab/tokenizer.json" "$out/hf-$vocab-hub" ||
+    fail "could not write hf-$vocab-hub"
+done
 
 # The King James Bible from Debian's bible-kjv-text, read with its own `bible` program.
 version=$(lock_field debian bible-kjv-text 3)

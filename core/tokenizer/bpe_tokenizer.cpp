@@ -11,8 +11,11 @@
 #include <tuple>
 
 #include "core/io/json_depth.h"
+#include "core/tokenizer/falcon_pretokenizer.h"
 #include "core/tokenizer/gguf_vocab.h"
 #include "core/tokenizer/gpt2_pretokenizer.h"
+#include "core/tokenizer/llama3_pretokenizer.h"
+#include "core/tokenizer/nfc.h"
 #include "core/tokenizer/unicode.h"
 
 namespace fsdpp::tokenizer {
@@ -163,10 +166,9 @@ void BpeTokenizer::finish_byte_level(const std::string& source) {
   for (int b = 0; b < 256; ++b) {
     std::string symbol;
     unicode::append_utf8(byte_cp[b], symbol);
+    // A vocabulary may lack the symbol of a byte its training text never had (Falcon's
+    // lacks 28: control bytes, bytes that UTF-8 never uses); encode() refuses such a byte.
     byte_symbol_ids_[b] = find_id(symbol);
-    if (byte_symbol_ids_[b] < 0) {
-      reject(source, "byte-level vocabulary lacks the token '" + symbol + "' for byte " + std::to_string(b));
-    }
     cp_byte[byte_cp[b]] = static_cast<uint8_t>(b);
   }
   // Each token decodes to the bytes its characters stand for; a token with a character
@@ -314,14 +316,19 @@ BpeTokenizer BpeTokenizer::from_hf_json_value(const nlohmann::json& root, const 
   const json* pre = field(root, "pre_tokenizer");
   const json* normalizer = field(root, "normalizer");
   const std::string pre_type = pre ? type_of(*pre, source, "pre_tokenizer") : "";
-  if (pre && pre_type != "ByteLevel" && pre_type != "Metaspace") {
-    reject(source, "pre_tokenizer.type is \"" + pre_type + "\"; expected \"ByteLevel\", \"Metaspace\" or null");
+  if (pre && pre_type != "ByteLevel" && pre_type != "Metaspace" && pre_type != "Sequence") {
+    reject(source, "pre_tokenizer.type is \"" + pre_type +
+                       "\"; expected \"ByteLevel\", \"Metaspace\", \"Sequence\" (of Split and ByteLevel) or null");
   }
-  if (pre_type == "ByteLevel") {
-    if (normalizer)
-      reject(source, "a ByteLevel tokenizer with a normalizer is not supported; expected normalizer null");
-    tok.add_prefix_space_ = pre->value("add_prefix_space", false);
-    tok.use_regex_ = pre->value("use_regex", true);
+  if (pre_type == "ByteLevel" || pre_type == "Sequence") {
+    // Byte-level: the normalizer may be NFC (Qwen2's Hub files), applied before splitting.
+    if (normalizer) {
+      const std::string type = type_of(*normalizer, source, "normalizer");
+      if (type != "NFC")
+        reject(source, "normalizer.type is \"" + type + "\" in a byte-level tokenizer; expected \"NFC\" or null");
+      tok.nfc_ = true;
+    }
+    set_byte_level_pre_tokenizer(tok, *pre, source);
     tok.finish_byte_level(source);
   } else {
     // SentencePiece-style: the normalizer is the only text transformation.
@@ -350,6 +357,75 @@ BpeTokenizer BpeTokenizer::from_hf_json_value(const nlohmann::json& root, const 
   }
   for (int32_t id : special_ids) tok.decoded_[id].clear();
   return tok;
+}
+
+// A byte-level pre_tokenizer: ByteLevel alone (GPT-2's regex when use_regex, else no
+// split), or a Sequence that is exactly
+//  - Llama 3's or Qwen2's: a Split by their regex (behavior "Isolated", invert false: every
+//    match is a piece, and so is every gap between matches, which these patterns never
+//    leave) and a ByteLevel with use_regex false, as their Hub files and transformers' GGUF
+//    conversion write it; or
+//  - Falcon's: Punctuation (Contiguous), ByteLevel (use_regex true), Digits
+//    (individual_digits false), Split "[0-9][0-9][0-9]" (Isolated, invert false).
+// Other patterns and sequences are refused: fsdpp has no regex engine, only these
+// hand-written splitters. A ByteLevel inside a Sequence must have add_prefix_space false
+// (it would prefix every piece).
+void BpeTokenizer::set_byte_level_pre_tokenizer(BpeTokenizer& tok, const json& pre, const std::string& source) {
+  const std::string type = type_of(pre, source, "pre_tokenizer");
+  if (type == "ByteLevel") {
+    tok.add_prefix_space_ = pre.value("add_prefix_space", false);
+    tok.pre_tokenizer_ = pre.value("use_regex", true) ? PreTokenizer::kGpt2 : PreTokenizer::kNone;
+    return;
+  }
+  const std::string where = source + " pre_tokenizer (Sequence)";
+  const std::string expected =
+      "expected Llama 3's or Qwen2's [Split (their Regex, behavior \"Isolated\", invert false), ByteLevel "
+      "(use_regex false, add_prefix_space false)] or Falcon's [Punctuation (\"Contiguous\"), ByteLevel (use_regex "
+      "true, add_prefix_space false), Digits (individual_digits false), Split (Regex \"[0-9][0-9][0-9]\", "
+      "\"Isolated\", invert false)]";
+  const json* steps = field(pre, "pretokenizers");
+  if (!steps || !steps->is_array() || (steps->size() != 2 && steps->size() != 4))
+    reject(where, "pretokenizers: " + expected);
+  const bool falcon = steps->size() == 4;
+  const std::vector<std::string> want_types =
+      falcon ? std::vector<std::string>{"Punctuation", "ByteLevel", "Digits", "Split"}
+             : std::vector<std::string>{"Split", "ByteLevel"};
+  for (size_t i = 0; i < steps->size(); ++i) {
+    const std::string name = "pretokenizers[" + std::to_string(i) + "]";
+    const std::string step_type = type_of((*steps)[i], source, "pre_tokenizer." + name);
+    if (step_type != want_types[i]) reject(where, name + ".type is \"" + step_type + "\"; " + expected);
+  }
+  const size_t split_at = falcon ? 3 : 0;
+  const std::string split_name = "pretokenizers[" + std::to_string(split_at) + "]";
+  const json& split = (*steps)[split_at];
+  const json& byte_level = (*steps)[1];  // second in both sequences
+  const json* pattern = field(split, "pattern");
+  const json* regex = pattern && pattern->is_object() ? field(*pattern, "Regex") : nullptr;
+  if (!regex || !regex->is_string()) reject(where, split_name + ".pattern has no string \"Regex\"; " + expected);
+  const std::string re = regex->get<std::string>();
+  if (falcon && re == "[0-9][0-9][0-9]") {
+    tok.pre_tokenizer_ = PreTokenizer::kFalcon;
+  } else if (!falcon && re == kLlama3SplitRegex) {
+    tok.pre_tokenizer_ = PreTokenizer::kLlama3;
+  } else if (!falcon && re == kQwen2SplitRegex) {
+    tok.pre_tokenizer_ = PreTokenizer::kQwen2;
+  } else {
+    reject(where, split_name + ".pattern.Regex '" + re +
+                      "' is not a pattern fsdpp implements in this Sequence (see "
+                      "core/tokenizer/llama3_pretokenizer.h, falcon_pretokenizer.h); " +
+                      expected);
+  }
+  if (split.value("behavior", "") != "Isolated")
+    reject(where, split_name + ".behavior is not \"Isolated\"; " + expected);
+  if (split.value("invert", true)) reject(where, split_name + ".invert is not false; " + expected);
+  if (byte_level.value("add_prefix_space", true))
+    reject(where, "pretokenizers[1].add_prefix_space is not false; " + expected);
+  if (byte_level.value("use_regex", true) != falcon)
+    reject(where, std::string("pretokenizers[1].use_regex is not ") + (falcon ? "true" : "false") + "; " + expected);
+  if (falcon && (*steps)[0].value("behavior", "") != "Contiguous")
+    reject(where, "pretokenizers[0].behavior is not \"Contiguous\"; " + expected);
+  if (falcon && (*steps)[2].value("individual_digits", true))
+    reject(where, "pretokenizers[2].individual_digits is not false; " + expected);
 }
 
 // HF tokenizers' Metaspace pre-tokenizer (pre_tokenizers/metaspace.rs): " " -> replacement,
@@ -384,6 +460,27 @@ BpeTokenizer BpeTokenizer::from_gguf_vocab(const std::filesystem::path& gguf) {
     tok.add_vocab_entry(vocab.tokens[id], static_cast<int64_t>(id), source);
   constexpr int32_t kControlType = 3;  // llama.cpp's LLAMA_TOKEN_TYPE_CONTROL
   if (vocab.model == "gpt2") {
+    // tokenizer.ggml.pre names the pre-tokenizer, as llama.cpp's llama_vocab::load reads it;
+    // llama.cpp's "llama-bpe" also ignores merges for a word that is itself a token.
+    if (vocab.pre == "gpt-2") {
+      tok.pre_tokenizer_ = PreTokenizer::kGpt2;
+    } else if (vocab.pre == "llama-bpe") {
+      tok.pre_tokenizer_ = PreTokenizer::kLlama3;
+      tok.ignore_merges_ = true;
+    } else if (vocab.pre == "qwen2") {
+      tok.pre_tokenizer_ = PreTokenizer::kQwen2;
+    } else if (vocab.pre == "falcon") {
+      tok.pre_tokenizer_ = PreTokenizer::kFalcon;
+    } else if (vocab.pre.empty()) {
+      reject(source,
+             "tokenizer.ggml.pre is missing for tokenizer.ggml.model \"gpt2\" (llama.cpp would use its "
+             "\"default\" pre-tokenizer, which fsdpp does not implement); expected \"gpt-2\", \"llama-bpe\", "
+             "\"qwen2\" or \"falcon\"");
+    } else {
+      reject(source, "tokenizer.ggml.pre is \"" + vocab.pre +
+                         "\" for tokenizer.ggml.model \"gpt2\"; expected \"gpt-2\", \"llama-bpe\", \"qwen2\" or "
+                         "\"falcon\" (the pre-tokenizers fsdpp implements)");
+    }
     for (size_t i = 0; i < vocab.merges.size(); ++i) {
       const std::string& m = vocab.merges[i];
       const size_t space = m.find(' ');
@@ -393,6 +490,11 @@ BpeTokenizer BpeTokenizer::from_gguf_vocab(const std::filesystem::path& gguf) {
     }
     tok.finish_byte_level(source);
   } else if (vocab.model == "llama") {
+    // llama.cpp ignores tokenizer.ggml.pre for SentencePiece; anything but "default" would
+    // promise a pre-tokenizer that is not applied, so it is refused.
+    if (!vocab.pre.empty() && vocab.pre != "default")
+      reject(source, "tokenizer.ggml.pre is \"" + vocab.pre +
+                         "\" for tokenizer.ggml.model \"llama\"; expected \"default\" or none");
     if (vocab.scores.size() != vocab.tokens.size()) reject(source, "tokenizer.ggml.scores is missing");
     // What llama.cpp does for a "llama" vocabulary: " " -> "▁", a "▁" prefix
     // (add_space_prefix), byte fallback to <0xXX>, merges by score.
@@ -485,21 +587,41 @@ void BpeTokenizer::merge_word(std::vector<int32_t> symbols, std::vector<int32_t>
 }
 
 void BpeTokenizer::encode_byte_level(std::string_view text, std::vector<int32_t>& out) const {
+  // HF order: the normalizer, then the pre-tokenizer (ByteLevel's prefix space, the split).
+  std::string normalized;
+  if (nfc_) {
+    normalized = unicode::nfc(text);
+    text = normalized;
+  }
   std::string prefixed;
   if (add_prefix_space_ && !text.empty() && text.front() != ' ') {
     prefixed = " " + std::string(text);
     text = prefixed;
   }
   std::vector<std::string_view> pieces;
-  if (use_regex_)
-    pieces = split_gpt2_pieces(text);
-  else if (!text.empty())
-    pieces.push_back(text);
+  switch (pre_tokenizer_) {
+    case PreTokenizer::kGpt2: pieces = split_gpt2_pieces(text); break;
+    case PreTokenizer::kLlama3: pieces = split_llama3_pieces(text, 3); break;
+    case PreTokenizer::kQwen2: pieces = split_llama3_pieces(text, 1); break;
+    case PreTokenizer::kFalcon: pieces = split_falcon_pieces(text); break;
+    case PreTokenizer::kNone:
+      if (!text.empty()) pieces.push_back(text);
+      break;
+  }
   const std::array<uint32_t, 256> byte_cp = bytes_to_unicode();
   for (std::string_view piece : pieces) {
     std::vector<int32_t> symbols;
     symbols.reserve(piece.size());
-    for (unsigned char b : piece) symbols.push_back(byte_symbol_ids_[b]);
+    for (unsigned char b : piece) {
+      // Hugging Face tokenizers drops a byte whose symbol is not a token (no unk_token in a
+      // byte-level BPE): fsdpp refuses rather than lose text silently.
+      if (byte_symbol_ids_[b] < 0) {
+        throw std::invalid_argument("tokenizer: text has the byte " + std::to_string(b) +
+                                    ", whose byte-level symbol is not in the vocabulary (Hugging Face tokenizers "
+                                    "would drop it; fsdpp refuses)");
+      }
+      symbols.push_back(byte_symbol_ids_[b]);
+    }
     if (ignore_merges_) {
       std::string as_token;
       for (unsigned char b : piece) unicode::append_utf8(byte_cp[b], as_token);

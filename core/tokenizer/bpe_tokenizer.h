@@ -1,8 +1,12 @@
 // Byte-pair-encoding tokenizers, bit-exact with the references they are tested against
-// (llama.cpp's ggml-vocab-gpt-2 and ggml-vocab-llama-spm vectors; see README.md here):
+// (llama.cpp's ggml-vocab-{gpt-2,llama-spm,llama-bpe,qwen2,phi-3,falcon} vectors and HF
+// tokenizers; see README.md here):
 //
-//  - byte-level BPE (GPT-2): text -> GPT-2 regex pieces -> bytes -> one symbol per byte
-//    (GPT-2's bytes_to_unicode alphabet) -> merges by rank. Lossless on any bytes.
+//  - byte-level BPE (GPT-2, Llama 3, Qwen2, Falcon): text -> [NFC, Qwen2's Hub file] ->
+//    GPT-2's, Llama 3's, Qwen2's or Falcon's pre-tokenizer pieces -> bytes -> one symbol
+//    per byte (GPT-2's bytes_to_unicode alphabet) -> merges by rank (with ignore_merges,
+//    Llama 3: a piece that is a token stays whole). Lossless on any bytes whose symbols
+//    the vocabulary has (all but Falcon's: every byte), with NFC on NFC text.
 //  - SentencePiece-style BPE (Llama-2): text -> normalizer (prepend "▁", " " -> "▁") -> one
 //    symbol per code point, unknown ones as <0xXX> byte tokens (byte_fallback) -> merges,
 //    by merge rank (tokenizer.json) or by the merged token's score (SentencePiece's own
@@ -36,22 +40,30 @@ class BpeTokenizer {
   // file and the expectation if its content is malformed.
   static BpeTokenizer from_gpt2_files(const std::filesystem::path& vocab_json, const std::filesystem::path& merges_txt);
 
-  // A Hugging Face tokenizer.json whose model.type is "BPE": byte-level when its
-  // pre_tokenizer is ByteLevel, SentencePiece-style when it has no pre_tokenizer (the
-  // normalizer may be Prepend / Replace / a Sequence of them) or a Metaspace one (what
-  // tokenizers >= 0.14 and transformers 5 write: " " -> "▁", then a "▁" prefix unless the
-  // text already starts with one; split into "▁"-led words when its `split` is true). Throws as above; any
+  // A Hugging Face tokenizer.json whose model.type is "BPE". Byte-level when its
+  // pre_tokenizer is ByteLevel, or a Sequence of a Split by Llama 3's or Qwen2's regex
+  // (exactly those patterns) and a ByteLevel, or Falcon's Sequence (Punctuation,
+  // ByteLevel, Digits, Split); its normalizer null or NFC.
+  // SentencePiece-style when it has no pre_tokenizer (the normalizer may be Prepend /
+  // Replace / a Sequence of them) or a Metaspace one (what tokenizers >= 0.14 and
+  // transformers 5 write: " " -> "▁", then a "▁" prefix unless the text already starts
+  // with one; split into "▁"-led words when its `split` is true). Throws as above; any
   // configuration outside these (another model type, dropout, subword prefixes, other
-  // pre-tokenizers or normalizers) is std::invalid_argument naming the field.
+  // pre-tokenizers, Split patterns or normalizers) is std::invalid_argument naming the field.
   static BpeTokenizer from_hf_tokenizer_json(const std::filesystem::path& tokenizer_json);
 
   // The vocabulary of a GGUF file (llama.cpp's format; see gguf_vocab.h) whose
   // tokenizer.ggml.model is "llama" (SentencePiece: tokens + scores + token types, merged
-  // by score like llama.cpp's llm_tokenizer_spm) or "gpt2" (tokens + merges, byte-level).
+  // by score like llama.cpp's llm_tokenizer_spm) or "gpt2" (tokens + merges, byte-level,
+  // with the pre-tokenizer tokenizer.ggml.pre names: "gpt-2", "llama-bpe", "qwen2" or
+  // "falcon"; any other is std::invalid_argument naming the file and the value).
   // Control tokens (<s>, </s>) decode to nothing. Throws as above.
   static BpeTokenizer from_gguf_vocab(const std::filesystem::path& gguf);
 
   // Token ids of `text` (UTF-8; invalid bytes are encoded too, byte-level losslessly).
+  // Throws std::invalid_argument for a byte whose byte-level symbol the vocabulary lacks
+  // (Falcon's lacks 28; Hugging Face drops such a byte) and, SentencePiece-style, for a
+  // character with neither a token, byte fallback nor an unk_token.
   std::vector<int32_t> encode(std::string_view text) const;
 
   // The bytes the ids stand for; special tokens (<s>, </s>, <|endoftext|>...) decode to
@@ -111,7 +123,13 @@ class BpeTokenizer {
   // Byte-level.
   std::array<int32_t, 256> byte_symbol_ids_{};  // byte -> id of its bytes_to_unicode char
   bool add_prefix_space_ = false;               // HF ByteLevel: prepend " " unless present
-  bool use_regex_ = true;                       // HF ByteLevel: split with GPT-2's regex
+  // How the text is split before merging: not at all (HF ByteLevel use_regex false alone),
+  // GPT-2's regex (gpt2_pretokenizer.h), Llama 3's or Qwen2's (llama3_pretokenizer.h),
+  // Falcon's (falcon_pretokenizer.h).
+  enum class PreTokenizer { kNone, kGpt2, kLlama3, kQwen2, kFalcon };
+  PreTokenizer pre_tokenizer_ = PreTokenizer::kGpt2;
+  bool nfc_ = false;  // HF normalizer NFC (Qwen2): the text is NFC-normalized first
+  static void set_byte_level_pre_tokenizer(BpeTokenizer& tok, const nlohmann::json& pre, const std::string& source);
 
   // SentencePiece-style.
   std::vector<NormalizerStep> normalizer_;

@@ -151,6 +151,8 @@ GgufVocab read_gguf_vocab(const std::filesystem::path& path) {
     } else if (key == "tokenizer.ggml.merges") {
       vocab.merges.resize(read_array_of(r, type, kString, key));
       for (auto& m : vocab.merges) m = r.read_string();
+    } else if (key == "tokenizer.ggml.pre" && type == kString) {
+      vocab.pre = r.read_string();
     } else if (key == "tokenizer.ggml.add_space_prefix" && type == kBool) {
       vocab.add_space_prefix = r.read<uint8_t>() != 0;
     } else {

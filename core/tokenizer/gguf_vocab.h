@@ -17,6 +17,7 @@ struct GgufVocab {
   std::vector<int32_t> token_types;  // tokenizer.ggml.token_type (1 normal ... 3 control, 6 byte), or empty
   std::vector<std::string> merges;   // tokenizer.ggml.merges ("left right"), or empty
   bool add_space_prefix = true;      // tokenizer.ggml.add_space_prefix (llama.cpp's default: true)
+  std::string pre;                   // tokenizer.ggml.pre ("gpt-2", "llama-bpe", "qwen2", ...), or empty
 };
 
 // Throws std::runtime_error if `path` cannot be read, std::invalid_argument naming the file

@@ -19,7 +19,8 @@ BpeTokenizer load_tokenizer(const std::filesystem::path& path);
 void copy_tokenizer_files(const std::filesystem::path& path, const std::filesystem::path& hf_dir);
 
 // The id that starts every document when preparing data: <|endoftext|> if the
-// vocabulary has it (GPT-2, as llm.c does), else <s> (Llama's BOS); none otherwise.
+// vocabulary has it (GPT-2, Qwen2, Phi-3; as llm.c does), else <s> (Llama-2's BOS), else
+// <|begin_of_text|> (Llama 3's BOS); none otherwise.
 std::optional<int32_t> document_separator_id(const BpeTokenizer& tokenizer);
 
 }  // namespace fsdpp::tokenizer

@@ -14,7 +14,7 @@ walked recursively), a .txt file is one document, every string value of a .json 
 of each line of a .jsonl file) is one, empty documents are dropped (.yaml is not supported
 here). Each document is encoded on its own with add_special_tokens=False (no BOS/EOS from
 the post-processor) and prefixed with the document separator: <|endoftext|> if the
-vocabulary has it, else <s>. Special-token text inside a document is plain text
+vocabulary has it, else <s>, else <|begin_of_text|>. Special-token text inside a document is plain text
 (`encode_special_tokens`), as in fsdpp's encode() and llama.cpp's tokenize(parse_special=
 false): "<s>" in a document is "<", "s", ">", not id 1.
 
@@ -53,7 +53,7 @@ import torch_peer  # open_token_file: the .tok reader
 
 EXIT_MISMATCH = 1
 EXIT_USAGE = 2
-SEPARATORS = ("<|endoftext|>", "<s>")  # in order of preference, as document_separator_id
+SEPARATORS = ("<|endoftext|>", "<s>", "<|begin_of_text|>")  # in order of preference, as document_separator_id
 INPUT_KINDS = {".txt": "text", ".json": "json", ".jsonl": "jsonl", ".yaml": "yaml", ".yml": "yaml"}
 
 
@@ -104,7 +104,7 @@ def separator_id(tok, source):
         i = tok.token_to_id(name)
         if i is not None:
             return i, name
-    raise UsageError(f"--tokenizer {source}: the vocabulary has neither <|endoftext|> nor <s> (expected a separator)")
+    raise UsageError(f"--tokenizer {source}: the vocabulary has none of {', '.join(SEPARATORS)} (expected a separator)")
 
 
 # ----------------------------------------------------------------------------------------

@@ -197,7 +197,7 @@ gpt2_vocab["<|endoftext|>"] = len(gpt2_vocab)
 gpt2_merges = cut_merges([l for l in merge_lines[1:] if l], gpt2_vocab, 300)
 write("gpt2_bpe", "gpt2-300-merges.txt", json.dumps(gpt2_vocab, ensure_ascii=False) + SEP +
       merge_lines[0] + "\n" + "\n".join(gpt2_merges) + "\n")
-write("tokenizer_json", "gpt2-byte-level.json", dump({
+byte_level_seed = {
     "version": "1.0", "truncation": None, "padding": None,
     "added_tokens": [{"id": gpt2_vocab["<|endoftext|>"], "content": "<|endoftext|>", "single_word": False,
                       "lstrip": False, "rstrip": False, "normalized": True, "special": True}],
@@ -207,7 +207,27 @@ write("tokenizer_json", "gpt2-byte-level.json", dump({
                                         "use_regex": True},
     "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "",
               "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False, "ignore_merges": True,
-              "vocab": gpt2_vocab, "merges": [parts(m) for m in gpt2_merges]}}))
+              "vocab": gpt2_vocab, "merges": [parts(m) for m in gpt2_merges]}}
+write("tokenizer_json", "gpt2-byte-level.json", dump(byte_level_seed))
+# The same vocabulary behind the other byte-level pre-tokenizers fsdpp reads (Llama 3's and
+# Qwen2's Split + ByteLevel, Qwen2's NFC, Falcon's Sequence), the patterns as the Hub files
+# write them.
+llama3_split = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+def split_then_byte_level(regex):
+    return {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": regex}, "behavior": "Isolated", "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]}
+write("tokenizer_json", "llama3-split.json", dump(dict(byte_level_seed, pre_tokenizer=split_then_byte_level(llama3_split))))
+write("tokenizer_json", "qwen2-nfc-split.json", dump(dict(
+    byte_level_seed, normalizer={"type": "NFC"},
+    pre_tokenizer=split_then_byte_level(llama3_split.replace(r"\p{N}{1,3}", r"\p{N}")))))
+write("tokenizer_json", "falcon-sequence.json", dump(dict(byte_level_seed, pre_tokenizer={
+    "type": "Sequence", "pretokenizers": [
+        {"type": "Punctuation", "behavior": "Contiguous"},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+        {"type": "Digits", "individual_digits": False},
+        {"type": "Split", "pattern": {"Regex": "[0-9][0-9][0-9]"}, "behavior": "Isolated", "invert": False}]})))
 
 # GGUF vocabularies (llama.cpp's), cut down: the tokenizer.ggml.* keys of the first tokens,
 # plus general.* keys and an array of arrays for the reader to skip.
@@ -266,6 +286,8 @@ for name, keep in (("llama-spm", 400), ("gpt-2", 556)):
              ("fsdpp.skipped.nested", ARRAY, (ARRAY, [(U32, [1, 2]), (U32, [])])),
              ("tokenizer.ggml.model", STRING, kv["tokenizer.ggml.model"][1]),
              ("tokenizer.ggml.tokens", ARRAY, (STRING, tokens))]
+    if "tokenizer.ggml.pre" in kv:
+        items.append(("tokenizer.ggml.pre", STRING, kv["tokenizer.ggml.pre"][1]))
     for key, elem in (("tokenizer.ggml.scores", F32), ("tokenizer.ggml.token_type", I32)):
         if key in kv:
             items.append((key, ARRAY, (elem, kv[key][1][1][:keep])))

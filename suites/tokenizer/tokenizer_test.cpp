@@ -1,12 +1,16 @@
 // The BPE tokenizers agree exactly with llama.cpp's reference vectors
-// (models/ggml-vocab-{gpt-2,llama-spm}.gguf.{inp,out}, produced by llama.cpp's
-// tests/test-tokenizer-0 with add_special = false), decode inverts encode, and malformed
-// tokenizer files are rejected with a message naming the file and the expectation.
+// (models/ggml-vocab-{gpt-2,llama-spm,llama-bpe,qwen2,phi-3}.gguf.{inp,out}, produced by
+// llama.cpp's tests/test-tokenizer-0 with add_special = false), read from the GGUF and from
+// the tokenizer.json transformers makes of it; decode inverts encode; the Llama 3 / Qwen2
+// pre-tokenizer and NFC agree with Hugging Face tokenizers on hand-picked corners; and
+// malformed or unsupported tokenizer files are rejected with a message naming the file and
+// the field.
 //
 // Assets come from `bash ci/fetch_assets.sh` into $FSDPP_ASSETS_DIR (default
 // <source>/.cache/assets). Missing assets FAIL the tests: they are never skipped.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <rapidcheck/gtest.h>
 #include <unistd.h>
 
@@ -14,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -21,6 +26,10 @@
 
 #include "core/io/file_tree.h"
 #include "core/tokenizer/bpe_tokenizer.h"
+#include "core/tokenizer/llama3_pretokenizer.h"
+#include "core/tokenizer/load.h"
+#include "core/tokenizer/nfc.h"
+#include "core/tokenizer/unicode.h"
 #include "harness/testing/assets.h"
 
 namespace fsdpp {
@@ -195,12 +204,232 @@ TEST(HfSentencePieceTokenizer, MetaspaceAddsNoSecondPrefixToALeadingSpace) {
 }
 
 // ---------------------------------------------------------------------------------------
+// Llama 3, Qwen2, Phi-3
+
+const BpeTokenizer& gguf(const std::string& vocab) {
+  static std::map<std::string, BpeTokenizer> loaded;
+  auto it = loaded.find(vocab);
+  if (it == loaded.end())
+    it = loaded
+             .emplace(vocab,
+                      BpeTokenizer::from_gguf_vocab(harness::test_asset("llama.cpp/ggml-vocab-" + vocab + ".gguf")))
+             .first;
+  return it->second;
+}
+
+// hf-VOCAB: transformers' conversion of ggml-vocab-VOCAB.gguf; hf-VOCAB-hub: the same in
+// the shape of the family's Hub file (ci/assets_from_gguf.py hub).
+const BpeTokenizer& hf(const std::string& folder) {
+  static std::map<std::string, BpeTokenizer> loaded;
+  auto it = loaded.find(folder);
+  if (it == loaded.end())
+    it = loaded.emplace(folder, BpeTokenizer::from_hf_tokenizer_json(harness::test_asset(folder + "/tokenizer.json")))
+             .first;
+  return it->second;
+}
+
+TEST(Llama3Tokenizer, EncodesEveryLlamaCppVectorExactlyFromTheGguf) {
+  EXPECT_EQ(gguf("llama-bpe").kind(), BpeTokenizer::Kind::kByteLevel);
+  EXPECT_EQ(gguf("llama-bpe").vocab_size(), 128256u);
+  expect_all_cases_encode_exactly(gguf("llama-bpe"), "ggml-vocab-llama-bpe.gguf");
+}
+
+TEST(Llama3Tokenizer, DecodeInvertsEncodeOnEveryVector) {
+  expect_decode_inverts_encode(gguf("llama-bpe"), "ggml-vocab-llama-bpe.gguf");
+}
+
+// The Hub's Llama 3 tokenizer.json sets ignore_merges, as llama.cpp's llama-bpe does.
+TEST(Llama3Tokenizer, EncodesEveryLlamaCppVectorExactlyFromAHubShapedTokenizerJson) {
+  expect_all_cases_encode_exactly(hf("hf-llama-bpe-hub"), "ggml-vocab-llama-bpe.gguf");
+}
+
+// transformers' GGUF conversion writes ignore_merges false, so a piece that is itself a
+// token is merged instead when its merges lead elsewhere: "Việt" is token 101798 for
+// llama.cpp (and with the Hub's file) but 11655 26298 83 with the converted file, in
+// fsdpp as in Hugging Face tokenizers (checked there). Every other vector agrees.
+TEST(Llama3Tokenizer, TransformersConvertedTokenizerJsonDiffersFromLlamaCppOnlyWhereIgnoreMergesMatters) {
+  size_t exact = 0;
+  std::vector<std::string> differing;
+  for (const VocabCase& c : read_vocab_cases("ggml-vocab-llama-bpe.gguf")) {
+    const std::vector<int32_t> got = hf("hf-llama-bpe").encode(c.text);
+    if (got == c.ids)
+      ++exact;
+    else
+      differing.push_back(c.text + " " + ids_str(got));
+  }
+  EXPECT_THAT(differing, ::testing::ElementsAre("C\u1eeda Vi\u1ec7t [34 91163 11655 26298 83]"));
+  EXPECT_EQ(exact, 45u);
+}
+
+TEST(Qwen2Tokenizer, EncodesEveryLlamaCppVectorExactlyFromTheGguf) {
+  EXPECT_EQ(gguf("qwen2").kind(), BpeTokenizer::Kind::kByteLevel);
+  expect_all_cases_encode_exactly(gguf("qwen2"), "ggml-vocab-qwen2.gguf");
+}
+
+TEST(Qwen2Tokenizer, DecodeInvertsEncodeOnEveryVector) {
+  expect_decode_inverts_encode(gguf("qwen2"), "ggml-vocab-qwen2.gguf");
+}
+
+TEST(Qwen2Tokenizer, EncodesEveryLlamaCppVectorExactlyFromTheTransformersConvertedTokenizerJson) {
+  expect_all_cases_encode_exactly(hf("hf-qwen2"), "ggml-vocab-qwen2.gguf");
+}
+
+// The Hub's Qwen2.5 file adds an NFC normalizer; the vectors are all NFC already.
+TEST(Qwen2Tokenizer, EncodesEveryLlamaCppVectorExactlyFromAHubShapedTokenizerJsonWithNfc) {
+  expect_all_cases_encode_exactly(hf("hf-qwen2-hub"), "ggml-vocab-qwen2.gguf");
+}
+
+// Ids from Hugging Face tokenizers 0.23 with the same files: "e" + U+0301 is "é" after NFC.
+TEST(Qwen2Tokenizer, NfcNormalizerComposesBeforeSplittingAndOnlyWhenTheFileSaysSo) {
+  EXPECT_EQ(ids_str(hf("hf-qwen2-hub").encode("e\u0301")), "[963]");
+  EXPECT_EQ(ids_str(hf("hf-qwen2-hub").encode("\u00e9")), "[963]");
+  EXPECT_EQ(ids_str(hf("hf-qwen2").encode("e\u0301")), "[68 53839]");
+  EXPECT_EQ(hf("hf-qwen2-hub").decode(hf("hf-qwen2-hub").encode("e\u0301 x")), "\u00e9 x");
+}
+
+// Hugging Face tokenizers 0.23's ids for the regex corners (tests/hand vectors of
+// suites/references/hf_judge_tokenizers.sh compare more of them on every run).
+TEST(Llama3Tokenizer, RegexCornersEncodeAsHuggingFaceDoes) {
+  const BpeTokenizer& llama3 = gguf("llama-bpe");
+  const BpeTokenizer& qwen2 = gguf("qwen2");
+  EXPECT_EQ(ids_str(llama3.encode("1234567")), "[4513 10961 22]");
+  EXPECT_EQ(ids_str(qwen2.encode("1234567")), "[16 17 18 19 20 21 22]");
+  EXPECT_EQ(ids_str(llama3.encode("\r\n\n  x")), "[81923 220 865]");
+  EXPECT_EQ(ids_str(qwen2.encode("\r\n\n  x")), "[80823 220 856]");
+  EXPECT_EQ(ids_str(llama3.encode("'S")), "[13575]");
+  EXPECT_EQ(ids_str(llama3.encode("\ud55c\uad6d\uc5b4")), "[112699 32179]");
+  EXPECT_EQ(ids_str(llama3.encode("\U0001F600")), "[76460 222]");
+}
+
+std::vector<std::string> pieces(std::string_view text, size_t max_digit_run) {
+  std::vector<std::string> out;
+  for (std::string_view p : tokenizer::split_llama3_pieces(text, max_digit_run)) out.emplace_back(p);
+  return out;
+}
+
+// The pieces of Hugging Face's Split with Llama 3's pattern (Oniguruma), for the corners of
+// the pattern: digit runs, newlines after other whitespace, case-insensitive contractions
+// (U+017F LONG S folds to "s"), a letter led by punctuation or a no-break space.
+TEST(Llama3PreTokenizer, SplitsTheRegexCornersAsHuggingFaceDoes) {
+  using ::testing::ElementsAre;
+  EXPECT_THAT(pieces("1234567 12", 3), ElementsAre("123", "456", "7", " ", "12"));
+  EXPECT_THAT(pieces("1234567 12", 1), ElementsAre("1", "2", "3", "4", "5", "6", "7", " ", "1", "2"));
+  EXPECT_THAT(pieces("\r\n\n  x", 3), ElementsAre("\r\n\n", " ", " x"));
+  EXPECT_THAT(pieces("  \n  \t x", 3), ElementsAre("  \n", "  \t", " x"));
+  EXPECT_THAT(pieces("'S 'Re 'LL", 3), ElementsAre("'S", " '", "Re", " '", "LL"));
+  EXPECT_THAT(pieces("a'\u017Fb a'veb", 3), ElementsAre("a", "'\u017F", "b", " a", "'ve", "b"));
+  EXPECT_THAT(pieces("!hello ?!\n\nx", 3), ElementsAre("!hello", " ?!\n\n", "x"));
+  EXPECT_THAT(pieces("x\u00a0\u00a0y", 3), ElementsAre("x", "\u00a0", "\u00a0y"));
+}
+
+// An invalid UTF-8 byte splits as U+FFFD would, and byte-level BPE keeps every byte.
+std::string with_replacement_chars(const std::string& bytes) {
+  std::string out;
+  for (size_t pos = 0; pos < bytes.size();) {
+    const tokenizer::unicode::CodePoint cp = tokenizer::unicode::decode_utf8(bytes, pos);
+    tokenizer::unicode::append_utf8(cp.value, out);
+    pos += cp.byte_len;
+  }
+  return out;
+}
+
+size_t code_points(std::string_view s) {
+  size_t n = 0;
+  for (size_t pos = 0; pos < s.size(); ++n) pos += tokenizer::unicode::decode_utf8(s, pos).byte_len;
+  return n;
+}
+
+RC_GTEST_PROP(Llama3PreTokenizer, SplitsEachInvalidUtf8ByteAsIfItWereUFFFD, (const std::string& bytes)) {
+  for (size_t digits : {1, 3}) {
+    std::vector<size_t> raw, replaced;
+    for (std::string_view p : tokenizer::split_llama3_pieces(bytes, digits)) raw.push_back(code_points(p));
+    const std::string text = with_replacement_chars(bytes);
+    for (std::string_view p : tokenizer::split_llama3_pieces(text, digits)) replaced.push_back(code_points(p));
+    RC_ASSERT(raw == replaced);
+  }
+}
+
+RC_GTEST_PROP(Llama3Tokenizer, DecodeInvertsEncodeOnArbitraryBytes, (const std::string& text)) {
+  RC_ASSERT(gguf("llama-bpe").decode(gguf("llama-bpe").encode(text)) == text);
+  RC_ASSERT(gguf("qwen2").decode(gguf("qwen2").encode(text)) == text);
+  RC_ASSERT(hf("hf-qwen2-hub").decode(hf("hf-qwen2-hub").encode(text)) == tokenizer::unicode::nfc(text));
+}
+
+// data prepare starts every document with <|endoftext|>, else <s>, else Llama 3's BOS.
+TEST(DocumentSeparator, IsEndOfTextForQwen2AndPhi3SForLlama2AndBeginOfTextForLlama3) {
+  EXPECT_EQ(tokenizer::document_separator_id(gguf("qwen2")), 151643);
+  EXPECT_EQ(tokenizer::document_separator_id(gguf("phi-3")), 32000);
+  EXPECT_EQ(tokenizer::document_separator_id(llama2()), 1);
+  EXPECT_EQ(tokenizer::document_separator_id(gguf("llama-bpe")), 128000);
+  EXPECT_EQ(tokenizer::document_separator_id(hf("hf-llama-bpe-hub")), 128000);
+}
+
+// Phi-3 (mini) uses Llama-2's SentencePiece-style BPE with its own 32064-token vocabulary.
+TEST(Phi3Tokenizer, EncodesEveryLlamaCppVectorExactlyFromTheGgufAndTheTransformersConvertedTokenizerJson) {
+  EXPECT_EQ(gguf("phi-3").kind(), BpeTokenizer::Kind::kSentencePiece);
+  expect_all_cases_encode_exactly(gguf("phi-3"), "ggml-vocab-phi-3.gguf");
+  expect_all_cases_encode_exactly(hf("hf-phi-3"), "ggml-vocab-phi-3.gguf");
+}
+
+TEST(Phi3Tokenizer, DecodeInvertsEncodeOnEveryVector) {
+  expect_decode_inverts_encode(gguf("phi-3"), "ggml-vocab-phi-3.gguf");
+}
+
+// Falcon: punctuation runs, GPT-2's regex, numeric runs, ASCII digit triples, as the
+// Hugging Face Sequence of Falcon's Hub file splits (ci/assets_from_gguf.py hub falcon).
+TEST(FalconTokenizer, EncodesEveryLlamaCppVectorExactlyFromTheGgufAndAHubShapedTokenizerJson) {
+  EXPECT_EQ(gguf("falcon").kind(), BpeTokenizer::Kind::kByteLevel);
+  expect_all_cases_encode_exactly(gguf("falcon"), "ggml-vocab-falcon.gguf");
+  expect_all_cases_encode_exactly(hf("hf-falcon-hub"), "ggml-vocab-falcon.gguf");
+}
+
+TEST(FalconTokenizer, DecodeInvertsEncodeOnEveryVector) {
+  expect_decode_inverts_encode(gguf("falcon"), "ggml-vocab-falcon.gguf");
+}
+
+// Ids from Hugging Face tokenizers 0.23 with hf-falcon-hub: Digits runs on the characters
+// bytes_to_unicode gives, so the byte 0xBD of "½" (C2 BD) is numeric and split off; a
+// space before digits is its own piece; U+166D is punctuation in tokenizers' old tables.
+TEST(FalconTokenizer, NumericBytesDigitTriplesAndPunctuationSplitAsHuggingFaceDoes) {
+  for (const BpeTokenizer* tok : {&gguf("falcon"), &hf("hf-falcon-hub")}) {
+    EXPECT_EQ(ids_str(tok->encode("\u00bd")), "[136 133]");
+    EXPECT_EQ(ids_str(tok->encode(" 1234567")), "[204 10963 27681 34]");
+    EXPECT_EQ(ids_str(tok->encode("a\u166db")), "[76 167 231 239 77]");
+  }
+}
+
+// Falcon's vocabulary lacks the symbols of 28 bytes (control bytes, bytes UTF-8 never
+// uses). Hugging Face tokenizers drops such a byte from the ids; fsdpp refuses the text.
+TEST(FalconTokenizer, ByteWithoutASymbolInTheVocabularyIsRefusedNotDropped) {
+  try {
+    gguf("falcon").encode(std::string{'a', '\x03', 'b'});
+    FAIL() << "expected std::invalid_argument";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), AllOf(HasSubstr("byte 3"), HasSubstr("not in the vocabulary")));
+  }
+}
+
+// NFC, against Python's unicodedata (Unicode 14.0): composition, reordering by combining
+// class, blocked composition, Hangul, and invalid bytes kept as they are.
+TEST(Nfc, ComposesReordersAndKeepsInvalidBytes) {
+  using tokenizer::unicode::nfc;
+  EXPECT_EQ(nfc("e\u0301"), "\u00e9");
+  EXPECT_EQ(nfc("a\u0302\u0323"), "\u1ead");        // reordered to a + dot below + circumflex
+  EXPECT_EQ(nfc("a\u0301\u0301"), "\u00e1\u0301");  // the second acute is blocked
+  EXPECT_EQ(nfc("\u1100\u1161\u11a8"), "\uac01");   // Hangul L V T
+  EXPECT_EQ(nfc("\u212b"), "\u00c5");               // ANGSTROM SIGN (singleton)
+  EXPECT_EQ(nfc("\u0344"), "\u0308\u0301");         // excluded non-starter decomposition
+  EXPECT_EQ(nfc("e\xff\u0301"), "e\xff\u0301");     // a bad byte blocks composition
+  EXPECT_EQ(nfc("\u0301e\xC3"), "\u0301e\xC3");
+}
+
+// ---------------------------------------------------------------------------------------
 // Malformed input
 
 class TokenizerFileErrors : public ::testing::Test {
  protected:
   fs::path write(const std::string& name, const std::string& content) {
-    const fs::path p = dir_ / name;
+    fs::path p = dir_ / name;  // not const: returned by move
     std::ofstream(p, std::ios::binary) << content;
     return p;
   }
@@ -284,6 +513,119 @@ TEST_F(TokenizerFileErrors, NonGgufVocabularyIsAnInvalidArgumentNamingTheFile) {
     FAIL() << "expected std::invalid_argument";
   } catch (const std::invalid_argument& e) {
     EXPECT_THAT(e.what(), AllOf(HasSubstr(not_gguf.string()), HasSubstr("GGUF")));
+  }
+}
+
+// A minimal byte-level tokenizer.json: the 256 byte symbols, no merges, and `pre` /
+// `normalizer` as given (JSON text).
+std::string byte_level_json(const std::string& pre, const std::string& normalizer = "null") {
+  std::string vocab;
+  uint32_t next = 256;
+  for (uint32_t b = 0; b < 256; ++b) {
+    const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+    std::string symbol;
+    tokenizer::unicode::append_utf8(printable ? b : next++, symbol);
+    if (symbol == "\"" || symbol == "\\") symbol = "\\" + symbol;
+    vocab += (b ? ", \"" : "\"") + symbol + "\": " + std::to_string(b);
+  }
+  return R"({"model": {"type": "BPE", "vocab": {)" + vocab + R"(}, "merges": []}, "normalizer": )" + normalizer +
+         R"(, "pre_tokenizer": )" + pre + "}";
+}
+
+std::string split_then_byte_level(const std::string& regex_json, const std::string& behavior = "Isolated") {
+  return R"({"type": "Sequence", "pretokenizers": [{"type": "Split", "pattern": {"Regex": )" + regex_json +
+         R"(}, "behavior": ")" + behavior +
+         R"(", "invert": false}, {"type": "ByteLevel", "add_prefix_space": false, "use_regex": false}]})";
+}
+
+TEST_F(TokenizerFileErrors, MinimalLlama3ShapedTokenizerJsonLoads) {
+  const fs::path file =
+      write("tokenizer.json",
+            byte_level_json(split_then_byte_level(nlohmann::json(std::string(tokenizer::kLlama3SplitRegex)).dump())));
+  EXPECT_EQ(ids_str(BpeTokenizer::from_hf_tokenizer_json(file).encode("a1")), "[97 49]");
+}
+
+TEST_F(TokenizerFileErrors, SplitWithAnotherRegexIsAnInvalidArgumentNamingTheFileAndTheField) {
+  const fs::path file = write("tokenizer.json", byte_level_json(split_then_byte_level(R"("\\p{L}+|\\s+")")));
+  try {
+    BpeTokenizer::from_hf_tokenizer_json(file);
+    FAIL() << "expected std::invalid_argument";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), AllOf(HasSubstr(file.string()), HasSubstr("pretokenizers[0].pattern.Regex"),
+                                HasSubstr("\\p{L}+|\\s+"), HasSubstr("Llama 3's or Qwen2's")));
+  }
+}
+
+TEST_F(TokenizerFileErrors, SplitWithAnotherBehaviorIsAnInvalidArgumentNamingTheField) {
+  const fs::path file =
+      write("tokenizer.json", byte_level_json(split_then_byte_level(
+                                  nlohmann::json(std::string(tokenizer::kQwen2SplitRegex)).dump(), "Removed")));
+  try {
+    BpeTokenizer::from_hf_tokenizer_json(file);
+    FAIL() << "expected std::invalid_argument";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), AllOf(HasSubstr(file.string()), HasSubstr("pretokenizers[0].behavior")));
+  }
+}
+
+// A GGUF file with tokenizer.ggml.model "gpt2", one token and tokenizer.ggml.pre = `pre`
+// (none if empty): the keys the loader reads before it refuses a pre-tokenizer.
+std::string gguf_with_pre(const std::string& pre) {
+  std::string out = "GGUF";
+  auto u32 = [&](uint32_t v) { out.append(reinterpret_cast<const char*>(&v), 4); };
+  auto u64 = [&](uint64_t v) { out.append(reinterpret_cast<const char*>(&v), 8); };
+  auto str = [&](const std::string& v) {
+    u64(v.size());
+    out += v;
+  };
+  u32(3);                    // version
+  u64(0);                    // tensors
+  u64(pre.empty() ? 2 : 3);  // metadata keys
+  str("tokenizer.ggml.model");
+  u32(8);  // string
+  str("gpt2");
+  str("tokenizer.ggml.tokens");
+  u32(9);  // array
+  u32(8);  // of strings
+  u64(1);
+  str("a");
+  if (!pre.empty()) {
+    str("tokenizer.ggml.pre");
+    u32(8);
+    str(pre);
+  }
+  return out;
+}
+
+TEST_F(TokenizerFileErrors, GgufPreTokenizerFsdppDoesNotImplementIsAnInvalidArgumentNamingFileAndValue) {
+  const fs::path file = write("starcoder.gguf", gguf_with_pre("starcoder"));
+  try {
+    BpeTokenizer::from_gguf_vocab(file);
+    FAIL() << "expected std::invalid_argument";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), AllOf(HasSubstr(file.string()), HasSubstr("tokenizer.ggml.pre is \"starcoder\""),
+                                HasSubstr("expected \"gpt-2\", \"llama-bpe\", \"qwen2\" or \"falcon\"")));
+  }
+}
+
+TEST_F(TokenizerFileErrors, GgufWithoutPreTokenizerIsAnInvalidArgumentNamingFileAndKey) {
+  const fs::path file = write("no_pre.gguf", gguf_with_pre(""));
+  try {
+    BpeTokenizer::from_gguf_vocab(file);
+    FAIL() << "expected std::invalid_argument";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), AllOf(HasSubstr(file.string()), HasSubstr("tokenizer.ggml.pre is missing")));
+  }
+}
+
+TEST_F(TokenizerFileErrors, ByteLevelWithANormalizerOtherThanNfcIsAnInvalidArgumentNamingTheType) {
+  const fs::path file = write("tokenizer.json", byte_level_json(R"({"type": "ByteLevel"})", R"({"type": "NFKC"})"));
+  try {
+    BpeTokenizer::from_hf_tokenizer_json(file);
+    FAIL() << "expected std::invalid_argument";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), AllOf(HasSubstr(file.string()), HasSubstr("normalizer.type is \"NFKC\""),
+                                HasSubstr("expected \"NFC\" or null")));
   }
 }
 
