@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "core/models/falcon.h"
 #include "core/models/gpt2.h"
 #include "core/models/llama.h"
 #include "core/models/opt.h"
@@ -15,6 +16,7 @@ const std::vector<std::string>& supported_model_types() {
   static const std::vector<std::string> types = [] {
     std::vector<std::string> all = {"gpt2", "opt"};
     for (const auto& type : llama_model_types()) all.push_back(type);
+    all.emplace_back("falcon");
     return all;
   }();
   return types;
@@ -67,6 +69,11 @@ auto dispatch(const nlohmann::json& config, const std::string& source, Make&& ma
   if (type == "opt") {
     auto c = OptConfig::from_json(config, source);
     return make(type, c, static_cast<OptForCausalLM*>(nullptr), "fsdpp::models::OptLayerImpl",
+                CausalLmLimits{c.vocab_size, c.max_position_embeddings});
+  }
+  if (type == "falcon") {
+    auto c = FalconConfig::from_json(config, source);
+    return make(type, c, static_cast<FalconForCausalLM*>(nullptr), "fsdpp::models::FalconDecoderLayerImpl",
                 CausalLmLimits{c.vocab_size, c.max_position_embeddings});
   }
   const auto& llama_types = llama_model_types();

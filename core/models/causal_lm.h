@@ -34,7 +34,7 @@ struct CausalLm {
 };
 
 // Supported model_type values: gpt2, opt, llama, mistral, qwen2, qwen3, gemma2, gemma3_text, phi3,
-// phi, mixtral, qwen3_moe.
+// phi, mixtral, qwen3_moe, falcon.
 // Throws std::invalid_argument naming `source` and the model_type for anything else.
 CausalLm build_causal_lm(const nlohmann::json& config, const std::string& source);
 const std::vector<std::string>& supported_model_types();

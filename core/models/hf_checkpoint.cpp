@@ -60,7 +60,7 @@ const std::vector<UnreadTensor>& known_unread_tensors() {
       {".attn.bias", {"gpt2"}, "GPT-2's causal mask (a constant), in the original checkpoints"},
       {".attn.masked_bias", {"gpt2"}, "GPT-2's masking constant, in the original checkpoints"},
       {".rotary_emb.inv_freq",
-       {"llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "phi3", "mixtral"},
+       {"llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "phi3", "phi", "mixtral", "qwen3_moe", "falcon"},
        "the rotary inverse frequencies older transformers saved; both compute them from the rope settings"},
   };
   return tensors;

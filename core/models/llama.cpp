@@ -8,6 +8,7 @@
 
 #include "core/models/attention.h"
 #include "core/models/hf_json.h"
+#include "core/models/rope_config.h"
 #include "core/nn/deferred_init.h"
 #include "core/nn/module_hooks.h"
 
@@ -335,6 +336,10 @@ void read_experts(const nlohmann::json& json, const std::string& source, LlamaCo
 }
 
 }  // namespace
+
+void read_rope_settings(const nlohmann::json& json, const std::string& source, LlamaConfig& c) {
+  read_rope(json, source, c);
+}
 
 const std::vector<std::string>& llama_model_types() {
   static const std::vector<std::string> types = {"llama",       "mistral", "qwen2", "qwen3",   "gemma2",

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/io/shape_text.h"
+#include "core/models/falcon.h"
 #include "core/models/gpt2.h"
 #include "core/models/llama.h"
 #include "core/models/opt.h"
@@ -276,6 +277,8 @@ std::vector<std::string> from_scratch_sizes(const std::string& model_type) {
     names = {"tiny", "8x7B"};
   } else if (model_type == "phi") {
     names = {"tiny", "1.3B", "2.7B"};
+  } else if (model_type == "falcon") {
+    names = {"tiny", "7B"};
   } else {
     std::string known;
     for (const auto& type : supported_model_types()) known += (known.empty() ? "" : ", ") + type;
@@ -302,6 +305,20 @@ nlohmann::json from_scratch_config(const std::string& model_type, const std::str
     config = mixtral_preset(size).to_json();
   } else if (model_type == "phi") {
     config = phi_preset(size).to_json();
+  } else if (model_type == "falcon") {
+    // Falcon-7B (tiiuae/falcon-7b's config.json: FalconConfig's defaults, multi-query,
+    // parallel attention); tiny: the new decoder architecture, 2 key/value groups of 2 heads.
+    nlohmann::json j = {{"model_type", "falcon"}};
+    if (size == "tiny")
+      j.update({{"vocab_size", 97},
+                {"hidden_size", 16},
+                {"num_hidden_layers", 2},
+                {"num_attention_heads", 4},
+                {"num_kv_heads", 2},
+                {"new_decoder_architecture", true},
+                {"ffn_hidden_size", 40},
+                {"max_position_embeddings", 64}});
+    config = FalconConfig::from_json(j, "falcon preset " + size).to_json();
   } else if (model_type.rfind("qwen", 0) == 0) {
     config = qwen_preset(model_type, size).to_json();
   } else {

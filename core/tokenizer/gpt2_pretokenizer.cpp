@@ -7,14 +7,8 @@
 namespace fsdpp::tokenizer {
 namespace {
 
-enum class CharClass { kLetter, kNumber, kSpace, kOther };
-
-CharClass classify(uint32_t cp) {
-  if (unicode::is_whitespace(cp)) return CharClass::kSpace;
-  if (unicode::is_letter(cp)) return CharClass::kLetter;
-  if (unicode::is_number(cp)) return CharClass::kNumber;
-  return CharClass::kOther;
-}
+using unicode::CharClass;
+using unicode::classify;
 
 // Length in code points of the contraction ('s 't 'm 'd 're 've 'll: lowercase ASCII only,
 // as in the regex) starting at code point i, or 0 if there is none.

@@ -13,14 +13,8 @@ const std::string_view kQwen2SplitRegex =
 
 namespace {
 
-enum class CharClass { kLetter, kNumber, kSpace, kOther };
-
-CharClass classify(uint32_t cp) {
-  if (unicode::is_whitespace(cp)) return CharClass::kSpace;
-  if (unicode::is_letter(cp)) return CharClass::kLetter;
-  if (unicode::is_number(cp)) return CharClass::kNumber;
-  return CharClass::kOther;
-}
+using unicode::CharClass;
+using unicode::classify;
 
 bool is_cr_or_lf(uint32_t cp) { return cp == '\r' || cp == '\n'; }
 
@@ -35,7 +29,7 @@ bool folds_to(uint32_t cp, char lower) {
 
 // Length in code points of the contraction (?i:'s|'t|'re|'ve|'m|'ll|'d) at code point i,
 // or 0 if there is none.
-size_t contraction_len(const std::vector<uint32_t>& cps, size_t i) {
+size_t folded_contraction_len(const std::vector<uint32_t>& cps, size_t i) {
   if (cps[i] != '\'' || i + 1 >= cps.size()) return 0;
   const uint32_t a = cps[i + 1];
   if (folds_to(a, 's') || folds_to(a, 't') || folds_to(a, 'm') || folds_to(a, 'd')) return 2;
@@ -76,7 +70,7 @@ std::vector<std::string_view> split_llama3_pieces(std::string_view text, size_t 
   };
   while (i < n) {
     // (?i:'s|'t|'re|'ve|'m|'ll|'d)
-    if (const size_t len = contraction_len(cps, i)) {
+    if (const size_t len = folded_contraction_len(cps, i)) {
       emit_until(i + len);
       continue;
     }

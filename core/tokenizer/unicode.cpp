@@ -76,4 +76,11 @@ bool is_whitespace(uint32_t cp) {
          (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
 }
 
+CharClass classify(uint32_t cp) {
+  if (is_whitespace(cp)) return CharClass::kSpace;
+  if (is_letter(cp)) return CharClass::kLetter;
+  if (is_number(cp)) return CharClass::kNumber;
+  return CharClass::kOther;
+}
+
 }  // namespace fsdpp::tokenizer::unicode

@@ -27,4 +27,8 @@ bool is_letter(uint32_t cp);      // general category L*  (regex \p{L})
 bool is_number(uint32_t cp);      // general category N*  (regex \p{N})
 bool is_whitespace(uint32_t cp);  // property White_Space (regex \s), 25 code points
 
+// The class the pre-tokenizer regexes test a code point for, in that order: \s, \p{L}, \p{N}.
+enum class CharClass { kLetter, kNumber, kSpace, kOther };
+CharClass classify(uint32_t cp);
+
 }  // namespace fsdpp::tokenizer::unicode

@@ -207,6 +207,30 @@ def _phi():
     return PhiForCausalLM, config, "llama"
 
 
+def _falcon(new_architecture, parallel=True, bias=False, tied=True):
+    """Falcon: Falcon-7B's multi-query block (one key/value head, attention and MLP in parallel
+    from one LayerNorm, tied head), or the new decoder architecture of Falcon-40B (2 key/value
+    groups of 2 heads fused group by group, ln_attn and ln_mlp), or the sequential block
+    (parallel_attn false, a fused [q | k | v] per head)."""
+    from transformers import FalconConfig, FalconForCausalLM
+
+    config = FalconConfig(
+        vocab_size=32000,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        max_position_embeddings=128,
+        ffn_hidden_size=128,
+        new_decoder_architecture=new_architecture,
+        num_kv_heads=2 if new_architecture else None,
+        multi_query=parallel,
+        parallel_attn=parallel,
+        bias=bias,
+        tie_word_embeddings=tied,
+    )
+    return FalconForCausalLM, config, "llama"
+
+
 def _qwen3_moe():
     """Qwen3-MoE: Qwen3's attention (q/k norms, head_dim 24 where hidden/heads is 16), 3 layers
     of which layer 1 keeps a dense MLP (mlp_only_layers), the others 4 experts 32 wide, 2 per
@@ -247,6 +271,9 @@ ARCHS = {
     "mixtral": _mixtral,
     "qwen3-moe": _qwen3_moe,
     "phi": _phi,
+    "falcon-7b": lambda: _falcon(False),
+    "falcon-40b": lambda: _falcon(True, bias=True, tied=False),
+    "falcon-sequential": lambda: _falcon(False, parallel=False, bias=True),
 }
 
 

@@ -692,7 +692,7 @@ TEST_P(DeterministicFamilies, FourRanksOfEveryStrategyGiveTheOneRankBits) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, DeterministicFamilies,
-                         ::testing::Values("gpt2", "llama", "gemma3_text", "phi", "mixtral", "qwen3_moe"));
+                         ::testing::Values("gpt2", "llama", "gemma3_text", "phi", "mixtral", "qwen3_moe", "falcon"));
 
 // --device cuda: the same run on the GPU as on the CPU, within fp32 round-off (cuBLAS and
 // the CPU BLAS sum in different orders; TF32 is off by default in LibTorch), and a run

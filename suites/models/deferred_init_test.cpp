@@ -21,6 +21,7 @@
 #include <unordered_set>
 
 #include "core/io/safetensors.h"
+#include "core/models/falcon.h"
 #include "core/models/gpt2.h"
 #include "core/models/hf_checkpoint.h"
 #include "core/models/llama.h"
@@ -134,6 +135,12 @@ TEST_P(DeferredBuild, LeavesMetaParametersOfTheSameShapesWithTiesGradFlagsAndRea
     EXPECT_TRUE(torch::equal(phi->model->rotary->inv_freq(), reference->model->rotary->inv_freq()));
     return;
   }
+  if (auto falcon = std::dynamic_pointer_cast<FalconForCausalLMImpl>(deferred.module)) {
+    auto reference = std::dynamic_pointer_cast<FalconForCausalLMImpl>(normal.module);
+    EXPECT_FALSE(falcon->transformer->rotary->inv_freq().is_meta());
+    EXPECT_TRUE(torch::equal(falcon->transformer->rotary->inv_freq(), reference->transformer->rotary->inv_freq()));
+    return;
+  }
   EXPECT_EQ(llama != nullptr, family != "gpt2" && family.rfind("opt", 0) != 0) << family;
   if (llama) {
     auto reference = std::dynamic_pointer_cast<LlamaForCausalLMImpl>(normal.module);
@@ -149,7 +156,8 @@ TEST_P(DeferredBuild, LeavesMetaParametersOfTheSameShapesWithTiesGradFlagsAndRea
 
 INSTANTIATE_TEST_SUITE_P(Families, DeferredBuild,
                          ::testing::Values("gpt2", "opt", "opt_projected", "llama", "llama_tied", "mistral", "qwen2",
-                                           "qwen3", "gemma2", "gemma3_text", "phi3", "phi", "mixtral", "qwen3_moe"));
+                                           "qwen3", "gemma2", "gemma3_text", "phi3", "phi", "mixtral", "qwen3_moe",
+                                           "falcon"));
 
 TEST(DeferredBuild, TiedHeadsAreTheEmbeddingsTensorObject) {
   auto gpt2 = build_deferred(config_for("gpt2"));

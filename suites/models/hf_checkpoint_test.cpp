@@ -50,7 +50,7 @@ nlohmann::json tiny_config(const std::string& family) {
                         {"tie_word_embeddings", family == "gemma2"}};
     return LlamaConfig::from_json(j, family).to_json();
   }
-  if (family == "phi3" || family == "phi" || family == "mixtral" || family == "qwen3_moe")
+  if (family == "phi3" || family == "phi" || family == "mixtral" || family == "qwen3_moe" || family == "falcon")
     return from_scratch_config(family, "tiny");
   auto c = llama_preset("tiny");
   c.tie_word_embeddings = family == "llama_tied" || family == "qwen3_tied";
@@ -100,7 +100,8 @@ TEST_P(RoundTrip, OneFileAndShardsReloadBitForBit) {
 
 INSTANTIATE_TEST_SUITE_P(Families, RoundTrip,
                          ::testing::Values("gpt2", "opt", "llama", "llama_tied", "llama_mlp_bias", "qwen2",
-                                           "qwen3_tied", "gemma2", "gemma3", "phi3", "phi", "mixtral", "qwen3_moe"));
+                                           "qwen3_tied", "gemma2", "gemma3", "phi3", "phi", "mixtral", "qwen3_moe",
+                                           "falcon"));
 
 TEST(RoundTrip, TiedWeightsAreStoredOnceUnderTheirFirstName) {
   auto lm = random_model("gpt2");

@@ -7,8 +7,10 @@
 #include <array>
 #include <cmath>
 #include <map>
+#include <tuple>
 #include <unordered_set>
 
+#include "core/models/falcon.h"
 #include "core/models/gpt2.h"
 #include "core/models/llama.h"
 #include "core/models/opt.h"
@@ -951,6 +953,43 @@ TEST(Configs, PhiPresetsHaveTheirPublishedCountsAndUncomputedKeysAreRefused) {
   c.erase("head_dim");
   c["resid_pdrop"] = 0.1;
   expect_refused(c, "key 'resid_pdrop' is 0.1");
+}
+
+// Falcon-7B as transformers counts it (FalconForCausalLM from FalconConfig's defaults, which
+// are Falcon-7B's: multi-query, a tied head), every block shape by its own parameters, and
+// what fsdpp's Falcon does not compute refused in one line each.
+TEST(Configs, FalconPresetsHaveTheirPublishedCountAndUncomputedKeysAreRefused) {
+  EXPECT_EQ(FalconConfig::from_json(from_scratch_config("falcon", "7B"), "falcon 7B").parameter_count(), 6921720704);
+  auto tiny = from_scratch_config("falcon", "tiny");
+  for (const auto& [architecture, parallel, bias] :
+       std::vector<std::tuple<bool, bool, bool>>{{true, true, false}, {false, true, true}, {false, false, true}}) {
+    auto j = tiny;
+    j["new_decoder_architecture"] = architecture, j["parallel_attn"] = parallel, j["bias"] = bias;
+    j["multi_query"] = parallel;
+    if (!architecture) j.erase("num_kv_heads"), j.erase("num_ln_in_parallel_attn");
+    auto lm = build_causal_lm(j, "falcon");
+    EXPECT_EQ(FalconConfig::from_json(j, "falcon").parameter_count(), counted_parameters(*lm.module)) << j.dump();
+    EXPECT_EQ(lm.logits(tokens_for(97, 5)).sizes(), (std::vector<int64_t>{2, 5, 97}));
+  }
+  auto expect_refused = [](const nlohmann::json& config, const std::string& words) {
+    try {
+      parse_causal_lm_config(config, "/m/config.json");
+      ADD_FAILURE() << "accepted: " << config.dump();
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("/m/config.json: " + words), std::string::npos) << e.what();
+    }
+  };
+  tiny["alibi"] = true;
+  expect_refused(tiny, "key 'alibi' is true; ALiBi is not implemented");
+  tiny["alibi"] = false;
+  tiny["hidden_dropout"] = 0.1;
+  expect_refused(tiny, "key 'hidden_dropout' is 0.1");
+  tiny["hidden_dropout"] = 0.0;
+  tiny["parallel_attn"] = false;
+  expect_refused(tiny, "key 'parallel_attn' is false; the new decoder architecture runs attention and MLP in parallel");
+  tiny["parallel_attn"] = true;
+  tiny["n_head"] = 4;
+  expect_refused(tiny, "key 'n_head' (4) is not one fsdpp knows for model_type 'falcon'");
 }
 
 // Qwen3-MoE's keys: 4.x's num_experts and 5.x's num_local_experts must agree; a sliding

@@ -118,7 +118,9 @@ if [ "$part" != newer ]; then
   done
 fi
 if [ "$part" != dense ]; then
-  for arch in gemma2 gemma3 phi3 phi mixtral qwen3-moe; do judge "$arch" llama; done
+  for arch in gemma2 gemma3 phi3 phi mixtral qwen3-moe falcon-7b falcon-40b falcon-sequential; do
+    judge "$arch" llama
+  done
 fi
 judged() { [ -d "$work/$1" ]; }  # whether this part made arch $1's folder (a failed make counted already)
 edit_tensors() {  # DIR PYTHON_STATEMENTS on t (the tensors of DIR/model.safetensors, by name)
@@ -133,7 +135,7 @@ json.dump(c, open(path, "w"))' "$1" "$2"
 
 # Every family: a tensor nothing reads is refused; every Llama-like family (whose reader has
 # a table of every key transformers writes) also refuses a config key it does not know.
-for arch in gpt2 opt-pre-ln llama-gqa qwen2-gqa qwen3-tied gemma2 gemma3 phi3 phi mixtral qwen3-moe; do
+for arch in gpt2 opt-pre-ln llama-gqa qwen2-gqa qwen3-tied gemma2 gemma3 phi3 phi mixtral qwen3-moe falcon-7b; do
   judged "$arch" || continue
   cp -r "$work/$arch" "$work/$arch-tensor"
   edit_tensors "$work/$arch-tensor" "t['model.unread.weight'] = torch.zeros(2)" || fail "$arch-tensor: could not add"

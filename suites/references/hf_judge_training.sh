@@ -15,7 +15,8 @@
 # once with it (output_router_logits, a coefficient of 0.05 so that it moves the losses);
 # Qwen3-MoE with it: q/k norms, an unnormalised top 2 of 4 experts, a dense middle layer.
 # Phi (Phi-2's blocks): parallel attention and MLP from one LayerNorm, half rotary, q/k
-# LayerNorms, biased projections and head.
+# LayerNorms, biased projections and head. Falcon: the new decoder architecture (2 key/value
+# groups fused group by group, ln_attn and ln_mlp), biases, an untied head.
 #
 # Usage: hf_judge_training.sh FSDPP_BINARY PYTHON
 set -uo pipefail
@@ -76,6 +77,9 @@ judge mixtral '{"model_type": "mixtral", "vocab_size": 50257, "hidden_size": 64,
 judge phi '{"model_type": "phi", "vocab_size": 50257, "hidden_size": 64, "intermediate_size": 128,
   "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256,
   "partial_rotary_factor": 0.5, "qk_layernorm": true}'
+judge falcon '{"model_type": "falcon", "vocab_size": 50257, "hidden_size": 64, "num_hidden_layers": 2,
+  "num_attention_heads": 4, "num_kv_heads": 2, "new_decoder_architecture": true, "ffn_hidden_size": 128,
+  "bias": true, "tie_word_embeddings": false, "max_position_embeddings": 256}'
 judge mixtral-aux '{"model_type": "mixtral", "vocab_size": 50257, "hidden_size": 64, "intermediate_size": 64,
   "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256,
   "num_local_experts": 4, "num_experts_per_tok": 2, "tie_word_embeddings": false, "output_router_logits": true,
