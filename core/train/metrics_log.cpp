@@ -3,15 +3,41 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <fstream>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
 
+#include "core/io/atomic_file.h"
+
 namespace fsdpp::train {
+
+namespace {
+
+// A resumed run's file keeps each step once: the records of the steps after `start_step`
+// (those the interrupted run logged after the checkpoint the rerun resumes from, and a line
+// a crash cut short) go, by an atomic rewrite, before the rerun appends its own.
+void drop_records_after(const std::filesystem::path& path, int64_t start_step) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error(path.string() + ": cannot read the metrics file to resume it");
+  std::string kept;
+  for (std::string line; std::getline(in, line);) {
+    const auto record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (record.is_discarded() || !record.is_object()) continue;  // cut short by the crash
+    if (record.value("kind", "") != "run" && record.contains("step") && record["step"].is_number_integer() &&
+        record["step"].get<int64_t>() > start_step)
+      continue;
+    kept += line + "\n";
+  }
+  io::write_file_atomic(path, kept);
+}
+
+}  // namespace
 
 MetricsLog::MetricsLog(const std::filesystem::path& path, const nlohmann::json& run_record, bool append) : path_(path) {
   std::filesystem::create_directories(path.parent_path());
+  if (append) drop_records_after(path, run_record.value("start_step", int64_t{0}));
   file_ = std::fopen(path.c_str(), append ? "a" : "wx");  // x: never truncate an earlier run's metrics
   if (file_ == nullptr)
     throw std::runtime_error(path.string() + ": cannot create the metrics file (" + std::strerror(errno) + ")");

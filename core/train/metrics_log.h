@@ -12,7 +12,8 @@ namespace fsdpp::train {
 class MetricsLog {
  public:
   // Creates the file (which must not exist) and writes the run record first; with
-  // `append` (a resumed run) the file must exist and the record is added at its end.
+  // `append` (a resumed run) the file must exist: its records of steps after the run
+  // record's start_step are dropped (atomically), then the record is added at its end.
   MetricsLog(const std::filesystem::path& path, const nlohmann::json& run_record, bool append = false);
   ~MetricsLog();
   MetricsLog(const MetricsLog&) = delete;

@@ -2,6 +2,7 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdarg>
 #include <cstdio>
@@ -27,7 +28,49 @@ nlohmann::json comm_bytes_sent(const fsdp::ShardedModel& sharded) {
   return out;
 }
 
+std::string with_commas(int64_t n) {
+  std::string digits = std::to_string(n), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
 }  // namespace
+
+std::string setup_line(const TrainConfig& config, const fsdp::ShardedModel& sharded, at::Device device) {
+  // The units the wrap policy made: the root last (ShardedModel's creation order).
+  int64_t units = 0, smallest = -1, largest = 0, root = 0;
+  for (const auto& unit : sharded.units()) {
+    int64_t numel = 0;
+    for (const auto& p : unit->params()) numel += p.full_numel();
+    if (unit.get() == sharded.units().back().get()) {
+      root = numel;
+      continue;
+    }
+    ++units;
+    smallest = smallest < 0 ? numel : std::min(smallest, numel);
+    largest = std::max(largest, numel);
+  }
+  std::string line = "units: " + std::to_string(units) + " (--wrap-policy " + config.wrap_policy + ")";
+  if (units > 0)
+    line += smallest == largest ? " of " + with_commas(largest) + " parameters each"
+                                : " of " + with_commas(smallest) + " to " + with_commas(largest) + " parameters";
+  line += " and the root's " + with_commas(root) + "; precision " + config.mixed_precision;
+  if (config.mixed_precision != "fp32" && device.is_cpu())
+    line += " (on a CPU, bf16 and fp16 matmuls are usually slower than fp32: use them for memory, not speed)";
+  line += "; cpu offload " + std::string(config.cpu_offload ? "on" : "off");
+  line += "; activation checkpointing " +
+          (config.activation_checkpointing ? "every " + std::to_string(config.ac_freq) + " block(s)" : std::string("off"));
+  const auto& f = config.fsdp;
+  line += "; prefetch: forward " + std::string(f.forward_prefetch ? "on" : "off") + ", backward " +
+          (f.backward_prefetch == fsdp::BackwardPrefetch::None  ? "off"
+           : f.backward_prefetch == fsdp::BackwardPrefetch::Pre ? "pre"
+                                                                : "post") +
+          ", at most " + std::to_string(f.max_inflight_all_gathers) + " all-gathers in flight";
+  return line;
+}
 
 TrainLogger::TrainLogger(const comm::Communicator& comm, const std::filesystem::path& metrics_path,
                          const TrainConfig& config, const RunShape& run, const fsdp::ShardedModel& sharded,
@@ -54,6 +97,7 @@ TrainLogger::TrainLogger(const comm::Communicator& comm, const std::filesystem::
               run.model_type.c_str(), static_cast<long long>(run.parameters), run.world_size,
               fsdp::to_string(config.fsdp.strategy).c_str(), static_cast<long long>(run.total_steps),
               static_cast<long long>(run.global_batch), static_cast<long long>(run.seq_len));
+  std::printf("%s\n", setup_line(config, sharded, device).c_str());
   std::fflush(stdout);
   progress_ = std::make_unique<ProgressBar>(run.total_steps);
 }

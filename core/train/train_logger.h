@@ -41,6 +41,11 @@ struct RunShape {
   int64_t train_windows = 0;
 };
 
+// The run's second line: the FSDP units the wrap policy made (count, parameters each, the
+// root's), the precision (with a note when fp16/bf16 runs on a CPU), CPU offload,
+// activation checkpointing and prefetch in force.
+std::string setup_line(const TrainConfig& config, const fsdp::ShardedModel& sharded, at::Device device);
+
 // One finished optimizer step (METRICS.md, "kind": "train").
 struct StepLog {
   int64_t steps_done = 0;  // 1 for the first

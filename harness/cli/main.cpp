@@ -3,6 +3,7 @@
 // on stderr and a non-zero exit.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <iostream>
@@ -42,6 +43,48 @@ std::vector<std::unique_ptr<fsdpp::cli::Command>> all_commands() {
   return commands;
 }
 
+// Levenshtein distance: the single-character edits that turn `a` into `b`.
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// The long flag of the parsed subcommands nearest `word` ("--lrr" -> "--lr"), or "" when
+// none is within a third of its length (at least 2 edits).
+std::string nearest_flag(const CLI::App& app, const std::string& word) {
+  std::string best;
+  size_t best_distance = std::max<size_t>(2, word.size() / 3) + 1;
+  for (const CLI::App* sub : app.get_subcommands())
+    for (const CLI::Option* option : sub->get_options())
+      for (const auto& name : option->get_lnames()) {
+        const size_t d = edit_distance(word, "--" + name);
+        if (d < best_distance) best_distance = d, best = "--" + name;
+      }
+  return best;
+}
+
+// One line for arguments no flag took, in the order given, each flag with its nearest known one.
+std::string unexpected_arguments(const CLI::App& app) {
+  std::string line = "unexpected argument(s):";
+  for (const auto& word : app.remaining(true)) {
+    line += " " + word;
+    if (word.rfind("--", 0) != 0) continue;
+    const auto nearest = nearest_flag(app, word.substr(0, word.find('=')));
+    if (!nearest.empty()) line += " (did you mean " + nearest + "?)";
+  }
+  return line;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -53,6 +96,8 @@ int main(int argc, char** argv) {
                        "Print fsdpp's version and commit and the LibTorch, CUDA and NCCL it was built with");
   std::vector<std::string> args(argv, argv + argc);
 
+  // Every option's default shows in --help (subcommands inherit this).
+  app.option_defaults()->always_capture_default();
   const auto commands = all_commands();
   for (const auto& command : commands) command->add_to(app);
   // The docs test's hidden modes (parse_only.h): list every flag, or parse without running.
@@ -70,6 +115,9 @@ int main(int argc, char** argv) {
     app.parse(static_cast<int>(arg_ptrs.size()), arg_ptrs.data());
     for (const auto& command : commands)
       if (command->parsed()) command->check();
+  } catch (const CLI::ExtrasError&) {
+    std::fprintf(stderr, "fsdpp: error: %s\n", unexpected_arguments(app).c_str());
+    return 2;
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help
     // Bad usage exits 2 (README, exit codes), whatever CLI11's own code for the error is.

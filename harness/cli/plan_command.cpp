@@ -38,7 +38,8 @@ void PlanCommand::add_to(CLI::App& app) {
   command_ = app.add_subcommand("plan", "Predict per-rank memory, collective bytes and step time of a configuration");
   auto* c = command_;
   c->add_option("--model-type", model_type_,
-                "A from-scratch family: gpt2, opt, llama, mistral, qwen2, qwen3, gemma2, gemma3_text or phi3");
+                "A from-scratch family: gpt2, opt, llama, mistral, qwen2, qwen3, qwen3_moe, gemma2, gemma3_text, phi, "
+                "phi3, mixtral or falcon");
   c->add_option("--model-size", model_size_, "A preset size of that family (e.g. 124M, 1B, 70B)");
   c->add_option("--model", model_dir_, "A Hugging Face model folder (its config.json) instead");
   c->add_option("--vocab-size", vocab_size_, "Presets: vocabulary size instead of the preset's")

@@ -26,7 +26,8 @@ void TrainCommand::add_to(CLI::App& app) {
   t->add_option("--model", c.model_dir, "Hugging Face model folder to fine-tune");
   t->add_flag("--from-scratch", c.from_scratch, "Initialise a new model (with --model-type, --model-size)");
   t->add_option("--model-type", c.model_type,
-                "From scratch: gpt2, opt, llama, mistral, qwen2, qwen3, gemma2, gemma3_text or phi3")
+                "From scratch: gpt2, opt, llama, mistral, qwen2, qwen3, qwen3_moe, gemma2, gemma3_text, phi, phi3, "
+                "mixtral or falcon")
       ->check(CLI::IsMember(models::supported_model_types()));
   t->add_option("--model-size", c.model_size, "From scratch: preset size (e.g. tiny, mini, 124M; see README)");
   t->add_option("--vocab-size", c.vocab_size, "From scratch: vocabulary size instead of the preset's")

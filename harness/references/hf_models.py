@@ -463,6 +463,11 @@ def cmd_logits(args):
         record["model_type"] = model.config.model_type
         record["config_architectures"] = model.config.architectures
         record["parameters"] = sum(p.numel() for p in model.parameters())
+        # fsdpp writes generation_config.json beside config.json; transformers must read it.
+        from transformers import GenerationConfig
+
+        generation = GenerationConfig.from_pretrained(args.model)
+        record["generation_config"] = {k: getattr(generation, k) for k in ("bos_token_id", "eos_token_id")}
     if args.compare:
         # The ground truth: the same weights in float64. "loss" is its loss, the one fsdpp's
         # loss is held to; "loss_fp32" is transformers' fp32 one.

@@ -270,6 +270,84 @@ TEST(TrainCommand, AMixtureOfExpertsLogsCrossEntropyPlusItsWeightedLoadBalancing
 
 // --- metrics.jsonl -----------------------------------------------------------------
 
+// The exported folder keeps what fsdpp neither computes nor changes of the source's
+// config.json (its token ids, its dropout), as transformers' save_pretrained does, and gets
+// a generation_config.json with those ids (transformers' GenerationConfig.from_model_config);
+// a source folder's own generation_config.json is copied as it is.
+TEST(TrainCommand, AnExportKeepsTheSourceConfigsKeysAndWritesAGenerationConfig) {
+  TempDir dir;
+  const auto data = harness::write_markov_tokens(dir.path(), 2000, 64).string();
+  auto lm = models::build_causal_lm(models::from_scratch_config("gpt2", "tiny", 64), "gpt2");
+  models::init_from_scratch(lm, 3);
+  const auto source = dir.path() / "source";
+  models::save_pretrained(lm, source);
+  auto config = nlohmann::json::parse(std::ifstream(source / "config.json"));
+  config["bos_token_id"] = 5, config["eos_token_id"] = 6, config["resid_pdrop"] = 0.1;
+  std::ofstream(source / "config.json") << config.dump();
+  const std::string flags = "--model " + source.string() + " --seq-len 16 --batch-size 2 --max-steps 1 --data " + data;
+  auto r = train(dir, "kept", flags);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto exported = nlohmann::json::parse(std::ifstream(dir / "kept" / "hf" / "config.json"));
+  EXPECT_EQ(exported["bos_token_id"], 5);
+  EXPECT_EQ(exported["eos_token_id"], 6);
+  EXPECT_EQ(exported["resid_pdrop"], 0.1);
+  EXPECT_EQ(exported["dtype"], "float32");
+  const auto generation = nlohmann::json::parse(std::ifstream(dir / "kept" / "hf" / "generation_config.json"));
+  EXPECT_EQ(generation["bos_token_id"], 5);
+  EXPECT_EQ(generation["eos_token_id"], 6);
+  std::ofstream(source / "generation_config.json") << R"({"eos_token_id": 6, "max_new_tokens": 7})";
+  auto copied = train(dir, "copied", flags);
+  ASSERT_EQ(copied.code, 0) << copied.output;
+  EXPECT_EQ(nlohmann::json::parse(std::ifstream(dir / "copied" / "hf" / "generation_config.json"))["max_new_tokens"], 7);
+}
+
+// The run says what it does before the first step: its FSDP units (count and parameters
+// each, the root's), the precision (with the note that a CPU runs bf16 slower), offload,
+// activation checkpointing and prefetch.
+TEST(TrainCommand, TheRunNamesItsUnitsPrecisionOffloadCheckpointingAndPrefetch) {
+  TempDir dir;
+  const auto data = harness::write_markov_tokens(dir.path(), 2000, 64).string();
+  auto r = train(dir, "said",
+                 "--from-scratch --model-size tiny --vocab-size 64 --seq-len 16 --batch-size 2 --max-steps 1 "
+                 "--mixed-precision bf16 --activation-checkpointing --data " +
+                     data);
+  ASSERT_EQ(r.code, 0) << r.output;
+  // GPT-2 tiny: 2 blocks of 12 n_embd^2 + 13 n_embd parameters (n_embd 64).
+  const int64_t block = 12 * 64 * 64 + 13 * 64;
+  EXPECT_THAT(r.output, HasSubstr("units: 2 (--wrap-policy block) of " + std::to_string(block / 1000) + "," +
+                                  std::to_string(block % 1000) + " parameters each"));
+  EXPECT_THAT(r.output, HasSubstr("precision bf16 (on a CPU, bf16 and fp16 matmuls are usually slower than fp32"));
+  EXPECT_THAT(r.output, HasSubstr("cpu offload off; activation checkpointing every 1 block(s); prefetch: forward on"));
+}
+
+// A mistyped flag gets one line naming the arguments in the order given, each flag with the
+// nearest known one, and exit 2; --help shows each option's default.
+TEST(TrainCommand, AMistypedFlagGetsTheNearestFlagAndHelpShowsTheDefaults) {
+  auto [code, output] = run_shell(kFsdpp + " train --grad-acum-steps 2 --from-scratch 2>&1");
+  EXPECT_EQ(code, 2) << output;
+  EXPECT_THAT(output, HasSubstr("unexpected argument(s): --grad-acum-steps (did you mean --grad-accum-steps?) 2"));
+  auto [help_code, help] = run_shell(kFsdpp + " train --help 2>&1");
+  EXPECT_EQ(help_code, 0) << help;
+  EXPECT_THAT(help, HasSubstr("--grad-accum-steps INT=1"));
+}
+
+// The run record's parameter count counts a tied weight once, as transformers'
+// num_parameters() does: GPT-2's head is its token embedding, so the count is the untied
+// model's less one vocab x n_embd matrix (LibTorch lists the tie under both names).
+TEST(TrainCommand, ATiedModelLogsEachParameterOnce) {
+  TempDir dir;
+  const auto data = harness::write_markov_tokens(dir.path(), 2000, 64).string();
+  auto r = train(dir, "tied",
+                 "--from-scratch --model-size tiny --vocab-size 64 --seq-len 16 --batch-size 2 --max-steps 1 --data " +
+                     data);
+  ASSERT_EQ(r.code, 0) << r.output;
+  auto lm = models::build_causal_lm(models::from_scratch_config("gpt2", "tiny", 64), "gpt2");
+  int64_t listed = 0;
+  for (const auto& p : lm.module->parameters()) listed += p.numel();
+  const int64_t embedding = 64 * lm.config["n_embd"].get<int64_t>();
+  EXPECT_EQ(r.run["parameters"].get<int64_t>(), listed - embedding);
+}
+
 TEST(TrainCommand, MetricsRecordEveryStepAndEvalWithTheDocumentedKeys) {
   TempDir dir;
   const auto data = harness::write_markov_tokens(dir.path(), 3000, 256).string();
@@ -366,13 +444,16 @@ TEST_P(Resume, AKilledRunRerunWithTheSameCommandContinuesBitwise) {
   ASSERT_EQ(resumed.code, 0) << resumed.output;
   EXPECT_THAT(resumed.output, HasSubstr("resuming from"));
   EXPECT_EQ(resumed.run["start_step"], 3);
-  // The killed run logged steps 1-4; the rerun logs 4-6 again from the step-3 checkpoint.
+  // The killed run logged steps 1-4; the rerun, from the step-3 checkpoint, dropped its step 4
+  // and logged 4-6: metrics.jsonl has each step once, in order, with the uninterrupted losses.
+  std::vector<int64_t> steps;
   std::map<int64_t, double> by_step;
-  for (const auto& t : resumed.train) by_step[t["step"].get<int64_t>()] = t["loss"].get<double>();
-  std::vector<double> resumed_losses;
-  resumed_losses.reserve(by_step.size());
-  for (const auto& [step, loss] : by_step) resumed_losses.push_back(loss);
-  EXPECT_EQ(resumed_losses, straight.losses());
+  for (const auto& t : resumed.train) {
+    steps.push_back(t["step"].get<int64_t>());
+    by_step[t["step"].get<int64_t>()] = t["loss"].get<double>();
+  }
+  EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(resumed.losses(), straight.losses());
   // Its summary names the steps it ran and their losses (it never saw step 1's).
   char summary[160];
   std::snprintf(summary, sizeof(summary), "summary: steps 4-6 of 6 (resumed after step 3), loss %.4f -> %.4f",
@@ -413,8 +494,8 @@ TEST(TrainCommand, ARunKilledBeforeItsFirstCheckpointStartsOverWithTheSameComman
   EXPECT_THAT(rerun.output, HasSubstr("logs no committed checkpoint (the run stopped before its first one): "
                                       "starting over at step 0"));
   EXPECT_EQ(rerun.run["start_step"], 0);  // the last run record: this run's
-  // The killed run's steps 1-2 and the rerun's 1-4, each the uninterrupted run's.
-  ASSERT_EQ(rerun.train.size(), 6u);
+  // The rerun's steps 1-4 (the killed run's 1-2 dropped: each step once), the uninterrupted run's.
+  ASSERT_EQ(rerun.train.size(), 4u);
   for (const auto& t : rerun.train)
     EXPECT_EQ(t["loss"], straight.train.at(t["step"].get<size_t>() - 1)["loss"]) << t.dump();
   EXPECT_EQ(file_bytes(dir / "rerun" / "hf" / "model.safetensors"),
@@ -618,12 +699,15 @@ TEST(Resharding, ACheckpointOfFourRanksContinuesOnTwoThreeAndOne) {
   }
 }
 
-// Losses and gradient norms of a run by step (a resumed run logs a step twice when it
-// was killed after a checkpoint older than its last logged step; the rerun's record wins).
+// Losses and gradient norms of a run by step (each step once: a resumed run drops the
+// killed run's records after the checkpoint it resumes from).
 std::map<int64_t, std::pair<double, double>> loss_and_norm_by_step(const TrainRun& run) {
   std::map<int64_t, std::pair<double, double>> out;
-  for (const auto& t : run.train)
-    out[t["step"].get<int64_t>()] = {t["loss"].get<double>(), t["grad_norm"].get<double>()};
+  for (const auto& t : run.train) {
+    const auto step = t["step"].get<int64_t>();
+    EXPECT_EQ(out.count(step), 0u) << "step " << step << " logged twice";
+    out[step] = {t["loss"].get<double>(), t["grad_norm"].get<double>()};
+  }
   return out;
 }
 

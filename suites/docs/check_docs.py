@@ -490,7 +490,7 @@ def self_test(fsdpp):
         problems,
         [
             "bad_commands.md:8: fsdpp train --no-such-flag 1",
-            "not expected: 1 --no-such-flag",
+            "unexpected argument(s): --no-such-flag 1",
             "bad_commands.md:12: build/fsdpp train",
             "--learning-rate",
             "bad_commands.md:17: fsdpp generate --model <dir> --prompt-file p.txt",
