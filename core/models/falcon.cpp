@@ -38,12 +38,29 @@ const std::map<std::string, std::string>& keys_without_math() {
 }
 
 const std::set<std::string>& computed_keys() {
-  static const std::set<std::string> keys = {
-      "vocab_size",       "hidden_size",   "n_embed",          "num_hidden_layers", "num_attention_heads",
-      "num_kv_heads",     "ffn_hidden_size", "max_position_embeddings", "layer_norm_epsilon",
-      "new_decoder_architecture", "multi_query", "parallel_attn", "num_ln_in_parallel_attn", "bias",
-      "activation",       "tie_word_embeddings", "alibi", "hidden_dropout", "attention_dropout",
-      "rope_parameters",  "rope_theta",    "rope_scaling",     "apply_residual_connection_post_layernorm"};
+  static const std::set<std::string> keys = {"vocab_size",
+                                             "hidden_size",
+                                             "n_embed",
+                                             "num_hidden_layers",
+                                             "num_attention_heads",
+                                             "num_kv_heads",
+                                             "ffn_hidden_size",
+                                             "max_position_embeddings",
+                                             "layer_norm_epsilon",
+                                             "new_decoder_architecture",
+                                             "multi_query",
+                                             "parallel_attn",
+                                             "num_ln_in_parallel_attn",
+                                             "bias",
+                                             "activation",
+                                             "tie_word_embeddings",
+                                             "alibi",
+                                             "hidden_dropout",
+                                             "attention_dropout",
+                                             "rope_parameters",
+                                             "rope_theta",
+                                             "rope_scaling",
+                                             "apply_residual_connection_post_layernorm"};
   return keys;
 }
 
@@ -136,8 +153,8 @@ nlohmann::json FalconConfig::to_json() const {
                       {"new_decoder_architecture", new_decoder_architecture},
                       {"multi_query", multi_query},
                       {"parallel_attn", parallel_attn},
-                      {"num_ln_in_parallel_attn", new_decoder_architecture ? nlohmann::json(num_ln_in_parallel_attn)
-                                                                           : nlohmann::json(nullptr)},
+                      {"num_ln_in_parallel_attn",
+                       new_decoder_architecture ? nlohmann::json(num_ln_in_parallel_attn) : nlohmann::json(nullptr)},
                       {"bias", bias},
                       {"activation", activation},
                       {"tie_word_embeddings", tie_word_embeddings},
@@ -146,7 +163,8 @@ nlohmann::json FalconConfig::to_json() const {
                       {"attention_dropout", 0.0},
                       {"rope_theta", rope.rope_theta},
                       {"rope_scaling", nullptr}};
-  if (rope.rope_linear_factor != 1.0) j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", rope.rope_linear_factor}};
+  if (rope.rope_linear_factor != 1.0)
+    j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", rope.rope_linear_factor}};
   if (rope.rope_scaling)
     j["rope_scaling"] = {{"rope_type", "llama3"},
                          {"factor", rope.rope_scaling->factor},
@@ -168,8 +186,8 @@ int64_t FalconConfig::parameter_count() const {
 FalconAttentionImpl::FalconAttentionImpl(const FalconConfig& c, std::shared_ptr<RotaryTable> rotary_)
     : config(c), rotary(std::move(rotary_)) {
   const int64_t hd = c.head_dim();
-  query_key_value = register_module(
-      "query_key_value", linear(c.hidden_size, (c.num_attention_heads + 2 * c.kv_heads()) * hd, c.bias));
+  query_key_value = register_module("query_key_value",
+                                    linear(c.hidden_size, (c.num_attention_heads + 2 * c.kv_heads()) * hd, c.bias));
   dense = register_module("dense", linear(c.hidden_size, c.hidden_size, c.bias));
 }
 

@@ -26,7 +26,7 @@ struct FalconConfig {
   int64_t hidden_size = 4544;
   int64_t num_hidden_layers = 32;
   int64_t num_attention_heads = 71;
-  int64_t num_kv_heads = 71;  // new_decoder_architecture only; else 1 (multi_query) or every head
+  int64_t num_kv_heads = 71;    // new_decoder_architecture only; else 1 (multi_query) or every head
   int64_t ffn_hidden_size = 0;  // 0: 4 * hidden_size
   int64_t max_position_embeddings = 2048;
   double layer_norm_epsilon = 1e-5;

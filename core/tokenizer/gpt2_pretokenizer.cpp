@@ -8,7 +8,6 @@ namespace fsdpp::tokenizer {
 namespace {
 
 using unicode::CharClass;
-using unicode::classify;
 
 // Length in code points of the contraction ('s 't 'm 'd 're 've 'll: lowercase ASCII only,
 // as in the regex) starting at code point i, or 0 if there is none.
@@ -25,18 +24,10 @@ size_t contraction_len(const std::vector<uint32_t>& cps, size_t i) {
 }  // namespace
 
 std::vector<std::string_view> split_gpt2_pieces(std::string_view text) {
-  // Code points and the byte offset where each starts (plus one past the end).
-  std::vector<uint32_t> cps;
-  std::vector<CharClass> cls;
-  std::vector<size_t> byte_at;
-  for (size_t pos = 0; pos < text.size();) {
-    const unicode::CodePoint cp = unicode::decode_utf8(text, pos);
-    cps.push_back(cp.value);
-    cls.push_back(classify(cp.value));
-    byte_at.push_back(pos);
-    pos += cp.byte_len;
-  }
-  byte_at.push_back(text.size());
+  const auto text_points = unicode::classify_text(text);
+  const auto& cps = text_points.cps;
+  const auto& cls = text_points.cls;
+  const auto& byte_at = text_points.byte_at;
   const size_t n = cps.size();
 
   std::vector<std::string_view> pieces;

@@ -14,7 +14,6 @@ const std::string_view kQwen2SplitRegex =
 namespace {
 
 using unicode::CharClass;
-using unicode::classify;
 
 bool is_cr_or_lf(uint32_t cp) { return cp == '\r' || cp == '\n'; }
 
@@ -44,18 +43,10 @@ size_t folded_contraction_len(const std::vector<uint32_t>& cps, size_t i) {
 }  // namespace
 
 std::vector<std::string_view> split_llama3_pieces(std::string_view text, size_t max_digit_run) {
-  // Code points and the byte offset where each starts (plus one past the end).
-  std::vector<uint32_t> cps;
-  std::vector<CharClass> cls;
-  std::vector<size_t> byte_at;
-  for (size_t pos = 0; pos < text.size();) {
-    const unicode::CodePoint cp = unicode::decode_utf8(text, pos);
-    cps.push_back(cp.value);
-    cls.push_back(classify(cp.value));
-    byte_at.push_back(pos);
-    pos += cp.byte_len;
-  }
-  byte_at.push_back(text.size());
+  const auto text_points = unicode::classify_text(text);
+  const auto& cps = text_points.cps;
+  const auto& cls = text_points.cls;
+  const auto& byte_at = text_points.byte_at;
   const size_t n = cps.size();
 
   std::vector<std::string_view> pieces;

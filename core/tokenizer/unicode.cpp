@@ -83,4 +83,17 @@ CharClass classify(uint32_t cp) {
   return CharClass::kOther;
 }
 
+ClassifiedText classify_text(std::string_view text) {
+  ClassifiedText out;
+  for (size_t pos = 0; pos < text.size();) {
+    const CodePoint cp = decode_utf8(text, pos);
+    out.cps.push_back(cp.value);
+    out.cls.push_back(classify(cp.value));
+    out.byte_at.push_back(pos);
+    pos += cp.byte_len;
+  }
+  out.byte_at.push_back(text.size());
+  return out;
+}
+
 }  // namespace fsdpp::tokenizer::unicode

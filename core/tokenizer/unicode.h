@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace fsdpp::tokenizer::unicode {
 
@@ -30,5 +31,14 @@ bool is_whitespace(uint32_t cp);  // property White_Space (regex \s), 25 code po
 // The class the pre-tokenizer regexes test a code point for, in that order: \s, \p{L}, \p{N}.
 enum class CharClass { kLetter, kNumber, kSpace, kOther };
 CharClass classify(uint32_t cp);
+
+// `text` as code points, for the hand-written pre-tokenizers: each one's value, class and
+// the byte where it starts, plus one offset past the end (byte_at has one more entry).
+struct ClassifiedText {
+  std::vector<uint32_t> cps;
+  std::vector<CharClass> cls;
+  std::vector<size_t> byte_at;
+};
+ClassifiedText classify_text(std::string_view text);
 
 }  // namespace fsdpp::tokenizer::unicode

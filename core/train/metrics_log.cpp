@@ -3,9 +3,9 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <fstream>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <stdexcept>
 #include <string>
 

@@ -61,8 +61,9 @@ std::string setup_line(const TrainConfig& config, const fsdp::ShardedModel& shar
   if (config.mixed_precision != "fp32" && device.is_cpu())
     line += " (on a CPU, bf16 and fp16 matmuls are usually slower than fp32: use them for memory, not speed)";
   line += "; cpu offload " + std::string(config.cpu_offload ? "on" : "off");
-  line += "; activation checkpointing " +
-          (config.activation_checkpointing ? "every " + std::to_string(config.ac_freq) + " block(s)" : std::string("off"));
+  line +=
+      "; activation checkpointing " +
+      (config.activation_checkpointing ? "every " + std::to_string(config.ac_freq) + " block(s)" : std::string("off"));
   const auto& f = config.fsdp;
   line += "; prefetch: forward " + std::string(f.forward_prefetch ? "on" : "off") + ", backward " +
           (f.backward_prefetch == fsdp::BackwardPrefetch::None  ? "off"

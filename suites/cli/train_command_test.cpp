@@ -298,7 +298,8 @@ TEST(TrainCommand, AnExportKeepsTheSourceConfigsKeysAndWritesAGenerationConfig) 
   std::ofstream(source / "generation_config.json") << R"({"eos_token_id": 6, "max_new_tokens": 7})";
   auto copied = train(dir, "copied", flags);
   ASSERT_EQ(copied.code, 0) << copied.output;
-  EXPECT_EQ(nlohmann::json::parse(std::ifstream(dir / "copied" / "hf" / "generation_config.json"))["max_new_tokens"], 7);
+  EXPECT_EQ(nlohmann::json::parse(std::ifstream(dir / "copied" / "hf" / "generation_config.json"))["max_new_tokens"],
+            7);
 }
 
 // The run says what it does before the first step: its FSDP units (count and parameters
@@ -337,9 +338,9 @@ TEST(TrainCommand, AMistypedFlagGetsTheNearestFlagAndHelpShowsTheDefaults) {
 TEST(TrainCommand, ATiedModelLogsEachParameterOnce) {
   TempDir dir;
   const auto data = harness::write_markov_tokens(dir.path(), 2000, 64).string();
-  auto r = train(dir, "tied",
-                 "--from-scratch --model-size tiny --vocab-size 64 --seq-len 16 --batch-size 2 --max-steps 1 --data " +
-                     data);
+  auto r = train(
+      dir, "tied",
+      "--from-scratch --model-size tiny --vocab-size 64 --seq-len 16 --batch-size 2 --max-steps 1 --data " + data);
   ASSERT_EQ(r.code, 0) << r.output;
   auto lm = models::build_causal_lm(models::from_scratch_config("gpt2", "tiny", 64), "gpt2");
   int64_t listed = 0;
