@@ -122,7 +122,9 @@ if [ "$part" != dense ]; then
     judge "$arch" llama
   done
 fi
-judged() { [ -d "$work/$1" ]; }  # whether this part made arch $1's folder (a failed make counted already)
+# Whether this part made arch $1's model folder (a failed make is counted already; $work/gpt2
+# and $work/llama also hold the token data, so the test is the folder's config.json).
+judged() { [ -f "$work/$1/config.json" ]; }
 edit_tensors() {  # DIR PYTHON_STATEMENTS on t (the tensors of DIR/model.safetensors, by name)
   "$python" -c 'import sys, torch; from safetensors.torch import load_file, save_file
 path = sys.argv[1] + "/model.safetensors"; t = load_file(path); exec(sys.argv[2])
