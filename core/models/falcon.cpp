@@ -1,7 +1,5 @@
 #include "core/models/falcon.h"
 
-#include <map>
-#include <set>
 #include <stdexcept>
 #include <utility>
 
@@ -15,52 +13,33 @@ namespace fsdpp::models {
 
 namespace {
 
-// Keys of FalconConfig (transformers 5) and of the 4.x Hub files that do not change the math.
-const std::map<std::string, std::string>& keys_without_math() {
-  static const std::map<std::string, std::string> keys = {
-      {"_name_or_path", "where transformers loaded it from"},
-      {"architectures", "the class transformers instantiates; model_type decides here"},
-      {"model_type", "read by parse_causal_lm_config"},
-      {"transformers_version", "provenance"},
-      {"dtype", "the tensors carry their own dtype"},
-      {"torch_dtype", "transformers 4's name for dtype"},
-      {"auto_map", "remote-code class names; transformers' own FalconForCausalLM is what runs"},
-      {"use_cache", "the KV cache of generation; fsdpp recomputes the sequence, same logits"},
-      {"initializer_range", "random initialisation only"},
-      {"bos_token_id", "a tokenizer id"},
-      {"eos_token_id", "a tokenizer id"},
-      {"pad_token_id", "a tokenizer id: Falcon's word_embeddings has no padding_idx"},
-      {"output_attentions", "what transformers returns besides the logits"},
-      {"output_hidden_states", "what transformers returns besides the logits"},
-      {"return_dict", "what transformers returns besides the logits"},
-  };
-  return keys;
-}
-
-const std::set<std::string>& computed_keys() {
-  static const std::set<std::string> keys = {"vocab_size",
-                                             "hidden_size",
-                                             "n_embed",
-                                             "num_hidden_layers",
-                                             "num_attention_heads",
-                                             "num_kv_heads",
-                                             "ffn_hidden_size",
-                                             "max_position_embeddings",
-                                             "layer_norm_epsilon",
-                                             "new_decoder_architecture",
-                                             "multi_query",
-                                             "parallel_attn",
-                                             "num_ln_in_parallel_attn",
-                                             "bias",
-                                             "activation",
-                                             "tie_word_embeddings",
-                                             "alibi",
-                                             "hidden_dropout",
-                                             "attention_dropout",
-                                             "rope_parameters",
-                                             "rope_theta",
-                                             "rope_scaling",
-                                             "apply_residual_connection_post_layernorm"};
+// FalconConfig's keys (transformers 5) and the 4.x Hub files'.
+const KeyTable& falcon_keys() {
+  static const KeyTable keys = {{"vocab_size",
+                                 "hidden_size",
+                                 "n_embed",
+                                 "num_hidden_layers",
+                                 "num_attention_heads",
+                                 "num_kv_heads",
+                                 "ffn_hidden_size",
+                                 "max_position_embeddings",
+                                 "layer_norm_epsilon",
+                                 "new_decoder_architecture",
+                                 "multi_query",
+                                 "parallel_attn",
+                                 "num_ln_in_parallel_attn",
+                                 "bias",
+                                 "activation",
+                                 "tie_word_embeddings",
+                                 "alibi",
+                                 "hidden_dropout",
+                                 "attention_dropout",
+                                 "rope_parameters",
+                                 "rope_theta",
+                                 "rope_scaling",
+                                 "apply_residual_connection_post_layernorm"},
+                                {{"pad_token_id", "a tokenizer id: Falcon's word_embeddings has no padding_idx"}},
+                                {}};
   return keys;
 }
 
@@ -83,11 +62,7 @@ torch::nn::LayerNorm layer_norm(const FalconConfig& c) {
 // Defaults are FalconConfig's (Falcon-7B's shape).
 FalconConfig FalconConfig::from_json(const nlohmann::json& json, const std::string& source) {
   JsonReader r{json, source};
-  for (const auto& item : json.items())
-    if (!computed_keys().count(item.key()) && !keys_without_math().count(item.key()))
-      throw std::invalid_argument(source + ": key '" + item.key() + "' (" + item.value().dump().substr(0, 60) +
-                                  ") is not one fsdpp knows for model_type 'falcon'; refusing it rather than "
-                                  "ignoring what it may change");
+  refuse_unknown_keys(json, source, "falcon", falcon_keys());
   FalconConfig c;
   c.vocab_size = r.integer("vocab_size", c.vocab_size);
   c.hidden_size = r.integer("n_embed", r.integer("hidden_size", c.hidden_size));  // FalconConfig: n_embed wins

@@ -7,8 +7,37 @@
 
 namespace fsdpp::models {
 
+namespace {
+
+// GPT2Config's keys (transformers 5) and those of the Hub's 4.x files (openai-community/gpt2).
+const KeyTable& gpt2_keys() {
+  static const KeyTable keys = {
+      {"vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "n_inner", "layer_norm_epsilon",
+       "activation_function"},
+      {{"resid_pdrop", "training-time dropout; fsdpp trains without dropout (docs/training.md)"},
+       {"embd_pdrop", "training-time dropout; fsdpp trains without dropout (docs/training.md)"},
+       {"attn_pdrop", "training-time dropout; fsdpp trains without dropout (docs/training.md)"},
+       {"summary_type", "the sequence-summary head of GPT2DoubleHeadsModel only"},
+       {"summary_use_proj", "the sequence-summary head of GPT2DoubleHeadsModel only"},
+       {"summary_activation", "the sequence-summary head of GPT2DoubleHeadsModel only"},
+       {"summary_proj_to_labels", "the sequence-summary head of GPT2DoubleHeadsModel only"},
+       {"summary_first_dropout", "the sequence-summary head of GPT2DoubleHeadsModel only"},
+       {"reorder_and_upcast_attn", "the same scores, computed in fp32 (only the rounding of a bf16/fp16 run moves)"},
+       {"n_ctx", "the Hub's older name for n_positions' context; transformers 5 reads n_positions"},
+       {"task_specific_params", "generation settings of the Hub's file, not the forward pass"},
+       {"pad_token_id", "a tokenizer id: GPT-2's wte has no padding_idx"}},
+      {{"scale_attn_weights", true},
+       {"scale_attn_by_inverse_layer_idx", false},
+       {"add_cross_attention", false},
+       {"tie_word_embeddings", true}}};
+  return keys;
+}
+
+}  // namespace
+
 Gpt2Config Gpt2Config::from_json(const nlohmann::json& json, const std::string& source) {
   JsonReader r{json, source};
+  refuse_unknown_keys(json, source, "gpt2", gpt2_keys());
   Gpt2Config c;
   c.vocab_size = r.integer("vocab_size");
   c.n_positions = r.integer("n_positions", 1024);

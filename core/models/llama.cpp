@@ -118,45 +118,7 @@ void read_gemma3_rope(const nlohmann::json& json, const std::string& source, Lla
 
 namespace {
 
-// Keys any family's config.json may carry that do not change what the model computes, each
-// with the reason. PreTrainedConfig's own attributes (transformers 5 writes them all with
-// to_dict) and the 4.x names of the same things.
-const std::map<std::string, std::string>& config_keys_without_math() {
-  static const std::map<std::string, std::string> keys = {
-      {"_name_or_path", "where transformers loaded it from"},
-      {"_attn_implementation_autoset", "transformers' attention-kernel choice (eager, sdpa): the same math"},
-      {"architectures", "the class transformers instantiates; model_type decides here"},
-      {"model_type", "read by parse_causal_lm_config"},
-      {"transformers_version", "provenance"},
-      {"dtype", "the tensors carry their own dtype"},
-      {"auto_map", "remote-code class names; transformers' own class for model_type is what runs"},
-      {"torch_dtype", "transformers 4's name for dtype"},
-      {"use_cache", "the KV cache of generation; fsdpp recomputes the sequence, same logits"},
-      {"initializer_range", "random initialisation only; fsdpp's from-scratch init is its own"},
-      {"bos_token_id", "a tokenizer id, not part of the forward pass"},
-      {"eos_token_id", "a tokenizer id, not part of the forward pass"},
-      {"output_attentions", "what transformers returns besides the logits"},
-      {"output_hidden_states", "what transformers returns besides the logits"},
-      {"return_dict", "what transformers returns besides the logits"},
-      {"chunk_size_feed_forward", "unused by these families' modeling code"},
-      {"is_encoder_decoder", "false for every causal LM here; the architecture is model_type's"},
-      {"id2label", "sequence-classification heads only"},
-      {"label2id", "sequence-classification heads only"},
-      {"problem_type", "sequence-classification heads only"},
-  };
-  return keys;
-}
-
-// The keys a family's config.json may hold beyond config_keys_without_math(): the ones
-// from_json computes, ones that do not change this family's math (with the reason), and keys
-// of another family's config accepted only at the value this family computes.
-struct FamilyKeys {
-  std::set<std::string> computed;
-  std::map<std::string, std::string> without_math;
-  std::map<std::string, nlohmann::json> fixed;
-};
-
-const FamilyKeys& family_keys(const std::string& model_type) {
+const KeyTable& family_keys(const std::string& model_type) {
   static const std::set<std::string> kCommon = {
       "vocab_size",          "hidden_size",         "intermediate_size", "num_hidden_layers",
       "num_attention_heads", "num_key_value_heads", "head_dim",          "max_position_embeddings",
@@ -184,7 +146,7 @@ const FamilyKeys& family_keys(const std::string& model_type) {
       {"cache_implementation", "generation's KV-cache layout, not the logits"},
       {"hidden_act", "transformers' Gemma reads hidden_activation only"},
       {"sliding_window_size", "an alias older configs carry; transformers reads sliding_window"}};
-  static const std::map<std::string, FamilyKeys> families = {
+  static const std::map<std::string, KeyTable> families = {
       {"llama",
        {with(kCommon, {"attention_bias", "mlp_bias"}),
         {{"pretraining_tp", "transformers 5 ignores it; in 4.x it only split the projections' matmuls"}},
@@ -233,24 +195,6 @@ const FamilyKeys& family_keys(const std::string& model_type) {
 std::string value_text(const nlohmann::json& value) {
   auto text = value.dump();
   return text.size() > 60 ? text.substr(0, 57) + "..." : text;
-}
-
-// Refuses, naming the key and its value, every key of `json` the family does not know.
-void refuse_unknown_keys(const nlohmann::json& json, const std::string& source, const std::string& model_type) {
-  const auto& family = family_keys(model_type);
-  for (const auto& item : json.items()) {
-    const auto& key = item.key();
-    if (family.computed.count(key) || family.without_math.count(key) || config_keys_without_math().count(key)) continue;
-    auto fixed = family.fixed.find(key);
-    if (fixed != family.fixed.end()) {
-      if (item.value() == fixed->second) continue;
-      throw std::invalid_argument(source + ": key '" + key + "' is " + value_text(item.value()) + ", but " +
-                                  model_type + " computes it as " + value_text(fixed->second) + " only");
-    }
-    throw std::invalid_argument(source + ": key '" + key + "' (" + value_text(item.value()) +
-                                ") is not one fsdpp knows for model_type '" + model_type +
-                                "'; refusing it rather than ignoring what it may change");
-  }
 }
 
 // A sliding_window key: absent means the family's default, null means none (0).
@@ -372,7 +316,7 @@ LlamaConfig LlamaConfig::from_json(const nlohmann::json& json, const std::string
     throw std::invalid_argument(source + ": model_type '" + c.model_type + "' is not a Llama-like family (" + known +
                                 ")");
   }
-  refuse_unknown_keys(json, source, c.model_type);
+  refuse_unknown_keys(json, source, c.model_type, family_keys(c.model_type));
   const bool qwen = c.model_type == "qwen2" || c.model_type == "qwen3";
   const bool gemma3 = c.model_type == "gemma3_text";
   const bool phi3 = c.model_type == "phi3";

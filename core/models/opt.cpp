@@ -13,8 +13,29 @@ namespace {
 constexpr int64_t kPositionOffset = 2;  // OPTLearnedPositionalEmbedding's offset
 }
 
+namespace {
+
+// OPTConfig's keys (transformers 5) and those of the Hub's 4.x files (facebook/opt-*).
+const KeyTable& opt_keys() {
+  static const KeyTable keys = {
+      {"vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "ffn_dim", "max_position_embeddings",
+       "word_embed_proj_dim", "do_layer_norm_before", "enable_bias", "_remove_final_layer_norm", "activation_function",
+       "pad_token_id"},
+      {{"dropout", "training-time dropout; fsdpp trains without dropout (docs/training.md)"},
+       {"attention_dropout", "training-time dropout; fsdpp trains without dropout (docs/training.md)"},
+       {"activation_dropout", "training-time dropout; fsdpp trains without dropout (docs/training.md)"},
+       {"layerdrop", "training-time layer dropout; fsdpp trains without it (docs/training.md)"},
+       {"init_std", "random initialisation only; fsdpp's from-scratch init is its own"},
+       {"prefix", "a tokenizer prefix of the Hub's files, not part of the forward pass"}},
+      {{"layer_norm_elementwise_affine", true}, {"tie_word_embeddings", true}}};
+  return keys;
+}
+
+}  // namespace
+
 OptConfig OptConfig::from_json(const nlohmann::json& json, const std::string& source) {
   JsonReader r{json, source};
+  refuse_unknown_keys(json, source, "opt", opt_keys());
   OptConfig c;
   c.vocab_size = r.integer("vocab_size");
   c.hidden_size = r.integer("hidden_size");
@@ -27,6 +48,12 @@ OptConfig OptConfig::from_json(const nlohmann::json& json, const std::string& so
   c.enable_bias = r.boolean("enable_bias", true);
   c.remove_final_layer_norm = r.boolean("_remove_final_layer_norm", false);
   c.activation_function = r.text("activation_function", "relu");
+  // Absent: OPTConfig's default; null: no padding row.
+  const bool pad_null = json.contains("pad_token_id") && json["pad_token_id"].is_null();
+  c.pad_token_id = pad_null ? -1 : r.integer("pad_token_id", 1);
+  if (c.pad_token_id >= c.vocab_size || c.pad_token_id < -1)
+    throw std::invalid_argument(source + ": key 'pad_token_id' is " + std::to_string(c.pad_token_id) +
+                                ", expected a token id below vocab_size " + std::to_string(c.vocab_size));
   if (c.activation_function != "relu" && c.activation_function != "gelu")
     throw std::invalid_argument(source + ": activation_function '" + c.activation_function +
                                 "' is not supported (relu or gelu)");
@@ -52,6 +79,7 @@ nlohmann::json OptConfig::to_json() const {
           {"enable_bias", enable_bias},
           {"_remove_final_layer_norm", remove_final_layer_norm},
           {"activation_function", activation_function},
+          {"pad_token_id", pad_token_id >= 0 ? nlohmann::json(pad_token_id) : nlohmann::json(nullptr)},
           {"tie_word_embeddings", true}};
 }
 
@@ -101,7 +129,9 @@ torch::Tensor OptLayerImpl::forward(torch::Tensor x) {
 
 // Each part goes to the meta device as soon as it is built under nn::DeferredInit.
 OptDecoderImpl::OptDecoderImpl(const OptConfig& c) {
-  embed_tokens = register_module("embed_tokens", torch::nn::Embedding(c.vocab_size, c.word_embed_proj_dim));
+  auto embedding = torch::nn::EmbeddingOptions(c.vocab_size, c.word_embed_proj_dim);
+  if (c.pad_token_id >= 0) embedding.padding_idx(c.pad_token_id);  // that row gets no gradient, as in HF
+  embed_tokens = register_module("embed_tokens", torch::nn::Embedding(embedding));
   nn::release_to_meta(*embed_tokens);
   embed_positions = register_module("embed_positions",
                                     torch::nn::Embedding(c.max_position_embeddings + kPositionOffset, c.hidden_size));

@@ -23,6 +23,10 @@ struct OptConfig {
   bool enable_bias = true;
   bool remove_final_layer_norm = false;  // HF's _remove_final_layer_norm
   std::string activation_function = "relu";
+  // The embedding's padding_idx (nn.Embedding's, as OPTDecoder builds it): that row gets no
+  // gradient from its lookups. -1: none (a from-scratch preset); absent in a config.json:
+  // OPTConfig's default, 1.
+  int64_t pad_token_id = -1;
 
   static OptConfig from_json(const nlohmann::json& json, const std::string& source);
   nlohmann::json to_json() const;

@@ -992,6 +992,72 @@ TEST(Configs, FalconPresetsHaveTheirPublishedCountAndUncomputedKeysAreRefused) {
   expect_refused(tiny, "key 'n_head' (4) is not one fsdpp knows for model_type 'falcon'");
 }
 
+// GPT-2's and OPT's readers know every key of their transformers configs and of the Hub's
+// files (openai-community/gpt2, facebook/opt-125m): those are read, or listed as not
+// changing the math; an unknown key, or a known one at a value fsdpp does not compute
+// (GPT-2's scale_attn_by_inverse_layer_idx, OPT's untied head), is refused in one line.
+TEST(Configs, Gpt2AndOptReadersKnowTheirHubKeysAndRefuseTheRest) {
+  auto refused = [](const nlohmann::json& config, const std::string& words) {
+    try {
+      parse_causal_lm_config(config, "/m/config.json");
+      ADD_FAILURE() << "accepted: " << config.dump();
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("/m/config.json: " + words), std::string::npos) << e.what();
+    }
+  };
+  auto gpt2 = from_scratch_config("gpt2", "tiny");
+  gpt2.update({{"resid_pdrop", 0.1},
+               {"embd_pdrop", 0.1},
+               {"attn_pdrop", 0.1},
+               {"n_ctx", 256},
+               {"summary_type", "cls_index"},
+               {"task_specific_params", {{"text-generation", {{"max_length", 50}}}}},
+               {"bos_token_id", 50256},
+               {"eos_token_id", 50256},
+               {"scale_attn_weights", true}});
+  EXPECT_NO_THROW(parse_causal_lm_config(gpt2, "gpt2"));
+  gpt2["scale_attn_by_inverse_layer_idx"] = true;
+  refused(gpt2, "key 'scale_attn_by_inverse_layer_idx' is true, but gpt2 computes it as false only");
+  gpt2.erase("scale_attn_by_inverse_layer_idx");
+  gpt2["n_layers"] = 2;
+  refused(gpt2, "key 'n_layers' (2) is not one fsdpp knows for model_type 'gpt2'");
+
+  auto opt = from_scratch_config("opt", "tiny");
+  opt.update({{"dropout", 0.1},
+              {"attention_dropout", 0.0},
+              {"activation_dropout", 0.0},
+              {"layerdrop", 0.0},
+              {"init_std", 0.02},
+              {"prefix", "</s>"},
+              {"pad_token_id", 1},
+              {"bos_token_id", 2}});
+  EXPECT_NO_THROW(parse_causal_lm_config(opt, "opt"));
+  opt["tie_word_embeddings"] = false;
+  refused(opt, "key 'tie_word_embeddings' is false, but opt computes it as true only");
+  opt["tie_word_embeddings"] = true;
+  opt["layer_norm_elementwise_affine"] = false;
+  refused(opt, "key 'layer_norm_elementwise_affine' is false");
+}
+
+// OPT's pad_token_id is its embedding's padding_idx, as OPTDecoder builds it: that row gets
+// no gradient from its lookups (absent: OPTConfig's default 1; null: none).
+TEST(Configs, OptPadTokenIsTheEmbeddingsPaddingIndex) {
+  auto config = from_scratch_config("opt", "tiny");
+  EXPECT_EQ(OptConfig::from_json(config, "opt").pad_token_id, -1);  // the preset trains every row
+  config.erase("pad_token_id");
+  EXPECT_EQ(OptConfig::from_json(config, "opt").pad_token_id, 1);
+  auto lm = build_causal_lm(config, "opt");
+  auto opt = std::dynamic_pointer_cast<OptForCausalLMImpl>(lm.module);
+  ASSERT_TRUE(opt);
+  auto& embed_tokens = opt->model->decoder->embed_tokens;
+  ASSERT_TRUE(embed_tokens->options.padding_idx().has_value());
+  EXPECT_EQ(*embed_tokens->options.padding_idx(), 1);
+  // Through the lookup (the tied head's own gradient aside), row 1 gets none.
+  embed_tokens->forward(torch::tensor({{1, 3, 1, 4}}, torch::kLong)).sum().backward();
+  EXPECT_EQ(embed_tokens->weight.grad()[1].abs().sum().item<double>(), 0.0);
+  EXPECT_GT(embed_tokens->weight.grad()[3].abs().sum().item<double>(), 0.0);
+}
+
 // Qwen3-MoE's keys: 4.x's num_experts and 5.x's num_local_experts must agree; a sliding
 // window (which transformers 4.x and 5.x apply to different layers) and a dense layer past
 // the last are refused in one line each.
