@@ -4,13 +4,13 @@
 
 #include <cstdio>
 #include <cstring>
-#include <set>
 #include <unordered_map>
 
 #include "core/io/atomic_file.h"
 #include "core/io/hf_config.h"
 #include "core/io/safetensors.h"
 #include "core/io/shape_text.h"
+#include "core/models/families.h"
 #include "core/nn/deferred_init.h"
 #include "core/nn/unique_parameters.h"
 
@@ -48,24 +48,6 @@ std::string stored_name(const io::SafetensorsIndex& checkpoint, const std::strin
   return found;
 }
 
-// Tensors a checkpoint may hold that no parameter reads, by family, and why they change
-// nothing: both are buffers transformers recomputes rather than loads.
-struct UnreadTensor {
-  const char* suffix;
-  std::set<std::string> model_types;
-  const char* why;
-};
-const std::vector<UnreadTensor>& known_unread_tensors() {
-  static const std::vector<UnreadTensor> tensors = {
-      {".attn.bias", {"gpt2"}, "GPT-2's causal mask (a constant), in the original checkpoints"},
-      {".attn.masked_bias", {"gpt2"}, "GPT-2's masking constant, in the original checkpoints"},
-      {".rotary_emb.inv_freq",
-       {"llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "phi3", "phi", "mixtral", "qwen3_moe", "falcon"},
-       "the rotary inverse frequencies older transformers saved; both compute them from the rope settings"},
-  };
-  return tensors;
-}
-
 bool ends_with(const std::string& text, const std::string& suffix) {
   return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
@@ -99,8 +81,8 @@ void refuse_unread_tensors(const io::SafetensorsIndex& checkpoint, const std::ve
                                "', which the config makes the same parameter (tied or aliased); refusing to pick one");
     }
     bool known = false;
-    for (const auto& unread : known_unread_tensors())
-      known = known || (unread.model_types.count(model_type) && ends_with(name, unread.suffix));
+    for (const auto& unread : family_of(model_type, checkpoint.path().string()).unread_tensors)
+      known = known || ends_with(name, unread.suffix);
     if (!known)
       throw std::runtime_error(checkpoint.shard_path(name).string() + ": tensor '" + name +
                                "' is read by no parameter of the " + model_type +

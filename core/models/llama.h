@@ -99,6 +99,8 @@ struct LlamaConfig {
   int64_t window_of_layer(int64_t layer) const;
   // Whether layer `layer`'s MLP is a mixture of experts.
   bool is_sparse_layer(int64_t layer) const;
+  // Whether training adds the load-balancing loss: output_router_logits on a mixture of experts.
+  bool has_auxiliary_loss() const { return output_router_logits && num_experts > 0; }
   int64_t expert_intermediate_size() const {
     return moe_intermediate_size > 0 ? moe_intermediate_size : intermediate_size;
   }

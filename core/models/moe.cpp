@@ -3,6 +3,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "core/nn/checkpoint.h"
 #include "core/nn/module_hooks.h"
 
 namespace fsdpp::models {
@@ -41,9 +42,10 @@ torch::Tensor SparseMoeImpl::forward(const torch::Tensor& x) {
   const auto tokens = x.reshape({-1, x.size(-1)});
   // The TopKRouter: logits in x's dtype, probabilities in fp32, the k largest.
   const auto logits = nn::call(gate, tokens);
-  // Recorded for the loss only when it can carry a gradient: not under no_grad (evaluation,
-  // generation), not in a checkpoint's recomputation inside backward.
-  if (record && torch::GradMode::is_enabled() && !nn::recomputing()) record->push_back(logits);
+  // Recorded for the loss when training: not under no_grad (evaluation, generation). Under
+  // activation checkpointing, side_output gives the recorded logits their gradient path.
+  if (record && (torch::GradMode::is_enabled() || nn::in_checkpointed_forward()))
+    nn::side_output(logits, [record = record](at::Tensor t) { record->push_back(std::move(t)); });
   const auto probs = torch::softmax(logits.to(torch::kFloat), -1);
   auto [weights, chosen] = torch::topk(probs, options.top_k, -1);
   if (options.normalize_top_k) weights = weights / weights.sum(-1, /*keepdim=*/true);

@@ -10,6 +10,7 @@
 
 #include "core/io/shape_text.h"
 #include "core/models/falcon.h"
+#include "core/models/families.h"
 #include "core/models/gpt2.h"
 #include "core/models/llama.h"
 #include "core/models/opt.h"
@@ -280,9 +281,7 @@ std::vector<std::string> from_scratch_sizes(const std::string& model_type) {
   } else if (model_type == "falcon") {
     names = {"tiny", "7B"};
   } else {
-    std::string known;
-    for (const auto& type : supported_model_types()) known += (known.empty() ? "" : ", ") + type;
-    throw std::invalid_argument("--model-type '" + model_type + "': expected one of " + known);
+    throw std::invalid_argument("--model-type '" + model_type + "': expected one of " + model_type_list());
   }
   return names;
 }

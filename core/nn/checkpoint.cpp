@@ -6,6 +6,8 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <atomic>
+#include <stdexcept>
+#include <string>
 #include <utility>
 
 #include "core/compat/torch_compat.h"
@@ -25,6 +27,25 @@ struct ModuleCalls {
   int64_t expected = -1;
 };
 thread_local ModuleCalls* current_module_calls = nullptr;
+
+// The side outputs (side_output) of the innermost checkpointed forward or recomputation
+// on this thread, in the order fn produced them.
+struct SideOutputs {
+  bool recomputing = false;
+  std::vector<at::Tensor> values;
+  std::vector<std::function<void(at::Tensor)>> deliveries;  // forward only
+};
+thread_local SideOutputs* current_side_outputs = nullptr;
+
+struct SideOutputScope {
+  explicit SideOutputScope(SideOutputs& outputs) : previous_(current_side_outputs) {
+    current_side_outputs = &outputs;
+  }
+  ~SideOutputScope() { current_side_outputs = previous_; }
+  SideOutputScope(const SideOutputScope&) = delete;
+  SideOutputScope& operator=(const SideOutputScope&) = delete;
+  SideOutputs* previous_;
+};
 
 std::atomic<int64_t> calls_without_value_total{0};
 std::atomic<bool> skips_summed{true};
@@ -56,15 +77,18 @@ struct Recompute : torch::CustomClassHolder {
   // re-enters the forward's torch.autocast.
   compat::AutocastState autocast;
   int64_t module_calls = -1;  // made by the forward
+  // The forward's side outputs' deliveries, made by checkpoint() once the node exists.
+  std::vector<std::function<void(at::Tensor)>> deliveries;
 };
 
 // Inputs: x, the anchor, the function. Autograd creates no node for a call none of whose
 // tensor inputs requires grad; the anchor (an empty tensor that requires grad when x does
 // not) makes the node exist anyway, so that the parameters inside fn get gradients when
 // x is token ids or a constant. It receives no gradient.
+// Outputs: y = fn(x), then fn's side outputs in the order fn produced them.
 struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, at::Tensor x, at::Tensor anchor,
-                            c10::intrusive_ptr<Recompute> recompute) {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, at::Tensor x,
+                                                at::Tensor anchor, c10::intrusive_ptr<Recompute> recompute) {
     ctx->save_for_backward({x});
     ctx->saved_data["x_requires_grad"] = x.requires_grad();
     ctx->saved_data["recompute"] = c10::IValue::make_capsule(recompute);
@@ -72,29 +96,47 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     DepthScope scope(checkpointed_forward_depth);
     ModuleCalls calls;
     ModuleCallScope call_scope(calls);
-    at::Tensor y = recompute->fn(x);
+    SideOutputs sides;
+    SideOutputScope side_scope(sides);
+    torch::autograd::variable_list outputs = {recompute->fn(x)};
     recompute->module_calls = calls.made;
-    return y;
+    recompute->deliveries = std::move(sides.deliveries);
+    outputs.insert(outputs.end(), sides.values.begin(), sides.values.end());
+    return outputs;
   }
 
-  // Recomputes y = fn(x) on a detached copy of x, then backpropagates grad_y through it
-  // with a nested backward (which accumulates the parameters' .grad, and x's).
+  // Recomputes y = fn(x) on a detached copy of x, then backpropagates the gradients of y
+  // and of the side outputs through it with a nested backward (which accumulates the
+  // parameters' .grad, and x's).
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_outputs) {
     at::Tensor x = ctx->get_saved_variables()[0].detach();
     const bool x_requires_grad = ctx->saved_data["x_requires_grad"].toBool();
     if (x_requires_grad) x.requires_grad_(true);
     auto recompute = c10::static_intrusive_pointer_cast<Recompute>(ctx->saved_data["recompute"].toCapsule());
-    at::Tensor y;
+    torch::autograd::variable_list recomputed;
     {
       at::AutoGradMode grad_mode(true);  // the engine runs backward with grad mode off
       compat::AutocastGuard autocast(recompute->autocast);
       DepthScope scope(recompute_depth);
       ModuleCalls calls{0, recompute->module_calls};
       ModuleCallScope call_scope(calls);
-      y = recompute->fn(x);
+      SideOutputs sides;
+      sides.recomputing = true;
+      SideOutputScope side_scope(sides);
+      recomputed = {recompute->fn(x)};
+      recomputed.insert(recomputed.end(), sides.values.begin(), sides.values.end());
     }
-    if (y.requires_grad()) torch::autograd::backward({y}, {grad_outputs[0]});
+    if (recomputed.size() != grad_outputs.size())
+      throw std::logic_error("nn::checkpoint: the recomputation made " + std::to_string(recomputed.size() - 1) +
+                             " side outputs, its forward " + std::to_string(grad_outputs.size() - 1));
+    torch::autograd::variable_list roots, grads;
+    for (size_t i = 0; i < recomputed.size(); ++i)
+      if (recomputed[i].requires_grad() && grad_outputs[i].defined()) {
+        roots.push_back(recomputed[i]);
+        grads.push_back(grad_outputs[i]);
+      }
+    if (!roots.empty()) torch::autograd::backward(roots, grads);
     return {x_requires_grad ? x.grad() : at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
@@ -104,8 +146,21 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
 at::Tensor checkpoint(std::function<at::Tensor(at::Tensor)> fn, at::Tensor x) {
   if (!at::GradMode::is_enabled()) return fn(std::move(x));
   at::Tensor anchor = at::empty({0}, at::TensorOptions().dtype(at::kFloat)).requires_grad_(!x.requires_grad());
-  return CheckpointFunction::apply(std::move(x), std::move(anchor),
-                                   c10::make_intrusive<Recompute>(std::move(fn), compat::autocast_state()));
+  auto recompute = c10::make_intrusive<Recompute>(std::move(fn), compat::autocast_state());
+  auto outputs = CheckpointFunction::apply(std::move(x), std::move(anchor), recompute);
+  auto deliveries = std::move(recompute->deliveries);
+  // Through side_output: a checkpoint inside another's recomputation hands them to it.
+  for (size_t i = 0; i < deliveries.size(); ++i) side_output(outputs[i + 1], deliveries[i]);
+  return outputs[0];
+}
+
+void side_output(const at::Tensor& t, const std::function<void(at::Tensor)>& deliver) {
+  if (current_side_outputs == nullptr) {
+    deliver(t);
+    return;
+  }
+  current_side_outputs->values.push_back(t);
+  if (!current_side_outputs->recomputing) current_side_outputs->deliveries.push_back(deliver);
 }
 
 bool in_checkpointed_forward() { return checkpointed_forward_depth > 0; }

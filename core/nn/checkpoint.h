@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 namespace fsdpp::nn {
 
@@ -26,6 +27,18 @@ namespace fsdpp::nn {
 // (leaves): the recomputation could not route a gradient back to it. With grad mode off
 // this is just fn(x).
 at::Tensor checkpoint(std::function<at::Tensor(at::Tensor)> fn, at::Tensor x);
+
+// A tensor fn computes that its caller reads beyond fn's output, and that must carry a
+// gradient back into fn (a mixture of experts' router logits, which the load-balancing loss
+// reads): `deliver` receives it.
+//   - Outside a checkpointed call, deliver(t) at once.
+//   - In a checkpointed forward, t has no graph; deliver receives, once fn has returned, an
+//     extra output of the checkpoint's autograd node holding t's values. Its gradient joins
+//     the output's in backward: the recomputation backpropagates both through fn.
+//   - In a recomputation nothing is delivered (the forward did): t is the recomputed value
+//     the delivered one's gradient flows through.
+// A recomputation must produce as many side outputs as its forward did (std::logic_error).
+void side_output(const at::Tensor& t, const std::function<void(at::Tensor)>& deliver);
 
 // Whether this thread is inside the first (no-grad) forward of a checkpointed call, whose
 // outputs will be recomputed in backward. Hooks use it to tell that forward from an

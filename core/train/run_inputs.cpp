@@ -35,12 +35,6 @@ RunInputs preflight(const TrainConfig& c) {
                                      : io::load_hf_config(c.model_dir).raw;
   const std::string source = c.from_scratch ? "--model-size " + c.model_size : c.model_dir + "/config.json";
   auto model = models::parse_causal_lm_config(model_config, source);
-  // Reentrant checkpointing runs the forward without gradients: the router logits the
-  // load-balancing loss needs would carry none.
-  if (c.activation_checkpointing && model.auxiliary_loss)
-    throw std::invalid_argument("--activation-checkpointing: " + source +
-                                " sets output_router_logits, and fsdpp does not compute the load-balancing loss "
-                                "under activation checkpointing (set it false, or train without checkpointing)");
   if (c.mixed_precision == "fp16" && !runtime::cpu_has_fp16_kernels())
     throw std::invalid_argument(
         "--mixed-precision fp16: this LibTorch has no fp16 CPU kernels (matmul, LayerNorm); use bf16 on CPU");

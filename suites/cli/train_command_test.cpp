@@ -160,16 +160,24 @@ TEST(TrainCommand, Fp16MixedPrecisionTrainsOnTheCpuWithDynamicLossScaling) {
 
 class TrainEquivalence : public ::testing::TestWithParam<std::string> {};
 
+// The learning rate at which the family's tiny preset learns enough in 10 steps for the
+// guard below: Gemma's (embeddings scaled by sqrt(hidden), the final soft-cap) learns about
+// a tenth as fast as Llama's at 3e-3 (3.471 -> 3.461), Phi's a little under the guard.
+std::string equivalence_lr(const std::string& family) {
+  if (family.rfind("gemma", 0) == 0) return "3e-2";
+  if (family == "phi") return "1e-2";
+  return "3e-3";
+}
+
 TEST_P(TrainEquivalence, LossCurveIsTheSameOnOneTwoAndFourRanks) {
   TempDir dir;
   const auto data = harness::write_markov_tokens(dir.path(), 4000, 32).string();
-  // AdamW at lr 3e-3 / eps 1e-6, the equivalence runner's policy (harness/equiv/equivalence.h):
+  // AdamW at lr 3e-3 (equivalence_lr) / eps 1e-6, the equivalence runner's policy (harness/equiv/equivalence.h):
   // with eps 1e-8 Adam magnifies the round-off of near-zero gradient elements (summed in
   // another order on N ranks) by up to lr/eps, past fp32 tolerance within a few steps.
   const std::string common = "--from-scratch --model-type " + GetParam() +
-                             " --model-size tiny --vocab-size 32 --seq-len 16 --max-steps 10 --lr 3e-3 --adam-eps 1e-6 "
-                             "--seed 5 --data " +
-                             data;
+                             " --model-size tiny --vocab-size 32 --seq-len 16 --max-steps 10 --lr " +
+                             equivalence_lr(GetParam()) + " --adam-eps 1e-6 --seed 5 --data " + data;
   // Global batch 4 windows in every run: 1x4, 2x2, 4x1, and 2 ranks x 1 x 2 micro-steps.
   auto one = train(dir, "n1", common + " --batch-size 4");
   auto two = train(dir, "n2", common + " --nproc 2 --batch-size 2");
@@ -192,12 +200,8 @@ TEST_P(TrainEquivalence, LossCurveIsTheSameOnOneTwoAndFourRanks) {
               one.losses().back(), max_diff);
 }
 
-// Not Gemma nor Phi: their tiny presets learn too little in these 10 steps for the guard
-// above (Gemma 3.471 -> 3.461, Phi 3.462 -> 3.364, on 1, 2 and 4 ranks alike within 2.4e-7),
-// so the run says little; their sharded training is judged against transformers by
-// suites/references/hf_judge_training.sh, and bitwise by DeterministicFamilies below.
 INSTANTIATE_TEST_SUITE_P(Families, TrainEquivalence,
-                         ::testing::Values("gpt2", "opt", "llama", "qwen2", "qwen3", "phi3", "mixtral", "qwen3_moe"));
+                         ::testing::ValuesIn(models::supported_model_types()));
 
 // --- the documented data order and loss --------------------------------------------
 
@@ -238,8 +242,9 @@ TEST(TrainCommand, FirstStepLossIsTheInitialModelsMeanLossOnTheSamplersFirstGlob
 
 // A mixture of experts whose config sets output_router_logits minimises, and logs, each
 // micro-batch's mean cross-entropy plus router_aux_loss_coef times its load-balancing loss
-// (transformers' loss with labels); activation checkpointing, which would leave that loss
-// without a gradient, is refused in one line before any rank starts.
+// (transformers' loss with labels); with activation checkpointing, whose first forward
+// records no graph, the router logits reach the loss through the checkpoint's side outputs
+// and the run is bitwise the one without it.
 TEST(TrainCommand, AMixtureOfExpertsLogsCrossEntropyPlusItsWeightedLoadBalancingLoss) {
   TempDir dir;
   const auto data = harness::write_markov_tokens(dir.path(), 3000, 97);
@@ -251,13 +256,13 @@ TEST(TrainCommand, AMixtureOfExpertsLogsCrossEntropyPlusItsWeightedLoadBalancing
   const auto folder = dir.path() / "moe";
   models::save_pretrained(lm, folder);
   const std::string flags =
-      "--model " + folder.string() + " --seq-len 16 --batch-size 3 --max-steps 1 --no-shuffle --data " + data.string();
-  auto refused = train(dir, "checkpointed", flags + " --activation-checkpointing");
-  EXPECT_EQ(refused.code, 2) << refused.output;
-  EXPECT_THAT(refused.output,
-              HasSubstr("--activation-checkpointing: " + folder.string() + "/config.json sets output_router_logits"));
+      "--model " + folder.string() + " --seq-len 16 --batch-size 3 --max-steps 3 --no-shuffle --data " + data.string();
   auto r = train(dir, "moe", flags);
   ASSERT_EQ(r.code, 0) << r.output;
+  auto checkpointed = train(dir, "checkpointed", flags + " --activation-checkpointing");
+  ASSERT_EQ(checkpointed.code, 0) << checkpointed.output;
+  ASSERT_EQ(checkpointed.losses().size(), 3u);
+  EXPECT_EQ(checkpointed.losses(), r.losses());
   auto dataset = data::TokenDataset::open(data.string());
   auto [inputs, targets] = dataset.windows({0, 1, 2}, 16);
   auto logits = lm.logits(inputs);  // with gradients on: the router logits are recorded
@@ -777,7 +782,7 @@ TEST_P(DeterministicFamilies, FourRanksOfEveryStrategyGiveTheOneRankBits) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, DeterministicFamilies,
-                         ::testing::Values("gpt2", "llama", "gemma3_text", "phi", "mixtral", "qwen3_moe", "falcon"));
+                         ::testing::ValuesIn(models::supported_model_types()));
 
 // --device cuda: the same run on the GPU as on the CPU, within fp32 round-off (cuBLAS and
 // the CPU BLAS sum in different orders; TF32 is off by default in LibTorch), and a run

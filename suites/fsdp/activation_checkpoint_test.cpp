@@ -88,6 +88,47 @@ TEST(ActivationCheckpointing, LossAndGradientsAreBitwiseEqualWithoutFsdp) {
   expect_bitwise_equal(plain.grads, root_checkpointed.grads);
 }
 
+// A mixture of experts' load-balancing loss reads every sparse layer's router logits, which
+// a checkpointed layer's first forward computes without a graph: they leave the checkpoint
+// as its side outputs (nn::side_output), so the loss and every gradient, the routers'
+// included, are bitwise those of the run without checkpointing.
+Pass moe_forward_backward(double aux_coef, bool checkpointed) {
+  auto config = models::from_scratch_config("qwen3_moe", "tiny");
+  config["output_router_logits"] = true;
+  config["router_aux_loss_coef"] = aux_coef;
+  auto lm = models::build_causal_lm(config, "qwen3_moe");
+  models::init_from_scratch(lm, 3);
+  if (checkpointed) fsdp::apply_activation_checkpointing(*lm.module, {{lm.block_type}, 1});
+  const auto tokens = torch::arange(24, torch::kLong).remainder(lm.vocab_size).reshape({2, 12});
+  auto logits = lm.logits(tokens.narrow(1, 0, 11));
+  auto loss = torch::nn::functional::cross_entropy(logits.reshape({-1, lm.vocab_size}),
+                                                   tokens.narrow(1, 1, 11).reshape({-1})) +
+              lm.auxiliary_loss();
+  loss.backward();
+  Pass out{loss.item<double>(), {}};
+  for (const auto& item : lm.module->named_parameters()) {
+    const auto& grad = item.value().grad();
+    out.grads.emplace_back(item.key(), grad.defined() ? grad.clone() : grad);
+  }
+  return out;
+}
+
+TEST(ActivationCheckpointing, ALoadBalancingLossGetsTheRoutersGradientsThroughTheCheckpointsSideOutputs) {
+  auto plain = moe_forward_backward(0.5, false);
+  auto checkpointed = moe_forward_backward(0.5, true);
+  EXPECT_EQ(plain.loss, checkpointed.loss);
+  expect_bitwise_equal(plain.grads, checkpointed.grads);
+  // The loss does reach the routers: their gradients differ from a zero coefficient's.
+  auto without = moe_forward_backward(0.0, false);
+  int routers = 0;
+  for (size_t i = 0; i < plain.grads.size(); ++i)
+    if (plain.grads[i].first.find("mlp.gate.weight") != std::string::npos) {
+      ++routers;
+      EXPECT_FALSE(torch::equal(plain.grads[i].second, without.grads[i].second)) << plain.grads[i].first;
+    }
+  EXPECT_EQ(routers, 2);  // the tiny preset's sparse layers: 0 and 2
+}
+
 // The recomputation in backward casts as the forward did: under the forward's autocast,
 // though backward runs outside it (without that it recomputes in fp32 and the gradients
 // come from other activations than the forward's).

@@ -10,6 +10,7 @@
 #include <tuple>
 #include <unordered_set>
 
+#include "core/models/families.h"
 #include "core/models/falcon.h"
 #include "core/models/gpt2.h"
 #include "core/models/llama.h"
@@ -1080,6 +1081,44 @@ TEST(Configs, Qwen3MoeKeysAreReadInBothLayoutsOrRefused) {
   const auto stepped = LlamaConfig::from_json(c, "q");
   EXPECT_FALSE(stepped.is_sparse_layer(0));
   EXPECT_TRUE(stepped.is_sparse_layer(1));
+}
+
+}  // namespace
+}  // namespace fsdpp::models
+
+namespace fsdpp::models {
+namespace {
+
+// The registry is the one place a model_type is dispatched: each type belongs to exactly one
+// family, the tiny preset of each builds that family's model, whose blocks are the row's
+// unit, and an unknown type is refused naming the source and listing every type.
+TEST(Families, EachModelTypeHasOneRowWhoseReaderBuildsBlocksOfItsUnit) {
+  std::map<std::string, int> rows_of;
+  for (const auto& family : families())
+    for (const auto& type : family.model_types) ++rows_of[type];
+  EXPECT_EQ(rows_of.size(), supported_model_types().size());
+  for (const auto& [type, rows] : rows_of) EXPECT_EQ(rows, 1) << type;
+  for (const auto& type : llama_model_types()) EXPECT_EQ(rows_of.count(type), 1u) << type;
+  for (const auto& type : supported_model_types()) {
+    SCOPED_TRACE(type);
+    const auto& family = family_of(type, "test");
+    auto config = from_scratch_config(type, "tiny");
+    auto parsed = family.read(config, "test");
+    EXPECT_EQ(parsed.model_type, type);
+    auto lm = parsed.build();
+    EXPECT_EQ(lm.block_type, family.unit);
+    int blocks = 0;
+    for (const auto& module : lm.module->modules()) blocks += module->name() == family.unit ? 1 : 0;
+    EXPECT_EQ(blocks, config.value("num_hidden_layers", config.value("n_layer", -1)));
+    EXPECT_EQ(lm.vocab_size, parsed.limits.vocab_size);
+  }
+  try {
+    family_of("bloom", "/m/config.json");
+    ADD_FAILURE() << "bloom has no family";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "/m/config.json: unknown model_type 'bloom' (expected one of " + model_type_list() + ")");
+  }
 }
 
 }  // namespace
