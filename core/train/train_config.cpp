@@ -65,6 +65,7 @@ nlohmann::json TrainConfig::to_json() const {
           {"seq_len", seq_len},
           {"batch_size", batch_size},
           {"grad_accum_steps", grad_accum_steps},
+          {"no_sync_accum", no_sync_accum},
           {"shuffle", shuffle},
           {"eval_max_windows", eval_max_windows},
           {"lr", adamw.lr},

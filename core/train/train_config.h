@@ -28,6 +28,10 @@ struct TrainConfig {
   int64_t seq_len = 0;          // 0: the model's positions
   int64_t batch_size = 8;       // windows per rank per micro-step
   int grad_accum_steps = 1;
+  // FSDP2's set_requires_gradient_sync(False) on all but the last micro-step: gradients
+  // accumulate unsharded on each rank and are reduced once per step (more memory, fewer
+  // reductions).
+  bool no_sync_accum = false;
   bool shuffle = true;
   int64_t eval_max_windows = 0;  // 0: the whole eval set
 

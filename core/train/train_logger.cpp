@@ -61,6 +61,9 @@ std::string setup_line(const TrainConfig& config, const fsdp::ShardedModel& shar
   if (config.mixed_precision != "fp32" && device.is_cpu())
     line += " (on a CPU, bf16 and fp16 matmuls are usually slower than fp32: use them for memory, not speed)";
   line += "; cpu offload " + std::string(config.cpu_offload ? "on" : "off");
+  if (config.grad_accum_steps > 1)
+    line += "; gradients reduced " +
+            std::string(config.no_sync_accum ? "once per step (--no-sync-accum)" : "after every micro-step");
   line +=
       "; activation checkpointing " +
       (config.activation_checkpointing ? "every " + std::to_string(config.ac_freq) + " block(s)" : std::string("off"));

@@ -39,6 +39,9 @@ void TrainCommand::add_to(CLI::App& app) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   t->add_option("--batch-size", c.batch_size, "Windows per rank per micro-step");
   t->add_option("--grad-accum-steps", c.grad_accum_steps, "Micro-steps per optimizer step");
+  t->add_flag("--no-sync-accum", c.no_sync_accum,
+              "Reduce gradients once per step, after the last micro-step (FSDP2's set_requires_gradient_sync): "
+              "fewer reductions, unsharded gradients held between micro-steps");
   t->add_option("--lr,--max-lr", c.adamw.lr, "Peak learning rate");
   t->add_option("--min-lr", c.min_lr, "Learning rate at the end of the decay");
   t->add_option("--warmup-steps", c.warmup_steps, "Linear warmup steps");

@@ -203,6 +203,36 @@ TEST_P(TrainEquivalence, LossCurveIsTheSameOnOneTwoAndFourRanks) {
 INSTANTIATE_TEST_SUITE_P(Families, TrainEquivalence,
                          ::testing::ValuesIn(models::supported_model_types()));
 
+// --no-sync-accum: the gradients of K micro-steps are reduced once per step, after the last
+// (FSDP2's set_requires_gradient_sync(False) before it), so a step sends a K-th of the
+// reduce-scatter bytes of reducing after every micro-step, and trains the same within the
+// fp32 policy (the ranks' micro-step gradients are summed in another order); the run's
+// set-up line says which it does.
+TEST(TrainCommand, NoSyncAccumReducesOncePerStepAndTrainsAsReducingEveryMicroStep) {
+  TempDir dir;
+  const auto data = harness::write_markov_tokens(dir.path(), 4000, 64).string();
+  const std::string common =
+      "--from-scratch --model-type llama --model-size tiny --vocab-size 64 --seq-len 16 --nproc 2 --batch-size 1 "
+      "--grad-accum-steps 4 --max-steps 4 --lr 3e-3 --adam-eps 1e-6 --data " +
+      data;
+  auto every = train(dir, "every", common);
+  auto once = train(dir, "once", common + " --no-sync-accum");
+  ASSERT_EQ(every.code, 0) << every.output;
+  ASSERT_EQ(once.code, 0) << once.output;
+  EXPECT_THAT(every.output, HasSubstr("gradients reduced after every micro-step"));
+  EXPECT_THAT(once.output, HasSubstr("gradients reduced once per step (--no-sync-accum)"));
+  EXPECT_EQ(once.run["config"]["no_sync_accum"], true);
+  ASSERT_EQ(once.train.size(), every.train.size());
+  const auto tol = harness::default_tolerance(at::kFloat);
+  for (size_t s = 0; s < every.train.size(); ++s) {
+    const auto sent = [&](const TrainRun& r) { return r.train[s]["comm_bytes_sent"]["reduce_scatter"].get<int64_t>(); };
+    EXPECT_GT(sent(once), 0) << "step " << s + 1;
+    EXPECT_EQ(4 * sent(once), sent(every)) << "step " << s + 1;
+    EXPECT_NEAR(once.losses()[s], every.losses()[s], tol.atol + tol.rtol * std::abs(every.losses()[s]))
+        << "step " << s + 1;
+  }
+}
+
 // --- the documented data order and loss --------------------------------------------
 
 TEST(TrainCommand, FirstStepLossIsTheInitialModelsMeanLossOnTheSamplersFirstGlobalBatch) {
