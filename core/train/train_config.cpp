@@ -23,6 +23,9 @@ void TrainConfig::validate() const {
   require(seq_len >= 0, "--seq-len must be positive");
   require(batch_size >= 1, "--batch-size must be at least 1 (windows per rank per micro-step)");
   require(grad_accum_steps >= 1, "--grad-accum-steps must be at least 1");
+  require(!(no_sync_accum && deterministic),
+          "--no-sync-accum and --deterministic conflict: the world-size-invariant order sums every rank's "
+          "micro-step gradients one by one, and --no-sync-accum would sum a rank's micro-steps first");
   require(eval_max_windows >= 0, "--eval-max-windows must be >= 0");
   require(adamw.lr > 0, "--lr must be > 0");
   require(min_lr >= 0 && min_lr <= adamw.lr, "--min-lr must be in [0, --lr]");

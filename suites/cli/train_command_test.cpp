@@ -222,6 +222,9 @@ TEST(TrainCommand, NoSyncAccumReducesOncePerStepAndTrainsAsReducingEveryMicroSte
   EXPECT_THAT(every.output, HasSubstr("gradients reduced after every micro-step"));
   EXPECT_THAT(once.output, HasSubstr("gradients reduced once per step (--no-sync-accum)"));
   EXPECT_EQ(once.run["config"]["no_sync_accum"], true);
+  auto refused = train(dir, "deterministic", common + " --no-sync-accum --deterministic");
+  EXPECT_EQ(refused.code, 2) << refused.output;
+  EXPECT_THAT(refused.output, HasSubstr("--no-sync-accum and --deterministic conflict"));
   ASSERT_EQ(once.train.size(), every.train.size());
   const auto tol = harness::default_tolerance(at::kFloat);
   for (size_t s = 0; s < every.train.size(); ++s) {
