@@ -104,7 +104,7 @@ struct ShardedModel::Hooks {
     torch::autograd::Engine::get_default_engine().queue_callback([model] { final_callback(*model); });
   }
 
-  static at::Tensor pre_forward(ShardedModel& m, FsdpUnit* u, at::Tensor x);
+  static void pre_forward(ShardedModel& m, FsdpUnit* u, std::vector<at::Tensor>& inputs);
   static at::Tensor post_forward(ShardedModel& m, FsdpUnit* u, at::Tensor y);
   static void pre_backward(ShardedModel& m, FsdpUnit* u);
   static void post_backward(ShardedModel& m, FsdpUnit* u);
@@ -114,13 +114,17 @@ struct ShardedModel::Hooks {
 
 namespace {
 
-// Identity in forward; its backward runs once every gradient flowing into the unit's
-// input is known, i.e. after the unit's own backward (FSDP2's RegisterPostBackwardFunction).
+// Identity in forward over every input of the unit that requires grad; its backward runs
+// once the gradients flowing into all of them are known, i.e. after the unit's own backward
+// (FSDP2's RegisterPostBackwardFunction over all of a module's inputs).
 struct PostBackward : public torch::autograd::Function<PostBackward> {
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, at::Tensor x, int64_t model, int64_t unit) {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, at::TensorList inputs,
+                                                int64_t model, int64_t unit) {
     ctx->saved_data["model"] = model;
     ctx->saved_data["unit"] = unit;
-    return x.view_as(x);
+    torch::autograd::variable_list views;
+    for (const auto& x : inputs) views.push_back(x.view_as(x));
+    return views;
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
@@ -131,13 +135,15 @@ struct PostBackward : public torch::autograd::Function<PostBackward> {
     // NOLINTNEXTLINE(performance-no-int-to-ptr)
     auto* u = reinterpret_cast<FsdpUnit*>(ctx->saved_data["unit"].toInt());
     ShardedModel::Hooks::post_backward(*m, u);
-    return {grads[0], at::Tensor(), at::Tensor()};
+    grads.emplace_back();  // model
+    grads.emplace_back();  // unit
+    return grads;
   }
 };
 
 }  // namespace
 
-at::Tensor ShardedModel::Hooks::pre_forward(ShardedModel& m, FsdpUnit* u, at::Tensor x) {
+void ShardedModel::Hooks::pre_forward(ShardedModel& m, FsdpUnit* u, std::vector<at::Tensor>& inputs) {
   // Activation checkpointing reruns a unit's forward inside backward: the iteration's
   // order and flags stand, nothing is prefetched for a forward, and the final callback is
   // queued now, with the outer backward: the recomputed unit's pre-backward runs in a
@@ -154,13 +160,22 @@ at::Tensor ShardedModel::Hooks::pre_forward(ShardedModel& m, FsdpUnit* u, at::Te
     u->enter_forward();
   }
   const auto& mp = m.options_.mixed_precision;
-  if (mp.cast_forward_inputs && mp.param_dtype && x.is_floating_point() && x.scalar_type() != *mp.param_dtype)
-    x = x.to(*mp.param_dtype);
+  for (auto& x : inputs)
+    if (mp.cast_forward_inputs && mp.param_dtype && x.is_floating_point() && x.scalar_type() != *mp.param_dtype)
+      x = x.to(*mp.param_dtype);
   unshard_now(m, u);
   if (m.options_.forward_prefetch && !recomputing) prefetch(m, forward_successor(m, u));
-  if (u != root(m) && x.requires_grad() && at::GradMode::is_enabled())
-    x = PostBackward::apply(x, reinterpret_cast<int64_t>(&m), reinterpret_cast<int64_t>(u));
-  return x;
+  if (u == root(m) || !at::GradMode::is_enabled()) return;
+  std::vector<size_t> hooked;  // the inputs that require grad: all of them go through one node
+  std::vector<at::Tensor> through;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (inputs[i].defined() && inputs[i].requires_grad()) {
+      hooked.push_back(i);
+      through.push_back(inputs[i]);
+    }
+  if (hooked.empty()) return;
+  auto views = PostBackward::apply(at::TensorList(through), reinterpret_cast<int64_t>(&m), reinterpret_cast<int64_t>(u));
+  for (size_t j = 0; j < hooked.size(); ++j) inputs[hooked[j]] = views[j];
 }
 
 at::Tensor ShardedModel::Hooks::post_forward(ShardedModel& m, FsdpUnit* u, at::Tensor y) {
@@ -363,7 +378,7 @@ void ShardedModel::Hooks::install(ShardedModel& m) {
     ShardedModel* model = &m;
     FsdpUnit* unit = m.units_[i].get();
     nn::ForwardHooks hooks;
-    hooks.pre = [model, unit](at::Tensor x) { return pre_forward(*model, unit, std::move(x)); };
+    hooks.pre = [model, unit](std::vector<at::Tensor>& inputs) { pre_forward(*model, unit, inputs); };
     hooks.post = [model, unit](at::Tensor y) { return post_forward(*model, unit, std::move(y)); };
     nn::set_forward_hooks(m.unit_modules_[i], std::move(hooks));
   }

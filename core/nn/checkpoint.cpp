@@ -70,8 +70,10 @@ struct DepthScope {
 // The function to recompute, held by the autograd node (saved_data holds IValues, so it
 // travels as a capsule).
 struct Recompute : torch::CustomClassHolder {
-  Recompute(std::function<at::Tensor(at::Tensor)> f, compat::AutocastState a) : fn(std::move(f)), autocast(a) {}
-  std::function<at::Tensor(at::Tensor)> fn;
+  Recompute(std::function<at::Tensor(std::vector<at::Tensor>)> f, compat::AutocastState a)
+      : fn(std::move(f)), autocast(a) {}
+  std::function<at::Tensor(std::vector<at::Tensor>)> fn;
+  std::vector<bool> requires_grad;  // per input, at the forward
   // The forward's autocast: the backward runs without one (on CUDA, on the engine's device
   // thread), and the recomputation must cast as the forward did, as torch.utils.checkpoint
   // re-enters the forward's torch.autocast.
@@ -81,16 +83,16 @@ struct Recompute : torch::CustomClassHolder {
   std::vector<std::function<void(at::Tensor)>> deliveries;
 };
 
-// Inputs: x, the anchor, the function. Autograd creates no node for a call none of whose
-// tensor inputs requires grad; the anchor (an empty tensor that requires grad when x does
-// not) makes the node exist anyway, so that the parameters inside fn get gradients when
-// x is token ids or a constant. It receives no gradient.
+// Inputs: fn's inputs, the anchor, the function. Autograd creates no node for a call none
+// of whose tensor inputs requires grad; the anchor (an empty tensor that requires grad when
+// no input does) makes the node exist anyway, so that the parameters inside fn get
+// gradients when the input is token ids or a constant. It receives no gradient.
 // Outputs: y = fn(x), then fn's side outputs in the order fn produced them.
 struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
-  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, at::Tensor x,
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, at::TensorList inputs,
                                                 at::Tensor anchor, c10::intrusive_ptr<Recompute> recompute) {
-    ctx->save_for_backward({x});
-    ctx->saved_data["x_requires_grad"] = x.requires_grad();
+    ctx->save_for_backward(inputs.vec());
+    for (const auto& input : inputs) recompute->requires_grad.push_back(input.requires_grad());
     ctx->saved_data["recompute"] = c10::IValue::make_capsule(recompute);
     // Function::apply has turned grad mode off: fn records no graph, saves nothing.
     DepthScope scope(checkpointed_forward_depth);
@@ -98,22 +100,23 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     ModuleCallScope call_scope(calls);
     SideOutputs sides;
     SideOutputScope side_scope(sides);
-    torch::autograd::variable_list outputs = {recompute->fn(x)};
+    torch::autograd::variable_list outputs = {recompute->fn(inputs.vec())};
     recompute->module_calls = calls.made;
     recompute->deliveries = std::move(sides.deliveries);
     outputs.insert(outputs.end(), sides.values.begin(), sides.values.end());
     return outputs;
   }
 
-  // Recomputes y = fn(x) on a detached copy of x, then backpropagates the gradients of y
-  // and of the side outputs through it with a nested backward (which accumulates the
-  // parameters' .grad, and x's).
+  // Recomputes y = fn(inputs) on detached copies of the inputs, then backpropagates the
+  // gradients of y and of the side outputs through it with a nested backward (which
+  // accumulates the parameters' .grad, and the inputs').
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_outputs) {
-    at::Tensor x = ctx->get_saved_variables()[0].detach();
-    const bool x_requires_grad = ctx->saved_data["x_requires_grad"].toBool();
-    if (x_requires_grad) x.requires_grad_(true);
     auto recompute = c10::static_intrusive_pointer_cast<Recompute>(ctx->saved_data["recompute"].toCapsule());
+    std::vector<at::Tensor> inputs;
+    for (const auto& saved : ctx->get_saved_variables()) inputs.push_back(saved.detach());
+    for (size_t i = 0; i < inputs.size(); ++i)
+      if (recompute->requires_grad[i]) inputs[i].requires_grad_(true);
     torch::autograd::variable_list recomputed;
     {
       at::AutoGradMode grad_mode(true);  // the engine runs backward with grad mode off
@@ -124,7 +127,7 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
       SideOutputs sides;
       sides.recomputing = true;
       SideOutputScope side_scope(sides);
-      recomputed = {recompute->fn(x)};
+      recomputed = {recompute->fn(inputs)};
       recomputed.insert(recomputed.end(), sides.values.begin(), sides.values.end());
     }
     if (recomputed.size() != grad_outputs.size())
@@ -137,7 +140,12 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
         grads.push_back(grad_outputs[i]);
       }
     if (!roots.empty()) torch::autograd::backward(roots, grads);
-    return {x_requires_grad ? x.grad() : at::Tensor(), at::Tensor(), at::Tensor()};
+    torch::autograd::variable_list input_grads;
+    for (size_t i = 0; i < inputs.size(); ++i)
+      input_grads.push_back(recompute->requires_grad[i] ? inputs[i].grad() : at::Tensor());
+    input_grads.emplace_back();  // the anchor
+    input_grads.emplace_back();  // the function
+    return input_grads;
   }
 };
 
@@ -145,9 +153,17 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
 
 at::Tensor checkpoint(std::function<at::Tensor(at::Tensor)> fn, at::Tensor x) {
   if (!at::GradMode::is_enabled()) return fn(std::move(x));
-  at::Tensor anchor = at::empty({0}, at::TensorOptions().dtype(at::kFloat)).requires_grad_(!x.requires_grad());
+  return checkpoint([fn = std::move(fn)](std::vector<at::Tensor> in) { return fn(std::move(in[0])); },
+                    std::vector<at::Tensor>{std::move(x)});
+}
+
+at::Tensor checkpoint(std::function<at::Tensor(std::vector<at::Tensor>)> fn, std::vector<at::Tensor> inputs) {
+  if (!at::GradMode::is_enabled()) return fn(std::move(inputs));
+  bool any_requires_grad = false;
+  for (const auto& input : inputs) any_requires_grad = any_requires_grad || input.requires_grad();
+  at::Tensor anchor = at::empty({0}, at::TensorOptions().dtype(at::kFloat)).requires_grad_(!any_requires_grad);
   auto recompute = c10::make_intrusive<Recompute>(std::move(fn), compat::autocast_state());
-  auto outputs = CheckpointFunction::apply(std::move(x), std::move(anchor), recompute);
+  auto outputs = CheckpointFunction::apply(at::TensorList(inputs), std::move(anchor), recompute);
   auto deliveries = std::move(recompute->deliveries);
   // Through side_output: a checkpoint inside another's recomputation hands them to it.
   for (size_t i = 0; i < deliveries.size(); ++i) side_output(outputs[i + 1], deliveries[i]);

@@ -28,6 +28,11 @@ namespace fsdpp::nn {
 // this is just fn(x).
 at::Tensor checkpoint(std::function<at::Tensor(at::Tensor)> fn, at::Tensor x);
 
+// The same for a call of several tensor inputs: fn(inputs), keeping only the inputs; each
+// input that requires grad gets its gradient through the recomputation (as
+// torch.utils.checkpoint does for every tensor argument).
+at::Tensor checkpoint(std::function<at::Tensor(std::vector<at::Tensor>)> fn, std::vector<at::Tensor> inputs);
+
 // A tensor fn computes that its caller reads beyond fn's output, and that must carry a
 // gradient back into fn (a mixture of experts' router logits, which the load-balancing loss
 // reads): `deliver` receives it.

@@ -17,6 +17,7 @@
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "core/nn/checkpoint.h"
 #include "core/nn/gradient_only_linear.h"
@@ -24,7 +25,9 @@
 namespace fsdpp::nn {
 
 struct ForwardHooks {
-  std::function<at::Tensor(at::Tensor)> pre;   // may replace the first input
+  // The call's tensor arguments, the first input first and then each further tensor
+  // argument in order; may replace any of them.
+  std::function<void(std::vector<at::Tensor>& inputs)> pre;
   std::function<at::Tensor(at::Tensor)> post;  // may replace the output
 };
 
@@ -43,34 +46,74 @@ bool is_checkpointed(const torch::nn::Module* module);
 
 namespace detail {
 
+template <class T>
+constexpr bool is_tensor_v = std::is_same_v<std::decay_t<T>, at::Tensor>;
+
+template <class T>
+void append_tensor(std::vector<at::Tensor>& out, const T& arg) {
+  if constexpr (is_tensor_v<T>) out.push_back(arg);
+}
+
+// An argument of type E (a reference type) with its tensor, if it is one, taken from a list.
+template <class E>
+using Replaced = std::conditional_t<is_tensor_v<E>, at::Tensor, E>;
+template <class E>
+Replaced<E> take(E&& arg, const std::vector<at::Tensor>& tensors, size_t& next) {
+  if constexpr (is_tensor_v<E>) {
+    return tensors.at(next++);
+  } else {
+    return std::forward<E>(arg);
+  }
+}
+
+// `args` with each tensor argument replaced, in order, by tensors[next], tensors[next + 1], ...
+// (a braced list evaluates left to right).
+template <class... E>
+std::tuple<Replaced<E>...> replace_tensors(std::tuple<E...>&& args, const std::vector<at::Tensor>& tensors,
+                                           size_t next) {
+  return std::apply(
+      [&](auto&&... a) { return std::tuple<Replaced<E>...>{take<E>(std::forward<E>(a), tensors, next)...}; },
+      std::move(args));
+}
+
 template <class Impl, class... Rest>
 at::Tensor call_with_hooks(Impl& module, at::Tensor x, Rest&&... rest) {
   auto hooks = forward_hooks(&module);
-  if (hooks && hooks->pre) x = hooks->pre(x);
-  at::Tensor y = module.forward(x, std::forward<Rest>(rest)...);
+  at::Tensor y;
+  if (hooks && hooks->pre) {
+    std::vector<at::Tensor> inputs;
+    inputs.reserve(1 + sizeof...(Rest));
+    inputs.push_back(std::move(x));
+    (append_tensor(inputs, rest), ...);
+    hooks->pre(inputs);
+    y = std::apply([&](auto&&... a) { return module.forward(inputs[0], std::forward<decltype(a)>(a)...); },
+                   replace_tensors(std::forward_as_tuple(std::forward<Rest>(rest)...), inputs, 1));
+  } else {
+    y = module.forward(std::move(x), std::forward<Rest>(rest)...);
+  }
   if (hooks && hooks->post) y = hooks->post(y);
   return y;
 }
 
-// A checkpointed call's other arguments are kept for the recomputation, which cannot
-// send a gradient back to them (see nn::checkpoint).
-inline void check_checkpointed_arg(const at::Tensor& t) {
-  if (t.defined() && t.requires_grad())
-    throw std::invalid_argument(
-        "nn::call of a checkpointed module: only the first argument may require grad, another one does");
-}
-template <class T>
-void check_checkpointed_arg(const T&) {}
-
-// call_impl without counting the call.
+// call_impl without counting the call. A checkpointed call's tensor arguments are all
+// inputs of its checkpoint, so each gets its gradient through the recomputation.
 template <class Impl, class... Rest>
 at::Tensor call_counted(Impl& module, at::Tensor x, Rest&&... rest) {
   if (c10::GradMode::is_enabled() && is_checkpointed(&module)) {
-    (check_checkpointed_arg(rest), ...);
-    auto fn = [&module, args = std::make_tuple(std::decay_t<Rest>(rest)...)](at::Tensor in) mutable {
-      return std::apply([&](auto&... a) { return call_with_hooks(module, std::move(in), a...); }, args);
+    std::vector<at::Tensor> inputs;
+    inputs.reserve(1 + sizeof...(Rest));
+    inputs.push_back(std::move(x));
+    (append_tensor(inputs, rest), ...);
+    auto fn = [&module, args = std::make_tuple(std::decay_t<Rest>(rest)...)](std::vector<at::Tensor> in) mutable {
+      return std::apply(
+          [&](auto&... a) {
+            return std::apply(
+                [&](auto&&... b) { return call_with_hooks(module, in[0], std::forward<decltype(b)>(b)...); },
+                replace_tensors(std::forward_as_tuple(a...), in, 1));
+          },
+          args);
     };
-    return checkpoint(std::move(fn), std::move(x));
+    return checkpoint(std::move(fn), std::move(inputs));
   }
   return call_with_hooks(module, std::move(x), std::forward<Rest>(rest)...);
 }
@@ -124,7 +167,11 @@ at::Tensor call_summed(Holder& module, at::Tensor x) {
   auto& impl = *module;
   if (count_module_call() && recompute_skips_summed() && !is_checkpointed(&impl)) {
     auto hooks = forward_hooks(&impl);
-    if (hooks && hooks->pre) x = hooks->pre(x);
+    if (hooks && hooks->pre) {
+      std::vector<at::Tensor> inputs{std::move(x)};
+      hooks->pre(inputs);
+      x = inputs[0];
+    }
     at::Tensor y = detail::gradient_only_forward(impl, x);
     if (y.defined())
       record_call_without_value();

@@ -163,10 +163,9 @@ TEST(ActivationCheckpointing, PolicySelectsEveryKthMatchingModuleAndRejectsBadIn
 struct CallCounter {
   explicit CallCounter(std::vector<const torch::nn::Module*> modules) : hooked(std::move(modules)) {
     for (auto* module : hooked)
-      nn::set_forward_hooks(module, {[this](at::Tensor x) {
+      nn::set_forward_hooks(module, {[this](std::vector<at::Tensor>&) {
                                        ++calls;
                                        recomputed += nn::recomputing();
-                                       return x;
                                      },
                                      nullptr});
   }

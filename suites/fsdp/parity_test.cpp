@@ -6,8 +6,10 @@
 #include <cmath>
 #include <tuple>
 
+#include "core/fsdp/activation_checkpointing.h"
 #include "core/fsdp/sharding.h"
 #include "core/models/toy_mlp.h"
+#include "core/nn/module_hooks.h"
 #include "harness/testing/equivalence_check.h"
 
 namespace fsdpp {
@@ -110,6 +112,91 @@ INSTANTIATE_TEST_SUITE_P(BothModes, Accumulation,
                            return "N" + std::to_string(std::get<0>(info.param)) + "_" +
                                   fsdp::to_string(std::get<1>(info.param)) +
                                   (std::get<2>(info.param) ? "_no_sync" : "_sync_every_micro_step");
+                         });
+
+// A unit whose block takes a second input that requires grad: a skip from before the first
+// block, read by every block. Both inputs go through the unit's one post-backward node
+// (FSDP2 registers it on every input), so its reduction waits for both; checkpointed, both
+// are inputs of the checkpoint and get their gradients through the recomputation.
+struct SkipBlockImpl : torch::nn::Module {
+  SkipBlockImpl() : torch::nn::Module("SkipBlock") {
+    a = register_module("a", torch::nn::Linear(6, 6));
+    b = register_module("b", torch::nn::Linear(6, 6));
+  }
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& skip) {
+    return torch::tanh(nn::call(a, x)) + nn::call(b, skip) * x;
+  }
+  torch::nn::Linear a{nullptr}, b{nullptr};
+};
+TORCH_MODULE(SkipBlock);
+
+struct SkipNetImpl : torch::nn::Module {
+  SkipNetImpl() : torch::nn::Module("SkipNet") {
+    in = register_module("in", torch::nn::Linear(5, 6));
+    side = register_module("side", torch::nn::Linear(5, 6));
+    for (int i = 0; i < 3; ++i) blocks.push_back(register_module("block" + std::to_string(i), SkipBlock()));
+    out = register_module("out", torch::nn::Linear(6, 3));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    auto h = nn::call(in, x);
+    const auto skip = nn::call(side, x);
+    for (auto& block : blocks) h = nn::call(block, h, skip);
+    return nn::call(out, h);
+  }
+  torch::nn::Linear in{nullptr}, side{nullptr}, out{nullptr};
+  std::vector<SkipBlock> blocks;
+};
+TORCH_MODULE(SkipNet);
+
+EquivModel skip_net_case(bool checkpointed) {
+  EquivModel m;
+  m.name = checkpointed ? "skip_net_checkpointed" : "skip_net";
+  m.build = [checkpointed](uint64_t seed) -> std::shared_ptr<torch::nn::Module> {
+    torch::manual_seed(seed);
+    auto net = SkipNet().ptr();
+    if (checkpointed) fsdp::apply_activation_checkpointing(*net, {{"SkipBlock"}, 1});
+    return net;
+  };
+  m.loss = [](torch::nn::Module& net, const harness::TrainBatch& b) {
+    return torch::mse_loss(nn::call_impl(dynamic_cast<SkipNetImpl&>(net), b.input), b.target);
+  };
+  m.batch = [](int64_t step, int64_t index) {
+    const double phase = 0.7 * static_cast<double>(step) + 1.3 * static_cast<double>(index);
+    return harness::TrainBatch{torch::sin(torch::arange(20, torch::kFloat).reshape({4, 5}) + phase),
+                               torch::cos(torch::arange(12, torch::kFloat).reshape({4, 3}) * 0.5 + phase)};
+  };
+  m.concat = [](const std::vector<harness::TrainBatch>& parts) {
+    std::vector<torch::Tensor> inputs, targets;
+    for (const auto& p : parts) {
+      inputs.push_back(p.input);
+      targets.push_back(p.target);
+    }
+    return harness::TrainBatch{torch::cat(inputs), torch::cat(targets)};
+  };
+  m.wrap = fsdp::wrap_by_module_type({"SkipBlock"});
+  return m;
+}
+
+class SecondInput : public ::testing::TestWithParam<std::tuple<bool, ShardingStrategy>> {};
+
+TEST_P(SecondInput, AUnitWhoseSecondInputRequiresGradTrainsBitwiseLikeTheUnshardedModule) {
+  auto [checkpointed, strategy] = GetParam();
+  auto c = config_for(strategy, true);
+  c.deterministic = true;
+  harness::expect_equivalent(
+      3, [checkpointed = checkpointed] { return skip_net_case(checkpointed); }, c,
+      [](const harness::EquivReport& r) {
+        EXPECT_EQ(r.steps.size(), 10u);
+        for (const auto& t : r.tensors) EXPECT_TRUE(t.bitwise_equal) << t.name;
+      });
+}
+
+INSTANTIATE_TEST_SUITE_P(PlainAndCheckpointed, SecondInput,
+                         ::testing::Combine(::testing::Bool(), ::testing::Values(ShardingStrategy::FullShard,
+                                                                                 ShardingStrategy::NoShard)),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param) ? "checkpointed_" : "plain_") +
+                                  fsdp::to_string(std::get<1>(info.param));
                          });
 
 class Clipping : public ::testing::TestWithParam<std::tuple<double, ShardingStrategy>> {};
