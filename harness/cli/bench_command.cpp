@@ -74,7 +74,8 @@ void BenchCommand::add_to(CLI::App& app) {
   auto& m = matrix_;
   matrix_command_
       ->add_option("--preset", preset_,
-                   "smoke (CI, minutes), full (the whole product; hours) or gpu (with --device cuda)")
+                   "smoke (CI, minutes), full (the whole product; hours), gpu (with --device cuda) or families "
+                   "(Qwen3 and Mixtral beside transformers' own models under FSDP2)")
       ->check(CLI::IsMember(harness::preset_names()));
   matrix_command_->add_option("--filter", filter_, "Only the cells whose id matches this regex (their baselines too)");
   matrix_command_->add_option("--out", matrix_out_, "Write the fsdpp.results document here");
