@@ -1416,7 +1416,7 @@ def matmul_parameters(model, expert_share=1.0):
             continue
         if ("wte" in name or "embed_tokens" in name) and separate_head:
             continue
-        total += p.numel() * (expert_share if ".experts." in name else 1.0)
+        total += p.numel() * expert_share if ".experts." in name else p.numel()
     return total
 
 

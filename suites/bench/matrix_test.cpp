@@ -168,9 +168,11 @@ TEST(MatrixPresets, FamiliesRunQwen3AndMixtralFullShardBesideFsdp2OnTheCpuAndLea
   }
   EXPECT_EQ(families.size(), 2u * 3);  // per model: fsdpp, its FSDP2 peer, the unsharded baseline
   // Each fsdpp cell is followed by its FSDP2 peer, so that drift in clocks hits both.
-  for (size_t i = 0; i + 1 < families.size(); ++i)
-    if (families[i].system == System::Fsdpp && !families[i].is_unsharded())
+  for (size_t i = 0; i + 1 < families.size(); ++i) {
+    if (families[i].system == System::Fsdpp && !families[i].is_unsharded()) {
       EXPECT_TRUE(peer_matches(families[i + 1], families[i])) << families[i].id();
+    }
+  }
   for (const auto& c : preset_cells("smoke")) EXPECT_EQ(c.model.model_type, "gpt2") << c.id();
   for (const auto& c : preset_cells("full")) EXPECT_EQ(c.model.model_type, "gpt2") << c.id();
 }
