@@ -172,9 +172,30 @@ LlamaConfig phi_preset(const std::string& size) {
   return LlamaConfig::from_json(j, "phi preset " + size);
 }
 
-// Mixtral 8x7B (mistralai/Mixtral-8x7B-v0.1's config.json) and the test shape: Llama's tiny
-// one with 4 experts, 2 per token.
+// The CPU benchmark's shape of Qwen3 and Mixtral (harness/bench/matrix.h): 4 layers of
+// width 128, 4 heads over 2 key/value heads, 512 positions; a step of a few hundred tokens
+// takes a fraction of a second on one core.
+LlamaConfig mini_preset(const std::string& model_type, int64_t intermediate) {
+  auto c = llama_preset("tiny");
+  c.model_type = model_type;
+  c.hidden_size = 128;
+  c.intermediate_size = intermediate;
+  c.num_hidden_layers = 4;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.max_position_embeddings = 512;
+  return c;
+}
+
+// Mixtral 8x7B (mistralai/Mixtral-8x7B-v0.1's config.json), the test shape (Llama's tiny
+// one with 4 experts, 2 per token) and the benchmark's mini (8 experts, 2 per token, as 8x7B).
 LlamaConfig mixtral_preset(const std::string& size) {
+  if (size == "mini") {
+    auto c = mini_preset("mixtral", 256);
+    c.num_experts = 8;
+    c.experts_per_token = 2;
+    return LlamaConfig::from_json(c.to_json(), "mixtral preset mini");
+  }
   auto c = llama_preset(size == "tiny" ? "tiny" : "7B");
   c.model_type = "mixtral";
   c.num_experts = size == "tiny" ? 4 : 8;
@@ -214,9 +235,15 @@ const std::map<std::string, QwenShape>& qwen_shapes(const std::string& model_typ
 
 // Qwen2/2.5, Qwen3 and Qwen3-MoE: the published sizes above, and the test shape: Llama's
 // tiny one with the family's options (Qwen3's head_dim twice hidden / heads; Qwen3-MoE with
-// a third layer, 4 experts of 2 per token unnormalised, layer 1 dense).
+// a third layer, 4 experts of 2 per token unnormalised, layer 1 dense); Qwen3's mini: the
+// benchmark's shape, head_dim 64 (twice hidden / heads, as tiny).
 LlamaConfig qwen_preset(const std::string& model_type, const std::string& size) {
   const bool moe = model_type == "qwen3_moe";
+  if (size == "mini") {
+    auto c = mini_preset(model_type, 384);
+    c.head_dim = 2 * c.dim_per_head();
+    return LlamaConfig::from_json(c.to_json(), model_type + " preset mini");
+  }
   if (size == "tiny") {
     auto c = llama_preset("tiny");
     c.model_type = model_type;
@@ -267,6 +294,7 @@ std::vector<std::string> from_scratch_sizes(const std::string& model_type) {
     names = llama_preset_names();
   } else if (model_type == "qwen2" || model_type == "qwen3" || model_type == "qwen3_moe") {
     names = {"tiny"};
+    if (model_type == "qwen3") names.push_back("mini");
     for (const auto& [name, _] : qwen_shapes(model_type)) names.push_back(name);
   } else if (model_type == "gemma2") {
     names = {"tiny", "2B"};
@@ -275,7 +303,7 @@ std::vector<std::string> from_scratch_sizes(const std::string& model_type) {
   } else if (model_type == "phi3") {
     names = {"tiny", "3.8B", "14B"};
   } else if (model_type == "mixtral") {
-    names = {"tiny", "8x7B"};
+    names = {"tiny", "mini", "8x7B"};
   } else if (model_type == "phi") {
     names = {"tiny", "1.3B", "2.7B"};
   } else if (model_type == "falcon") {

@@ -17,11 +17,13 @@ namespace fsdpp::models {
 // The config.json of `size` for `model_type` (gpt2: tiny, mini, mini256, 124M, 355M, 774M, 1.5B;
 // opt: tiny, mini, 125M, 350M, 1.3B; llama/mistral: the llama presets; qwen2/qwen3/qwen3_moe:
 // tiny, the llama one with the family's options (Qwen3's head_dim twice hidden / heads,
-// Qwen3-MoE's 4 experts), plus Qwen2.5 0.5B/1.5B/7B, Qwen3 0.6B/1.7B/4B/8B, Qwen3 30B-A3B;
+// Qwen3-MoE's 4 experts), plus Qwen2.5 0.5B/1.5B/7B, Qwen3 mini (the CPU benchmark's: 4
+// layers of width 128, head_dim 64) and 0.6B/1.7B/4B/8B, Qwen3 30B-A3B;
 // gemma2/gemma3_text: tiny, the llama one with head_dim twice hidden / heads, a window of 8
 // and the family's layer pattern, plus Gemma 2 2B and Gemma 3 1B; phi3: tiny (a half
 // rotary), 3.8B (Phi-3 mini) and 14B (Phi-4); phi: tiny, 1.3B (Phi-1.5), 2.7B (Phi-2); falcon: tiny, 7B; mixtral: tiny
-// (4 experts, 2 per token), 8x7B). vocab_size > 0 replaces the preset's vocabulary size. Throws std::invalid_argument
+// (4 experts, 2 per token), mini (the CPU benchmark's: 4 layers of width 128, 8 experts of
+// width 256, 2 per token), 8x7B). vocab_size > 0 replaces the preset's vocabulary size. Throws std::invalid_argument
 // naming the unknown type or size and listing the known ones.
 nlohmann::json from_scratch_config(const std::string& model_type, const std::string& size, int64_t vocab_size = 0);
 std::vector<std::string> from_scratch_sizes(const std::string& model_type);

@@ -199,6 +199,10 @@ json config_of(const CellOutcome& o, std::optional<double> parameters) {
   // With AC, fsdpp's recomputation: "skips-summed" (nn::call_summed skips each block's last
   // projection) or "full"; documents before 2026-11-27 (3) lack it: full.
   copy_first_recorded(o, "/recompute", "recompute", config);
+  // Peers of the families torch_peer.py trains as transformers' own model class: which
+  // class and version ran, and a mixture of experts' experts kernel.
+  copy_first_recorded(o, "/model_class", "model_class", config);
+  copy_first_recorded(o, "/experts_implementation", "experts_implementation", config);
   if (c.strategy.rfind("hybrid", 0) == 0)
     copy_first_recorded(o, "/config/hybrid_shard_size", "hybrid_shard_size", config);
   if (c.system != System::Fsdpp) config["started_as_fsdpp"] = started_as_fsdpp(o);

@@ -51,23 +51,32 @@ std::string last_lines(const std::string& text, size_t lines) {
   return text.substr(pos, end - pos);
 }
 
-// Whether `python` imports torch and numpy: nullopt if so, else why not. Asked once per
-// interpreter.
-std::optional<std::string> python_problem(const std::string& python) {
+// Whether `python` imports `modules` ("torch, numpy"): nullopt if so, else why not. Asked
+// once per interpreter and list.
+std::optional<std::string> python_problem(const std::string& python, const std::string& modules) {
   static std::mutex mu;
   static std::map<std::string, std::optional<std::string>> known;
   std::lock_guard<std::mutex> lock(mu);
-  auto it = known.find(python);
+  const std::string key = python + "\n" + modules;
+  auto it = known.find(key);
   if (it != known.end()) return it->second;
-  auto [code, output] = run_shell(shell_quote(python) + " -c 'import torch, numpy'");
+  auto [code, output] = run_shell(shell_quote(python) + " -c " + shell_quote("import " + modules));
   std::optional<std::string> problem;
   if (code != 0) {
     std::string detail = last_lines(output, 1);
-    problem = "no Python with torch and numpy at " + python + (detail.empty() ? "" : " (" + detail + ")") +
+    std::string named = modules;
+    if (const auto comma = named.rfind(", "); comma != std::string::npos) named.replace(comma, 2, " and ");
+    problem = "no Python with " + named + " at " + python + (detail.empty() ? "" : " (" + detail + ")") +
               "; bash ci/setup.sh installs one into .venv";
   }
-  known[python] = problem;
+  known[key] = problem;
   return problem;
+}
+
+// The peer's own models are GPT-2 and Llama-shaped (llama, mistral); every other family
+// trains transformers' model class (harness/peers/README.md).
+bool peer_uses_transformers(const std::string& model_type) {
+  return model_type != "gpt2" && model_type != "llama" && model_type != "mistral";
 }
 
 std::string peer_python(const CellRunSetup& setup) {
@@ -129,7 +138,8 @@ std::optional<std::string> unavailable_reason(const BenchCell& cell, const CellR
   }
   if (cell.mixed_precision == "fp16")
     return "torch_peer.py trains in fp32 or bf16 (autocast, or FSDP2's bf16 parameters); it has no fp16 mode";
-  return python_problem(peer_python(setup));
+  return python_problem(peer_python(setup),
+                        peer_uses_transformers(cell.model.model_type) ? "torch, numpy, transformers" : "torch, numpy");
 }
 
 bool binds_cores(const CellRunSetup& setup) { return setup.bind_cores && setup.device == "cpu"; }

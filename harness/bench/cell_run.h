@@ -79,8 +79,10 @@ int threads_per_rank(const BenchCell& cell, const CellRunSetup& setup);
 
 // Why `cell` cannot run here, known before running it: fp16 fsdpp cells on a CPU whose
 // LibTorch has no fp16 kernels (runtime/capabilities.h), fp16 peer cells (the peer trains
-// in fp32 or bf16 only), peer cells without an interpreter that imports torch and numpy,
-// CUDA cells with more ranks than the machine has GPUs. nullopt: try it.
+// in fp32 or bf16 only), peer cells without an interpreter that imports torch and numpy
+// (and transformers, for the families the peer trains as transformers' model classes:
+// all but gpt2, llama and mistral), CUDA cells with more ranks than the machine has GPUs.
+// nullopt: try it.
 std::optional<std::string> unavailable_reason(const BenchCell& cell, const CellRunSetup& setup);
 
 // Whether a peer cell starts from fsdpp's initial weights on fsdpp's batches, so that its

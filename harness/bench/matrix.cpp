@@ -106,7 +106,25 @@ std::vector<BenchCell> gpu_cells() {
   return cells;
 }
 
+std::vector<BenchCell> family_cells() {
+  std::vector<BenchCell> cells;
+  for (const auto& model : family_model_shapes()) {
+    // fsdpp and its peer next to each other, so that drift over the run hits both.
+    cells.push_back(fsdp_cell(model, "full_shard", "fp32", 2, true, false, false, false));
+    cells.push_back(peer_cell(System::PytorchFsdp2, model, "fp32", 2, false));
+  }
+  return with_baselines(cells);
+}
+
 }  // namespace
+
+const std::vector<ModelShape>& family_model_shapes() {
+  static const std::vector<ModelShape> shapes = {
+      {"qwen3", "mini", 8192, 128, 4, 2, 10, ""},
+      {"mixtral", "mini", 8192, 128, 4, 2, 10, ""},
+  };
+  return shapes;
+}
 
 const std::vector<ModelShape>& gpu_model_shapes() {
   static const std::vector<ModelShape> shapes = {
@@ -132,7 +150,7 @@ const std::vector<ModelShape>& model_shapes() {
 
 const ModelShape& model_shape(const std::string& name) {
   std::vector<std::string> names;
-  for (const auto* shapes : {&model_shapes(), &gpu_model_shapes()}) {
+  for (const auto* shapes : {&model_shapes(), &gpu_model_shapes(), &family_model_shapes()}) {
     for (const auto& s : *shapes) {
       if (s.name() == name) return s;
       names.push_back(s.name());
@@ -226,7 +244,7 @@ bool peer_matches(const BenchCell& peer, const BenchCell& cell) {
 }
 
 const std::vector<std::string>& preset_names() {
-  static const std::vector<std::string> names = {"smoke", "full", "gpu"};
+  static const std::vector<std::string> names = {"smoke", "full", "gpu", "families"};
   return names;
 }
 
@@ -234,6 +252,7 @@ std::vector<BenchCell> preset_cells(const std::string& preset) {
   if (preset == "smoke") return smoke_cells();
   if (preset == "full") return full_cells();
   if (preset == "gpu") return gpu_cells();
+  if (preset == "families") return family_cells();
   throw std::invalid_argument("--preset '" + preset + "': expected one of " + join(preset_names()));
 }
 

@@ -55,7 +55,12 @@ const std::vector<ModelShape>& model_shapes();
 // The GPU shapes (issue 9's benchmark): gpt2-124M-s1024 (batch 8 x 1024 tokens per rank)
 // and llama-1B-s2048 (Llama 3.2 1B, batch 4 x 2048), 3 warm-up and 10 timed steps.
 const std::vector<ModelShape>& gpu_model_shapes();
-// A CPU or GPU shape by name. Throws std::invalid_argument naming `name` and listing the
+// The CPU shapes of the families whose PyTorch peer is transformers' own model class
+// (torch_peer.py: Qwen3ForCausalLM, MixtralForCausalLM): qwen3-mini and mixtral-mini
+// (models/presets.h: 4 layers of width 128; Mixtral's 8 experts, 2 per token), vocab 8192,
+// seq 128, batch 4 per rank, 2 warm-up and 10 timed steps.
+const std::vector<ModelShape>& family_model_shapes();
+// A CPU, GPU or family shape by name. Throws std::invalid_argument naming `name` and listing the
 // known ones.
 const ModelShape& model_shape(const std::string& name);
 
@@ -121,6 +126,12 @@ bool peer_matches(const BenchCell& peer, const BenchCell& cell);
 //          machine has are unavailable (cell_run.h). No unsharded baseline at N > 1: one
 //          GPU does not hold N ranks' batch of a 1B model (overhead_vs_unsharded is null
 //          there).
+//   families  the other families beside transformers' own model (~3 minutes on 2 CPU
+//          cores): for each family shape, full_shard fp32 at N=2 followed by pytorch_fsdp2
+//          at N=2 (the peer runs transformers' Qwen3ForCausalLM / MixtralForCausalLM from
+//          fsdpp's initial weights on fsdpp's batches; its Python needs transformers), and
+//          the unsharded baseline. Not part of smoke or full: their cells, and the gate's
+//          history of them, stay as they were.
 // Throws std::invalid_argument naming an unknown preset and listing the known ones.
 std::vector<BenchCell> preset_cells(const std::string& preset);
 const std::vector<std::string>& preset_names();

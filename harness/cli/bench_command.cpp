@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "core/io/atomic_file.h"
+#include "core/models/causal_lm.h"
 #include "harness/bench/bench_progress.h"
 #include "harness/bench/cell_result.h"
 #include "harness/bench/matrix.h"
@@ -19,8 +20,8 @@ void BenchCommand::add_to(CLI::App& app) {
       app.add_subcommand("bench-step", "Time whole training steps of one model/strategy cell (tokens/s, MFU, memory)");
   add_distributed_flags(*command_, dist_);
   auto& c = config_;
-  command_->add_option("--model-type", c.model_type, "gpt2, opt or llama")
-      ->check(CLI::IsMember({"gpt2", "opt", "llama"}));
+  command_->add_option("--model-type", c.model_type, "A from-scratch family (as fsdpp train --model-type)")
+      ->check(CLI::IsMember(models::supported_model_types()));
   command_->add_option("--model-size", c.model_size, "A from-scratch preset size of that family (e.g. 124M, 1B)");
   command_->add_option("--vocab-size", c.vocab_size, "Override the preset's vocabulary (0: keep)")
       ->check(CLI::NonNegativeNumber);
@@ -74,7 +75,8 @@ void BenchCommand::add_to(CLI::App& app) {
   auto& m = matrix_;
   matrix_command_
       ->add_option("--preset", preset_,
-                   "smoke (CI, minutes), full (the whole product; hours) or gpu (with --device cuda)")
+                   "smoke (CI, minutes), full (the whole product; hours), gpu (with --device cuda) or families "
+                   "(Qwen3 and Mixtral beside transformers' own models under FSDP2)")
       ->check(CLI::IsMember(harness::preset_names()));
   matrix_command_->add_option("--filter", filter_, "Only the cells whose id matches this regex (their baselines too)");
   matrix_command_->add_option("--out", matrix_out_, "Write the fsdpp.results document here");

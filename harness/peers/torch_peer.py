@@ -4,8 +4,10 @@ optimizer settings, in plain PyTorch (single process, DDP or FSDP2), and reports
 measured numbers as JSON. See harness/peers/README.md.
 
 Runs on PyTorch 1.13 (CPU; single and ddp) and on PyTorch 2.x with CUDA (all modes;
-fsdp2 needs >= 2.4). Needs only torch and numpy: the GPT-2 and Llama models, the
-safetensors reader/writer and the token-file readers are in this file.
+fsdp2 needs >= 2.4). GPT-2 and Llama-shaped models need only torch and numpy: those
+models, the safetensors reader/writer and the token-file readers are in this file. Qwen3
+and Mixtral are transformers' own model classes (Qwen3ForCausalLM, MixtralForCausalLM),
+so those need transformers too.
 """
 
 import argparse
@@ -79,6 +81,75 @@ def _get(raw, key, default, kind, source):
     if not isinstance(value, str):
         raise PeerError("%s: key '%s' must be a string, not %r" % (source, key, value))
     return value
+
+
+# Families the peer trains as transformers' own model class rather than a copy in this file
+# (harness/peers/README.md): model_type -> the class.
+TRANSFORMERS_FAMILIES = {"qwen3": "Qwen3ForCausalLM", "mixtral": "MixtralForCausalLM"}
+
+
+def import_transformers(what):
+    """The transformers module, offline (nothing is fetched); PeerError naming `what` when
+    this Python has none."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    try:
+        import transformers
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # stdout carries only the record and one-line summaries
+    except ImportError as e:
+        raise PeerError(
+            "%s runs transformers' own model class: this Python cannot import transformers (%s)" % (what, e)
+        ) from e
+    return transformers
+
+
+def transformers_config(raw, source):
+    """raw config.json -> transformers' config object of its model_type, with every dropout
+    and router jitter at 0 (fsdpp's models have none), and no KV cache (training)."""
+    transformers = import_transformers("model_type %s" % raw.get("model_type"))
+    fields = {k: v for k, v in raw.items() if k != "model_type"}
+    try:
+        config = transformers.AutoConfig.for_model(raw["model_type"], **fields)
+    except (ValueError, KeyError, TypeError) as e:
+        raise PeerError("%s: transformers %s cannot read it: %s" % (source, transformers.__version__, e)) from e
+    for key, value in config.to_dict().items():
+        if key.endswith(("pdrop", "dropout", "jitter_noise")) and isinstance(value, float):
+            setattr(config, key, 0.0)
+    config.use_cache = False
+    return config
+
+
+def transformers_shape(raw, path):
+    """The normalized dict of a TRANSFORMERS_FAMILIES config: the shape as transformers reads
+    it (its defaults for absent keys), which the peer's bookkeeping needs (positions,
+    vocabulary, FLOPs); the model itself is built from `raw` by transformers."""
+    config = transformers_config(raw, path)
+    heads = int(config.num_attention_heads)
+    c = {
+        "model_type": raw["model_type"],
+        "transformers_class": TRANSFORMERS_FAMILIES[raw["model_type"]],
+        "vocab_size": int(config.vocab_size),
+        "hidden_size": int(config.hidden_size),
+        "num_hidden_layers": int(config.num_hidden_layers),
+        "num_attention_heads": heads,
+        "num_key_value_heads": int(config.num_key_value_heads or heads),
+        "head_dim": int(getattr(config, "head_dim", None) or config.hidden_size // heads),
+        "max_position_embeddings": int(config.max_position_embeddings),
+        "tie_word_embeddings": bool(config.tie_word_embeddings),
+        # The share of the expert weights a token runs (top-k of the experts), as fsdpp's
+        # FLOPs count them (core/plan/step_time_model.h); 1 without experts.
+        "expert_share": 1.0,
+        "config_json": raw,
+    }
+    experts = getattr(config, "num_local_experts", None)
+    if experts:
+        c["num_local_experts"] = int(experts)
+        c["num_experts_per_tok"] = int(config.num_experts_per_tok)
+        c["expert_share"] = c["num_experts_per_tok"] / c["num_local_experts"]
+    c["max_positions"] = c["max_position_embeddings"]
+    return c
 
 
 def load_model_config(path):
@@ -157,8 +228,13 @@ def load_model_config(path):
         if c["num_attention_heads"] % c["num_key_value_heads"] != 0:
             raise PeerError("%s: num_attention_heads is not a multiple of num_key_value_heads" % path)
         c["max_positions"] = c["max_position_embeddings"]
+    elif t in TRANSFORMERS_FAMILIES:
+        c = transformers_shape(raw, path)
     else:
-        raise PeerError("%s: model_type %r is not supported by the peer (expected gpt2 or llama)" % (path, t))
+        raise PeerError(
+            "%s: model_type %r is not supported by the peer (expected gpt2, llama, mistral, %s)"
+            % (path, t, ", ".join(sorted(TRANSFORMERS_FAMILIES)))
+        )
     return c, raw
 
 
@@ -487,11 +563,90 @@ class LlamaForCausalLM(nn.Module):
         return self.lm_head(self.model(tokens))
 
 
+def build_transformers_model(c, device, weights=None):
+    """transformers' own model class for `c` (TRANSFORMERS_FAMILIES), fp32, SDPA attention
+    (as the peer's own models), in training mode: from `weights` (an HF folder, loaded by
+    from_pretrained, which maps the checkpoint's tensor names onto the class's, e.g.
+    Mixtral's per-expert w1/w2/w3 onto its fused expert tensors) or initialised by
+    transformers (init_parameters then sets fsdpp's distributions). Every parameter must
+    come from the folder and every tensor of it must be used, else it would train other
+    weights than fsdpp's."""
+    transformers = import_transformers("model_type %s" % c["model_type"])
+    config = transformers_config(c["config_json"], "model_type " + c["model_type"])
+    model_class = getattr(transformers, c["transformers_class"])
+    if weights is None:
+        with torch.device(device):
+            model = transformers.AutoModelForCausalLM.from_config(
+                config, attn_implementation="sdpa", dtype=torch.float32
+            )
+        return model.train()
+    folder = weights if os.path.isdir(weights) else None
+    if folder is None:
+        raise PeerError("--weights %s: %s is loaded from an HF folder, not a file" % (weights, c["transformers_class"]))
+    try:
+        model, info = model_class.from_pretrained(
+            folder,
+            config=config,
+            dtype=torch.float32,
+            attn_implementation="sdpa",
+            local_files_only=True,
+            output_loading_info=True,
+        )
+    except (OSError, ValueError, KeyError, RuntimeError) as e:
+        raise PeerError(
+            "--weights %s: transformers cannot load it as %s: %s" % (weights, c["transformers_class"], e)
+        ) from e
+    tied = c["tie_word_embeddings"]
+    problems = {
+        k: sorted(x for x in v if not (tied and k == "missing_keys" and x.endswith("lm_head.weight")))
+        for k, v in info.items()
+        if k in ("missing_keys", "unexpected_keys", "mismatched_keys")
+    }
+    problems = {k: v for k, v in problems.items() if v}
+    if problems:
+        raise PeerError(
+            "--weights %s: does not match %s: %s" % (weights, c["transformers_class"], json.dumps(problems))
+        )
+    return model.to(device).train()
+
+
 def build_model(c, device):
     """Parameters allocated on `device`, uninitialised (fill with materialize())."""
     if c["model_type"] == "gpt2":
         return Gpt2LMHeadModel(c, device)
+    if c["model_type"] in TRANSFORMERS_FAMILIES:
+        return build_transformers_model(c, device)
     return LlamaForCausalLM(c, device)
+
+
+def decoder_blocks(model):
+    """The model's transformer blocks, in order: the FSDP2 units and what activation
+    checkpointing recomputes (transformers' models: model.layers, its decoder layers)."""
+    if hasattr(model, "blocks"):
+        return model.blocks()
+    return list(model.model.layers)
+
+
+def set_checkpointing(model, on):
+    """Activation checkpointing of every block, non-reentrant: the peer's own blocks run
+    under _checkpoint; transformers' decoder layers under its gradient checkpointing (each
+    GradientCheckpointingLayer's call, inside the layer's FSDP2 unit)."""
+    if hasattr(model, "blocks"):
+        for block in model.blocks():
+            block.checkpointing = on
+    elif on:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
+def forward_logits(model, tokens):
+    """(logits [b, s, vocab], auxiliary loss or None): the peer's own models return the
+    logits; transformers' return a ModelOutput holding them and, for a mixture of experts
+    whose config sets output_router_logits, its load-balancing loss (aux_loss)."""
+    out = model(tokens)
+    if torch.is_tensor(out):
+        return out, None
+    aux = getattr(out, "aux_loss", None)
+    return out.logits, aux
 
 
 def unique_parameters(model):
@@ -1247,11 +1402,12 @@ def matmul_peak(device, dtype):
     }
 
 
-def matmul_parameters(model):
+def matmul_parameters(model, expert_share=1.0):
     """Parameters that enter a matmul, counted as fsdpp's model_flops_per_token counts them
     (core/plan/step_time_model.h): every weight of 2+ dimensions except position embeddings;
     the token embedding is a lookup when an lm_head.weight is listed (tied or not), and the
-    head then counts once. PlanPeerFlops.* holds this against fsdpp's count."""
+    head then counts once; expert weights (names holding ".experts.") at the share of them a
+    token runs. PlanPeerFlops.* holds this against fsdpp's count."""
     named = list(model.named_parameters(remove_duplicate=False))
     separate_head = any(name == "lm_head.weight" for name, _ in named)
     total = 0
@@ -1260,7 +1416,7 @@ def matmul_parameters(model):
             continue
         if ("wte" in name or "embed_tokens" in name) and separate_head:
             continue
-        total += p.numel()
+        total += p.numel() * expert_share if ".experts." in name else p.numel()
     return total
 
 
@@ -1286,6 +1442,8 @@ def device_description(device):
 
 
 def prepare_model(args, c, device):
+    if args.weights and c["model_type"] in TRANSFORMERS_FAMILIES:
+        return build_transformers_model(c, device, args.weights)
     model = build_model(c, device)
     if args.weights:
         load_weights(model, args.weights, c["model_type"])
@@ -1331,6 +1489,10 @@ def check_vocab(x, vocab, source):
 def run_export_init(args, c, raw):
     model = prepare_model(args, c, torch.device("cpu"))
     os.makedirs(args.export_init, exist_ok=True)
+    if c["model_type"] in TRANSFORMERS_FAMILIES:  # transformers writes its class's checkpoint layout
+        model.save_pretrained(args.export_init)
+        log("wrote %s (transformers %s)" % (args.export_init, c["transformers_class"]))
+        return 0
     named = [(names[0], p) for names, p in unique_parameters(model)]
     save_safetensors(os.path.join(args.export_init, "model.safetensors"), named)
     config = dict(raw)
@@ -1363,7 +1525,7 @@ def run_eval(args, c):
         x, y = data.windows(idx, seq_len)
         check_vocab(x, c["vocab_size"], data.source)
         check_vocab(y, c["vocab_size"], data.source)
-        logits = model(torch.from_numpy(x).to(device)).float()
+        logits = forward_logits(model, torch.from_numpy(x).to(device))[0].float()
         total += F.cross_entropy(
             logits.reshape(-1, logits.shape[-1]), torch.from_numpy(y).to(device).reshape(-1), reduction="sum"
         ).item()
@@ -1555,7 +1717,14 @@ def parallelize(args, model, device, ranks):
             # torchtitan's offload: every group's shards, gradients and (through them) the
             # optimizer state live in pinned host memory; AdamW then steps on the CPU.
             extra["offload_policy"] = fsdp2_offload_policy(device)
-        blocks = model.blocks()
+        # Each decoder layer is one unit, then the root (embedding, final norm, head). A
+        # mixture of experts' layer (Mixtral) holds its router and every expert in that unit,
+        # as torchtitan's apply_fsdp shards a MoE block whole without expert parallelism: the
+        # all-gathers and reduce-scatters then do not depend on where the router sends each
+        # rank's tokens (a unit per expert would issue its collectives only on ranks whose
+        # tokens reached it), and transformers' experts are fused [experts, ...] tensors that
+        # FSDP2 shards on dim 0 (experts >= ranks here; torchtitan shards dim 1 otherwise).
+        blocks = decoder_blocks(model)
         for i, block in enumerate(blocks):
             # torchtitan: the last block stays unsharded after forward (backward needs it at once).
             fully_shard(block, mesh=mesh, mp_policy=mp, reshard_after_forward=i < len(blocks) - 1, **extra)
@@ -1604,14 +1773,19 @@ def run_steps(args, device, ranks, batches, train_model, params, optimizer, shar
     import torch.distributed as dist
 
     autocast = args.mixed_precision == "bf16" and args.mode != "fsdp2"
+    hf_config = getattr(getattr(train_model, "module", train_model), "config", None)  # (DDP holds it as .module)
+    aux_coef = getattr(hf_config, "router_aux_loss_coef", 0.0)
 
     def compute_loss(x, y):
         if autocast:
             with torch.autocast(device_type=device.type, dtype=torch.bfloat16):
-                logits = train_model(x)
+                logits, aux = forward_logits(train_model, x)
         else:
-            logits = train_model(x)
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1))
+            logits, aux = forward_logits(train_model, x)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1))
+        if aux is not None:  # as fsdpp (and transformers with labels): mean CE + coef x load balancing
+            loss = loss + aux_coef * aux
+        return loss
 
     steps = StepLog()
     t_start = None
@@ -1770,6 +1944,13 @@ def train_record(args, c, device, ranks, run):
     }
     if c["model_type"] == "llama":  # which RMSNorm ran, as fsdpp's record says it
         record["rms_norm"] = "fused" if FUSED_RMS_NORM else "eager"
+    if c["model_type"] in TRANSFORMERS_FAMILIES:  # whose model class ran, and its kernels
+        import transformers
+
+        record["model_class"] = "transformers %s %s" % (transformers.__version__, c["transformers_class"])
+        record["attention"] = "sdpa (transformers' attn_implementation)"
+        if "num_local_experts" in c:
+            record["experts_implementation"] = run["experts_implementation"]
     record["cross_entropy"] = "composite"  # F.cross_entropy(logits.float()), as fsdpp's record says it
     return record
 
@@ -1806,9 +1987,8 @@ def run_train(args, c):
     batches = Batches(args, c, seq_len, total_steps, ranks)
     model = prepare_model(args, c, device)
     params_count = sum(p.numel() for _, p in unique_parameters(model))
-    matmul_params = matmul_parameters(model)
-    for block in model.blocks():
-        block.checkpointing = args.activation_checkpointing
+    matmul_params = matmul_parameters(model, c.get("expert_share", 1.0))
+    set_checkpointing(model, args.activation_checkpointing)
     train_model, sharded_group, precision = parallelize(args, model, device, ranks)
     params = list(model.parameters())
     optimizer = make_adamw(args, params)
@@ -1853,6 +2033,7 @@ def run_train(args, c):
             "norms": norms,
             "lrs": steps.lrs,
             "per_rank": per_rank,
+            "experts_implementation": getattr(getattr(model, "config", None), "_experts_implementation", None),
         }
         report(args, train_record(args, c, device, ranks, run), losses)
     if ranks.distributed:

@@ -154,6 +154,29 @@ TEST(MatrixPresets, GpuRunsBothGpuModelsInBf16AtEveryWorldSizeBesideFsdp2) {
   EXPECT_EQ(model_shape("gpt2-124M").seq_len, 256);  // the CPU shape keeps its name
 }
 
+TEST(MatrixPresets, FamiliesRunQwen3AndMixtralFullShardBesideFsdp2OnTheCpuAndLeaveSmokeAsItWas) {
+  auto families = preset_cells("families");
+  ASSERT_EQ(family_model_shapes().size(), 2u);
+  for (const char* model : {"qwen3-mini", "mixtral-mini"}) {
+    const auto& shape = model_shape(model);
+    EXPECT_EQ(shape.vocab_size, 8192) << model;
+    EXPECT_EQ(shape.seq_len, 128) << model;
+    const auto fs = fsdp_cell(shape, "full_shard", "fp32", 2, true, false, false, false);
+    EXPECT_TRUE(contains(families, fs.id())) << model;
+    EXPECT_TRUE(contains(families, peer_cell(System::PytorchFsdp2, shape, "fp32", 2, false).id())) << model;
+    EXPECT_TRUE(contains(families, unsharded_baseline(fs)->id())) << model;
+  }
+  EXPECT_EQ(families.size(), 2u * 3);  // per model: fsdpp, its FSDP2 peer, the unsharded baseline
+  // Each fsdpp cell is followed by its FSDP2 peer, so that drift in clocks hits both.
+  for (size_t i = 0; i + 1 < families.size(); ++i) {
+    if (families[i].system == System::Fsdpp && !families[i].is_unsharded()) {
+      EXPECT_TRUE(peer_matches(families[i + 1], families[i])) << families[i].id();
+    }
+  }
+  for (const auto& c : preset_cells("smoke")) EXPECT_EQ(c.model.model_type, "gpt2") << c.id();
+  for (const auto& c : preset_cells("full")) EXPECT_EQ(c.model.model_type, "gpt2") << c.id();
+}
+
 TEST(MatrixPresets, UnknownPresetIsAnErrorListingTheKnownOnes) {
   try {
     preset_cells("nightly");

@@ -5,7 +5,9 @@
 #
 # Usage: peer_same_model.sh FSDPP_BINARY [PYTHON]
 #   PYTHON: an interpreter with torch and numpy (default: $PEER_PYTHON, /usr/bin/python3,
-#   python3 — the first that imports both). PEER_SCRIPT: check another copy of the peer.
+#   python3 — the first that imports both); with transformers too, Qwen3 and Mixtral
+#   (the peer runs transformers' own classes for them) are checked as well.
+#   PEER_SCRIPT: check another copy of the peer.
 # Tolerances: PEER_TOL (eval losses, default 5e-6 absolute), PEER_TRAIN_TOL (per-step
 # training losses, default 2e-5 absolute: assert_close's fp32 rtol 1.3e-6 x a loss near 8 + atol 1e-5;
 # measured: 9.5e-7).
@@ -174,6 +176,30 @@ if "$PY" "$PEER" --mode ddp --cpu-offload --model-config wide_llama/config.json 
   echo "FAIL --mode ddp --cpu-offload: expected one line naming the flag and a non-zero exit"
   cat "$WORK/ddp.log"
   failures=$((failures + 1))
+fi
+
+# 7. The families the peer trains as transformers' own model classes (Qwen3ForCausalLM,
+#    MixtralForCausalLM), skipped where the interpreter has no transformers: fsdpp's tiny
+#    model scores the same eval loss in both; std-0.3 weights written by transformers'
+#    save_pretrained (Mixtral's experts in the checkpoint's layout) score the same too; and
+#    from them fsdpp FULL_SHARD and FSDP2 over transformers' model, 2 ranks each, train to
+#    the same per-step losses (routing included: Mixtral's 4 experts, 2 per token).
+if "$PY" -c "import transformers" >/dev/null 2>&1; then
+  for model in qwen3 mixtral; do
+    run "$FSDPP" train --from-scratch --model-type "$model" --model-size tiny --vocab-size 97 --seq-len 32 \
+      --batch-size 2 --max-steps 1 --data t.tok --save-dir runs --experiment-name "$model" --threads 1
+    eval_both "$model tiny (transformers' class), fsdpp-trained weights, eval T=32" "runs/$model/hf" 32
+    run "$PY" "$PEER" --export-init "wide_$model" --model-config "runs/$model/hf/config.json" --init-std 0.3 --seed 7
+    eval_both "$model tiny (transformers' class), std-0.3 weights, eval T=64" "wide_$model" 64
+    run "$FSDPP" train --nproc 2 --model "wide_$model" --data t.tok --max-steps 3 --save-dir runs \
+      --experiment-name "train2_$model" "${train_flags[@]}"
+    run "$PY" "$PEER" --mode fsdp2 --nproc 2 --weights "wide_$model" --tokens t.tok --warmup 0 --steps 3 \
+      --device cpu --out "peer2_$model.json" "${train_flags[@]}"
+    compare_training "$model tiny, 2 ranks (FSDP / FSDP2 on transformers'), train" "runs/train2_$model" \
+      "peer2_$model.json"
+  done
+else
+  echo "skip qwen3, mixtral: $PY has no transformers (the peer trains them as transformers' model classes)"
 fi
 
 if [ "$failures" -ne 0 ]; then
