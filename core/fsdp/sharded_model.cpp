@@ -174,7 +174,8 @@ void ShardedModel::Hooks::pre_forward(ShardedModel& m, FsdpUnit* u, std::vector<
       through.push_back(inputs[i]);
     }
   if (hooked.empty()) return;
-  auto views = PostBackward::apply(at::TensorList(through), reinterpret_cast<int64_t>(&m), reinterpret_cast<int64_t>(u));
+  auto views =
+      PostBackward::apply(at::TensorList(through), reinterpret_cast<int64_t>(&m), reinterpret_cast<int64_t>(u));
   for (size_t j = 0; j < hooked.size(); ++j) inputs[hooked[j]] = views[j];
 }
 

@@ -50,7 +50,7 @@ CausalLm make_lm(const std::string& type, const Config& c, const std::string& un
 // A row whose reader is Config::from_json and whose model is Holder(config).
 template <class Config, class Holder>
 Family family_row(std::string name, std::vector<std::string> model_types, std::string unit,
-           std::vector<UnreadTensor> unread_tensors) {
+                  std::vector<UnreadTensor> unread_tensors) {
   auto read = [unit](const nlohmann::json& json, const std::string& source) {
     const auto c = Config::from_json(json, source);
     const auto type = json.at("model_type").get<std::string>();
@@ -75,15 +75,14 @@ const std::vector<Family>& families() {
       family_row<OptConfig, OptForCausalLM>("OPT", {"opt"}, "fsdpp::models::OptLayerImpl", {}),
       // Llama's blocks with each family's options (llama.h): q/k/v biases, q/k norms,
       // Gemma's norms, caps and windows, Phi-3's fused tensors, sparse experts.
-      family_row<LlamaConfig, LlamaForCausalLM>("Llama-like",
-                                         {"llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "phi3",
-                                          "mixtral", "qwen3_moe"},
-                                         "fsdpp::models::LlamaDecoderLayerImpl", {kRotaryInverseFrequencies}),
+      family_row<LlamaConfig, LlamaForCausalLM>(
+          "Llama-like", {"llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "phi3", "mixtral", "qwen3_moe"},
+          "fsdpp::models::LlamaDecoderLayerImpl", {kRotaryInverseFrequencies}),
       // Phi-1/1.5/2: LlamaConfig's reader, its own parallel blocks (phi.h).
       family_row<LlamaConfig, PhiForCausalLM>("Phi", {"phi"}, "fsdpp::models::PhiDecoderLayerImpl",
-                                       {kRotaryInverseFrequencies}),
+                                              {kRotaryInverseFrequencies}),
       family_row<FalconConfig, FalconForCausalLM>("Falcon", {"falcon"}, "fsdpp::models::FalconDecoderLayerImpl",
-                                           {kRotaryInverseFrequencies}),
+                                                  {kRotaryInverseFrequencies}),
   };
   return table;
 }

@@ -766,8 +766,7 @@ torch::Tensor LlamaModelImpl::forward(const torch::Tensor& tokens) {
 }
 
 LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& c)
-    : config(c),
-      router_logits(c.has_auxiliary_loss() ? std::make_shared<RouterLogits>() : nullptr) {
+    : config(c), router_logits(c.has_auxiliary_loss() ? std::make_shared<RouterLogits>() : nullptr) {
   model = register_module("model", LlamaModel(c, router_logits));
   lm_head = register_module(
       "lm_head", c.tie_word_embeddings ? LmHead(model->embed_tokens->weight) : LmHead(c.hidden_size, c.vocab_size));

@@ -294,7 +294,7 @@ std::vector<std::string> from_scratch_sizes(const std::string& model_type) {
     names = llama_preset_names();
   } else if (model_type == "qwen2" || model_type == "qwen3" || model_type == "qwen3_moe") {
     names = {"tiny"};
-    if (model_type == "qwen3") names.push_back("mini");
+    if (model_type == "qwen3") names.emplace_back("mini");
     for (const auto& [name, _] : qwen_shapes(model_type)) names.push_back(name);
   } else if (model_type == "gemma2") {
     names = {"tiny", "2B"};

@@ -38,9 +38,7 @@ struct SideOutputs {
 thread_local SideOutputs* current_side_outputs = nullptr;
 
 struct SideOutputScope {
-  explicit SideOutputScope(SideOutputs& outputs) : previous_(current_side_outputs) {
-    current_side_outputs = &outputs;
-  }
+  explicit SideOutputScope(SideOutputs& outputs) : previous_(current_side_outputs) { current_side_outputs = &outputs; }
   ~SideOutputScope() { current_side_outputs = previous_; }
   SideOutputScope(const SideOutputScope&) = delete;
   SideOutputScope& operator=(const SideOutputScope&) = delete;

@@ -170,7 +170,7 @@ const char* to_string(System system) {
 }
 
 std::string BenchCell::id() const {
-  const std::string head = model.name() + "/";
+  std::string head = model.name() + "/";
   const std::string n = "n" + std::to_string(world_size);
   const std::string gb = "n1-gb" + std::to_string(global_batch());
   switch (system) {

@@ -418,7 +418,7 @@ TEST(CellAvailability, Fp16WhereTheCpuLacksItsKernelsAndRanksBeyondTheGpusAreUna
 
 // A repetition of a CPU fsdpp cell as bench-step reports it, with the given step times and
 // peak resident set (its tensor peak is a tenth of it).
-RepetitionResult fsdpp_repetition(std::vector<double> step_ms, double peak_bytes) {
+RepetitionResult fsdpp_repetition(const std::vector<double>& step_ms, double peak_bytes) {
   RepetitionResult r;
   r.step_ms = step_ms;
   r.record = {{"parameters", 5000000},
@@ -442,7 +442,7 @@ RepetitionResult fsdpp_repetition(std::vector<double> step_ms, double peak_bytes
   return r;
 }
 
-RepetitionResult peer_repetition(std::vector<double> step_ms) {
+RepetitionResult peer_repetition(const std::vector<double>& step_ms) {
   RepetitionResult r;
   r.step_ms = step_ms;
   r.record = {
@@ -567,7 +567,7 @@ TEST_F(DocumentCells, Fsdp2OnTheSameRanksGivesTokensAndPeakMemoryRatios) {
 
 // Loss curves: a peer that started from fsdpp's init on its batches (its record's
 // config has weights and fixed_batch) on the same ranks gets compared step by step.
-RepetitionResult with_losses(RepetitionResult r, std::vector<double> losses, bool started_as_fsdpp) {
+RepetitionResult with_losses(RepetitionResult r, const std::vector<double>& losses, bool started_as_fsdpp) {
   r.record["losses"] = losses;
   if (started_as_fsdpp) {
     r.record["config"]["weights"] = "work/init";

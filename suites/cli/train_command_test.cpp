@@ -201,8 +201,7 @@ TEST_P(TrainEquivalence, LossCurveIsTheSameOnOneTwoAndFourRanks) {
               one.losses().back(), max_diff);
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, TrainEquivalence,
-                         ::testing::ValuesIn(models::supported_model_types()));
+INSTANTIATE_TEST_SUITE_P(Families, TrainEquivalence, ::testing::ValuesIn(models::supported_model_types()));
 
 // --no-sync-accum: the gradients of K micro-steps are reduced once per step, after the last
 // (FSDP2's set_requires_gradient_sync(False) before it), so a step sends a K-th of the
@@ -815,8 +814,7 @@ TEST_P(DeterministicFamilies, FourRanksOfEveryStrategyGiveTheOneRankBits) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, DeterministicFamilies,
-                         ::testing::ValuesIn(models::supported_model_types()));
+INSTANTIATE_TEST_SUITE_P(Families, DeterministicFamilies, ::testing::ValuesIn(models::supported_model_types()));
 
 // --device cuda: the same run on the GPU as on the CPU, within fp32 round-off (cuBLAS and
 // the CPU BLAS sum in different orders; TF32 is off by default in LibTorch), and a run

@@ -101,9 +101,9 @@ Pass moe_forward_backward(double aux_coef, bool checkpointed) {
   if (checkpointed) fsdp::apply_activation_checkpointing(*lm.module, {{lm.block_type}, 1});
   const auto tokens = torch::arange(24, torch::kLong).remainder(lm.vocab_size).reshape({2, 12});
   auto logits = lm.logits(tokens.narrow(1, 0, 11));
-  auto loss = torch::nn::functional::cross_entropy(logits.reshape({-1, lm.vocab_size}),
-                                                   tokens.narrow(1, 1, 11).reshape({-1})) +
-              lm.auxiliary_loss();
+  auto loss =
+      torch::nn::functional::cross_entropy(logits.reshape({-1, lm.vocab_size}), tokens.narrow(1, 1, 11).reshape({-1})) +
+      lm.auxiliary_loss();
   loss.backward();
   Pass out{loss.item<double>(), {}};
   for (const auto& item : lm.module->named_parameters()) {

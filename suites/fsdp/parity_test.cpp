@@ -192,8 +192,8 @@ TEST_P(SecondInput, AUnitWhoseSecondInputRequiresGradTrainsBitwiseLikeTheUnshard
 }
 
 INSTANTIATE_TEST_SUITE_P(PlainAndCheckpointed, SecondInput,
-                         ::testing::Combine(::testing::Bool(), ::testing::Values(ShardingStrategy::FullShard,
-                                                                                 ShardingStrategy::NoShard)),
+                         ::testing::Combine(::testing::Bool(),
+                                            ::testing::Values(ShardingStrategy::FullShard, ShardingStrategy::NoShard)),
                          [](const auto& info) {
                            return std::string(std::get<0>(info.param) ? "checkpointed_" : "plain_") +
                                   fsdp::to_string(std::get<1>(info.param));

@@ -10,8 +10,8 @@
 #include <tuple>
 #include <unordered_set>
 
-#include "core/models/families.h"
 #include "core/models/falcon.h"
+#include "core/models/families.h"
 #include "core/models/gpt2.h"
 #include "core/models/llama.h"
 #include "core/models/opt.h"
