@@ -108,6 +108,15 @@ void synchronize_current_stream(c10::Device device) {
 #endif
 }
 
+bool current_stream_idle(c10::Device device) {
+#if FSDPP_WITH_CUDA
+  if (device.is_cuda()) return at::cuda::getCurrentCUDAStream(device.index()).query();
+#else
+  (void)device;
+#endif
+  return true;
+}
+
 DeviceMemory device_memory(c10::Device device) {
   DeviceMemory m;
 #if FSDPP_WITH_CUDA

@@ -43,6 +43,10 @@ void synchronize(c10::Device device);
 // for); no-op on the CPU.
 void synchronize_current_stream(c10::Device device);
 
+// Whether this thread's current stream of `device` has finished all work queued on it so
+// far, without waiting (CUDA: the stream's query()); true on the CPU, which queues nothing.
+bool current_stream_idle(c10::Device device);
+
 DeviceMemory device_memory(c10::Device device);
 // Starts a new peak window (CUDA: resetPeakStats; CPU: clear_refs 5 resets VmHWM).
 void reset_peak_memory(c10::Device device);

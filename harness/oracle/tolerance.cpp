@@ -55,4 +55,26 @@ bool bitwise_equal(const at::Tensor& a, const at::Tensor& b) {
   return at::equal(x, y);
 }
 
+Judgement judge_against_float64(const at::Tensor& actual, const at::Tensor& truth, const at::Tensor& peer) {
+  TORCH_CHECK(truth.scalar_type() == at::kDouble, "judge_against_float64: the truth is ", truth.scalar_type());
+  TORCH_CHECK(peer.scalar_type() == actual.scalar_type(), "judge_against_float64: the peer is ", peer.scalar_type(),
+              ", actual ", actual.scalar_type());
+  const auto policy = default_tolerance(actual.scalar_type());
+  Judgement j;
+  j.actual = compare(actual.to(at::kDouble), truth, policy);
+  j.peer = compare(peer.to(at::kDouble), truth, policy);
+  j.ok = j.actual.mismatches >= 0 &&
+         (j.actual.ok || (j.actual.max_abs_error <= kJudgeFactor * j.peer.max_abs_error &&
+                          j.actual.mismatches <= j.peer.mismatches && j.actual.max_abs_error <= kJudgeCap));
+  return j;
+}
+
+std::string Judgement::describe() const {
+  std::ostringstream os;
+  os << (ok ? "ok" : "FAIL") << ": against float64, actual " << actual.describe() << "; the same formulas in "
+     << "its precision " << peer.describe() << " (bar: within the policy, or at most " << kJudgeFactor
+     << "x the peer's error, no more elements outside, and at most " << kJudgeCap << ")";
+  return os.str();
+}
+
 }  // namespace fsdpp::harness

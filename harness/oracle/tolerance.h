@@ -35,4 +35,24 @@ inline Comparison compare(const at::Tensor& actual, const at::Tensor& expected) 
 }
 bool bitwise_equal(const at::Tensor& a, const at::Tensor& b);
 
+// The float64 judge (the rule of harness/references/hf_models.py's judge_logits): `truth` is
+// a computation in float64, `peer` the same formulas carried out in `actual`'s precision
+// (the error that precision itself makes on these inputs). `actual` passes when it is within
+// its dtype's policy of `truth`; or else when all three hold: its largest error is at most
+// kJudgeFactor times `peer`'s, no more of its elements fall outside the policy than
+// `peer`'s, and its largest error is at most kJudgeCap. Two correct implementations round
+// differently, so neither is closer to the exact answer in general; a wrong formula is many
+// times the precision's own error.
+inline constexpr double kJudgeFactor = 2.0;
+inline constexpr double kJudgeCap = 1e-4;
+
+struct Judgement {
+  bool ok = false;
+  Comparison actual;  // against truth, in actual's policy
+  Comparison peer;    // the same, for peer
+  std::string describe() const;
+};
+
+Judgement judge_against_float64(const at::Tensor& actual, const at::Tensor& truth, const at::Tensor& peer);
+
 }  // namespace fsdpp::harness

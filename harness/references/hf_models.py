@@ -901,4 +901,8 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] == ["serve"]:  # many command lines in one process (serve.py)
+        from serve import serve
+
+        sys.exit(serve(main))
     sys.exit(main(sys.argv[1:]))

@@ -431,9 +431,18 @@ def main(argv):
     return 0
 
 
-if __name__ == "__main__":
+def cli(argv):
+    """main, with a usage error as one line on stderr and exit 2."""
     try:
-        sys.exit(main(sys.argv[1:]))
+        return main(argv)
     except UsageError as e:
         print(f"hf_train: {e}", file=sys.stderr)
-        sys.exit(EXIT_USAGE)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["serve"]:  # many command lines in one process (serve.py)
+        from serve import serve
+
+        sys.exit(serve(cli))
+    sys.exit(cli(sys.argv[1:]))

@@ -1,6 +1,9 @@
 // GoogleTest integration of run_ranks: write a test body once, run it on every rank.
 #pragma once
 
+#include <chrono>
+#include <filesystem>
+
 #include "harness/launch/run_ranks.h"
 
 namespace fsdpp::harness {
@@ -12,5 +15,9 @@ void expect_ranks_pass(int world_size, const RankBody& body, const RunOptions& o
 
 // The same run without failing the test: for tests about failures themselves.
 LaunchReport run_ranks_with_gtest(int world_size, const RankBody& body, const RunOptions& options = {});
+
+// Blocks until `path` exists (another rank's signal, written into RankContext::shared_dir),
+// polling every millisecond; throws std::runtime_error naming the path after `timeout`.
+void wait_for_file(const std::filesystem::path& path, std::chrono::milliseconds timeout);
 
 }  // namespace fsdpp::harness

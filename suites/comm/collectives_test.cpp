@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <functional>
 #include <string>
 
@@ -112,24 +113,36 @@ TEST_P(Collectives, AllToAllSingleDeliversUnevenSplits) {
   });
 }
 
+// communicator.h's promise: *_async returns at once, so the caller computes while its
+// collectives wait for their peers, and collectives complete in issue order. The other ranks
+// issue theirs only after rank 0's six calls have returned and rank 0 has computed (a file
+// in the group's shared folder says so): at N >= 2 none of rank 0's collectives can complete
+// before that, so a call that waited for its collective would never return.
 TEST_P(Collectives, AsyncCollectivesCompleteInIssueOrderWhileTheCallerComputes) {
   harness::expect_ranks_pass(GetParam(), [](RankContext& ctx) {
     int n = ctx.world_size;
+    const auto issued = ctx.shared_dir / "rank0-issued-and-computed";
+    if (ctx.rank != 0) harness::wait_for_file(issued, std::chrono::seconds(60));
     std::vector<at::Tensor> tensors;
     std::vector<comm::CommWork> works;
     for (int i = 0; i < 6; ++i) {
       tensors.push_back(harness::rank_input(ctx.rank, 4096 + i, at::kFloat, 100 + i));
       works.push_back(ctx.comm.all_reduce_async(tensors.back(), ReduceOp::Sum));
     }
-    auto busy = at::mm(at::ones({64, 64}), at::ones({64, 64}));  // compute while they run
-    for (int i = 5; i >= 0; --i) works[i].wait();                // waiting out of order is fine
+    if (ctx.rank == 0) {
+      for (int i = 0; i < 6 && n > 1; ++i) EXPECT_FALSE(works[i].completed()) << "#" << i << " before any peer issued";
+      auto busy = at::mm(at::ones({64, 64}), at::ones({64, 64}));  // the caller computes meanwhile
+      EXPECT_EQ(busy[0][0].item<float>(), 64.0f);
+      std::ofstream(issued) << "go\n";
+    }
+    works[5].wait();  // the last issued: every earlier one has completed too
+    for (int i = 0; i < 5; ++i) EXPECT_TRUE(works[i].completed()) << "#" << i << " completed after #5";
     for (int i = 0; i < 6; ++i) {
+      works[i].wait();
       auto expected =
           harness::reference_reduce(harness::all_rank_inputs(n, 4096 + i, at::kFloat, 100 + i), ReduceOp::Sum);
       EXPECT_TRUE(harness::compare(tensors[i], expected).ok) << "async all_reduce #" << i;
-      EXPECT_TRUE(works[i].completed());
     }
-    EXPECT_EQ(busy[0][0].item<float>(), 64.0f);
   });
 }
 

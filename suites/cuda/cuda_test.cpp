@@ -105,24 +105,28 @@ TEST(CudaComm, RanksSharingOneGpuGoThroughHostStagedGloo) {
 
 // Stream semantics: the all-gather reads its input only after the kernels queued before it
 // on the caller's stream (a long chain producing it), and the caller's later kernels see
-// its output after wait() without any host synchronisation in between.
+// its output after wait() without any host synchronisation in between: when wait() returns,
+// the chain queued before the all-gather is still running (a wait() that blocked the host
+// until the collective finished would find the caller's stream idle).
 TEST(CudaComm, NcclWorkIsOrderedWithTheCallersStreamWithoutHostSync) {
   REQUIRE_GPUS(1);
   harness::expect_ranks_pass(
       1,
       [](harness::RankContext& ctx) {
         runtime::set_current_device(gpu());
-        auto x = torch::ones({1 << 22}, torch::TensorOptions().device(gpu()));
-        for (int i = 0; i < 200; ++i) x = x * 1.0001 + 0.0001;  // queued, not finished
+        const int64_t numel = 1 << 24;  // 64 MB: each kernel outlasts its launch
+        auto x = torch::ones({numel}, torch::TensorOptions().device(gpu()));
+        for (int i = 0; i < 500; ++i) x = x * 1.0001 + 0.0001;  // queued, not finished (milliseconds of work)
         auto expected = x.clone();
         auto out = torch::empty_like(x);
         auto work = ctx.comm.all_gather_into_async(out, x);
         x = torch::Tensor();  // the input may be freed at once: its memory is recorded on the NCCL stream
-        auto filler = torch::full({1 << 22}, 7.0, torch::TensorOptions().device(gpu()));  // may reuse freed blocks
+        auto filler = torch::full({numel}, 7.0, torch::TensorOptions().device(gpu()));  // may reuse freed blocks
         work.wait();
+        EXPECT_FALSE(runtime::current_stream_idle(gpu())) << "wait() returned only after the caller's stream drained";
         auto y = out * 2;
         EXPECT_TRUE(torch::equal(y.cpu(), expected.cpu() * 2));
-        EXPECT_EQ(filler.sum().item<double>(), 7.0 * (1 << 22));
+        EXPECT_EQ(filler.sum().item<double>(), 7.0 * static_cast<double>(numel));
       },
       with_env({{"FSDPP_CUDA_COMM", "nccl"}}));
 }

@@ -11,6 +11,9 @@
 // and holds sum_u P_u / N bytes of parameter shards: the unsharded size / N plus padding.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <limits>
+
 #include "core/fsdp/sharded_model.h"
 #include "harness/testing/equivalence_check.h"
 
@@ -162,23 +165,36 @@ TEST(Volumes, AWorldOfOneRunsNoCollectivesAtAll) {
   });
 }
 
-TEST(Volumes, FullShardKeepsAtMostTheInFlightUnitsUnsharded) {
+// With one all-gather in flight, FULL_SHARD holds at most the root (unsharded all along),
+// the block in use and the one prefetched; and prefetching happens: at some moment a second
+// block is unsharded beside the one in use. Without prefetch, one block at a time.
+TEST(Volumes, FullShardKeepsAtMostTheInFlightUnitsUnshardedAndPrefetchesTheNext) {
   harness::expect_ranks_pass(2, [](harness::RankContext& ctx) {
-    auto model = harness::tiny_transformer_case(medium());
-    auto net = model.build(1);
-    fsdp::FsdpOptions o;
-    o.max_inflight_all_gathers = 1;
-    auto sharded = fsdp::ShardedModel::create(net, ctx.comm, o, model.wrap);
-    model.loss(*net, model.batch(0, ctx.rank)).backward();
-    model.loss(*net, model.batch(1, ctx.rank)).backward();  // second iteration prefetches
-    auto mem = sharded->memory();
-    int64_t largest_block = 0;
-    for (size_t i = 0; i + 1 < sharded->units().size(); ++i)
-      largest_block = std::max(largest_block, sharded->units()[i]->memory().full_param_bytes);
-    int64_t root = sharded->units().back()->memory().full_param_bytes;
-    // Root (unsharded all along) + the block in use + one prefetched block.
-    EXPECT_LE(mem.peak_unsharded_bytes, root + 2 * largest_block);
-    EXPECT_LT(mem.peak_unsharded_bytes, mem.full_param_bytes);
+    for (bool prefetch : {true, false}) {
+      auto model = harness::tiny_transformer_case(medium());
+      auto net = model.build(1);
+      fsdp::FsdpOptions o;
+      o.max_inflight_all_gathers = 1;
+      o.forward_prefetch = prefetch;
+      o.backward_prefetch = prefetch ? fsdp::BackwardPrefetch::Pre : fsdp::BackwardPrefetch::None;
+      auto sharded = fsdp::ShardedModel::create(net, ctx.comm, o, model.wrap);
+      model.loss(*net, model.batch(0, ctx.rank)).backward();
+      model.loss(*net, model.batch(1, ctx.rank)).backward();  // the second iteration prefetches forward too
+      auto mem = sharded->memory();
+      int64_t largest_block = 0, smallest_block = std::numeric_limits<int64_t>::max();
+      for (size_t i = 0; i + 1 < sharded->units().size(); ++i) {
+        largest_block = std::max(largest_block, sharded->units()[i]->memory().full_param_bytes);
+        smallest_block = std::min(smallest_block, sharded->units()[i]->memory().full_param_bytes);
+      }
+      int64_t root = sharded->units().back()->memory().full_param_bytes;
+      if (prefetch) {
+        EXPECT_LE(mem.peak_unsharded_bytes, root + 2 * largest_block);
+        EXPECT_GE(mem.peak_unsharded_bytes, root + 2 * smallest_block) << "no block was ever prefetched";
+      } else {
+        EXPECT_EQ(mem.peak_unsharded_bytes, root + largest_block);
+      }
+      EXPECT_LT(mem.peak_unsharded_bytes, mem.full_param_bytes);
+    }
   });
 }
 

@@ -221,8 +221,9 @@ TEST(RankFailures, AfterATimeoutTheGroupRefusesFurtherWork) {
   harness::expect_ranks_pass(
       2,
       [](RankContext& ctx) {
-        if (ctx.rank == 1) {  // stays alive but never joins: rank 0 must time out
-          std::this_thread::sleep_for(std::chrono::seconds(6));
+        const auto done = ctx.shared_dir / "rank0-failed";
+        if (ctx.rank == 1) {  // stays alive, never joining, until rank 0 has timed out: no early exit to see
+          harness::wait_for_file(done, std::chrono::seconds(60));
           return;
         }
         auto t0 = std::chrono::steady_clock::now();
@@ -234,8 +235,8 @@ TEST(RankFailures, AfterATimeoutTheGroupRefusesFurtherWork) {
           EXPECT_THAT(e.what(), HasSubstr("on group 'world' (rank 0 of 2)"));
         }
         double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        EXPECT_GE(waited, 1.5);
-        EXPECT_LT(waited, 5.0);
+        std::ofstream(done) << "timed out\n";
+        EXPECT_GE(waited, 1.5);  // the 2 s timeout, not an early error (a timeout cannot fire early)
         EXPECT_TRUE(ctx.comm.broken());
         try {
           ctx.comm.barrier();
@@ -312,7 +313,8 @@ TEST(ConnectFailures, UnderTorchrunsAgentStoreWithoutRankZeroTheOthersSayItNever
                                     "agent store at 127.0.0.1:" +
                                     std::to_string(world.master_port)));
   }
-  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5.0);
+  // It does not hang: an error well within ctest's limit, however loaded the machine (20x the timeout).
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 30.0);
 }
 
 // Rank 2 is SIGKILLed after the given delay from the start of its connect: at any moment

@@ -1,6 +1,7 @@
 // Each model family against an independent, deliberately plain implementation of the
-// published formulas, written here from the weights by name (no fsdpp model code), and
-// the Hugging Face names and shapes the loaders rely on.
+// published formulas, written here from the weights by name (no fsdpp model code) and run in
+// float64 as the ground truth (harness/oracle/tolerance.h's float64 judge), and the Hugging
+// Face names and shapes the loaders rely on.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -24,10 +25,12 @@ namespace {
 using Weights = std::map<std::string, torch::Tensor>;
 using torch::Tensor;
 
+// The model's weights in float64: the formulas below run on exactly the model's values, in
+// float64 as the ground truth its output is judged against (expect_formulas).
 Weights weights_of(torch::nn::Module& m) {
   Weights w;
   torch::NoGradGuard no_grad;
-  for (auto& item : m.named_parameters(true)) w[item.key()] = item.value().detach().clone();
+  for (auto& item : m.named_parameters(true)) w[item.key()] = item.value().detach().to(torch::kDouble);
   return w;
 }
 
@@ -87,9 +90,20 @@ Tensor linear_ref(const Weights& w, const std::string& name, const Tensor& x) { 
   return w.count(name + ".bias") ? y + w.at(name + ".bias") : y;
 }
 
-void expect_close(const Tensor& actual, const Tensor& expected) {
-  auto cmp = harness::compare(actual, expected);
-  EXPECT_TRUE(cmp.ok) << cmp.describe();
+// The same weights in `dtype`.
+Weights in_dtype(const Weights& w, torch::ScalarType dtype) {
+  Weights out;
+  for (const auto& [name, t] : w) out[name] = t.to(dtype);
+  return out;
+}
+
+// The model's output against the formulas by harness/oracle/tolerance.h's float64 judge:
+// `formulas(w)` on the model's weights in float64 is the ground truth, the same formulas on
+// them in the model's dtype the peer (the rounding error that dtype itself makes here).
+template <class Formulas>
+void expect_formulas(const Tensor& actual, const Weights& w, const Formulas& formulas) {
+  auto judged = harness::judge_against_float64(actual, formulas(w), formulas(in_dtype(w, actual.scalar_type())));
+  EXPECT_TRUE(judged.ok) << judged.describe();
 }
 
 // ---------------------------------------------------------------- GPT-2
@@ -123,7 +137,7 @@ TEST(Gpt2, LogitsMatchThePublishedFormulas) {
   randomize(*model, 1);
   auto tokens = tokens_for(c.vocab_size, 11);
   torch::NoGradGuard no_grad;
-  expect_close(model->forward(tokens), gpt2_ref(weights_of(*model), c, tokens));
+  expect_formulas(model->forward(tokens), weights_of(*model), [&](const Weights& v) { return gpt2_ref(v, c, tokens); });
 }
 
 TEST(Gpt2, TensorsCarryHuggingFaceNamesAndLayouts) {
@@ -185,7 +199,7 @@ TEST(Opt, PreLayerNormLogitsMatchThePublishedFormulas) {
   randomize(*model, 2);
   auto tokens = tokens_for(c.vocab_size, 9);
   torch::NoGradGuard no_grad;
-  expect_close(model->forward(tokens), opt_ref(weights_of(*model), c, tokens));
+  expect_formulas(model->forward(tokens), weights_of(*model), [&](const Weights& v) { return opt_ref(v, c, tokens); });
   EXPECT_TRUE(weights_of(*model).count("model.decoder.final_layer_norm.weight"));
 }
 
@@ -195,7 +209,7 @@ TEST(Opt, PostLayerNormWithEmbeddingProjectionsLikeOpt350M) {
   randomize(*model, 3);
   auto tokens = tokens_for(c.vocab_size, 9);
   torch::NoGradGuard no_grad;
-  expect_close(model->forward(tokens), opt_ref(weights_of(*model), c, tokens));
+  expect_formulas(model->forward(tokens), weights_of(*model), [&](const Weights& v) { return opt_ref(v, c, tokens); });
   auto w = weights_of(*model);
   EXPECT_EQ(w.at("model.decoder.project_in.weight").sizes(), (std::vector<int64_t>{20, 12}));
   EXPECT_EQ(w.at("model.decoder.embed_positions.weight").size(0), 34);  // max positions + 2
@@ -270,7 +284,8 @@ TEST(Llama, GroupedQueryAttentionLogitsMatchThePublishedFormulas) {
   randomize(*model, 4);
   auto tokens = tokens_for(c.vocab_size, 10);
   torch::NoGradGuard no_grad;
-  expect_close(model->forward(tokens), llama_ref(weights_of(*model), c, tokens));
+  expect_formulas(model->forward(tokens), weights_of(*model),
+                  [&](const Weights& v) { return llama_ref(v, c, tokens); });
 }
 
 TEST(Llama, Llama3RopeScalingAndTiedEmbeddingsMatchThePublishedFormulas) {
@@ -283,7 +298,8 @@ TEST(Llama, Llama3RopeScalingAndTiedEmbeddingsMatchThePublishedFormulas) {
   randomize(*model, 5);
   auto tokens = tokens_for(c.vocab_size, 12);
   torch::NoGradGuard no_grad;
-  expect_close(model->forward(tokens), llama_ref(weights_of(*model), c, tokens));
+  expect_formulas(model->forward(tokens), weights_of(*model),
+                  [&](const Weights& v) { return llama_ref(v, c, tokens); });
   EXPECT_TRUE(model->lm_head->weight.is_same(model->model->embed_tokens->weight));
   auto inv = rope_inverse_frequencies(c).to(torch::kDouble);
   auto ref = inv_freq_ref(c);
@@ -314,7 +330,7 @@ TEST(Llama, Qwen3QkNormAndItsOwnHeadDimMatchThePublishedFormulas) {
   EXPECT_TRUE(w.count("model.layers.1.self_attn.o_proj.bias"));
   EXPECT_EQ(c.parameter_count(), counted_parameters(*model));
   torch::NoGradGuard no_grad;
-  expect_close(model->forward(tokens), llama_ref(w, c, tokens));
+  expect_formulas(model->forward(tokens), w, [&](const Weights& v) { return llama_ref(v, c, tokens); });
 }
 
 // Llama's mlp_bias (gate/up/down biased) and Qwen2's q/k/v-but-not-o biases, as their
@@ -339,7 +355,7 @@ TEST(Llama, MlpBiasAndQwen2BiasesAreTheProjectionsTheirConfigsName) {
     EXPECT_EQ(c.parameter_count(), counted_parameters(*model)) << c.model_type;
     auto tokens = tokens_for(c.vocab_size, 9);
     torch::NoGradGuard no_grad;
-    expect_close(model->forward(tokens), llama_ref(w, c, tokens));
+    expect_formulas(model->forward(tokens), w, [&](const Weights& v) { return llama_ref(v, c, tokens); });
   }
 }
 
@@ -646,7 +662,7 @@ TEST(Llama, Gemma2And3LayersMatchThePublishedFormulas) {
     EXPECT_EQ(c.parameter_count(), counted_parameters(*model)) << c.model_type;
     auto tokens = tokens_for(c.vocab_size, 9);  // longer than the window
     torch::NoGradGuard no_grad;
-    expect_close(model->forward(tokens), gemma_ref(w, c, tokens));
+    expect_formulas(model->forward(tokens), w, [&](const Weights& v) { return gemma_ref(v, c, tokens); });
   }
 }
 
@@ -752,7 +768,7 @@ TEST(Llama, Phi3FusedProjectionsAndPartialRotaryMatchThePublishedFormulas) {
   EXPECT_EQ(c.parameter_count(), counted_parameters(*model));
   auto tokens = tokens_for(c.vocab_size, 10);
   torch::NoGradGuard no_grad;
-  expect_close(model->forward(tokens), llama_ref(w, c, tokens));
+  expect_formulas(model->forward(tokens), w, [&](const Weights& v) { return llama_ref(v, c, tokens); });
 }
 
 // Phi-3 mini and Phi-4 as transformers counts them (num_parameters() of Phi3ForCausalLM built
@@ -774,8 +790,9 @@ TEST(Configs, Phi3PresetsHaveTheirPublishedParameterCountsAndPartialRotaryIsPhi3
 // A sparse MLP written densely: every token's output is the sum over its k highest-probability
 // experts (softmax over all of them) of the weight (renormalised over the k when `normalize`)
 // times that expert's down(silu(gate x) * up x); `names` are the gate, up and down tensors.
-torch::Tensor sparse_moe_ref(const Weights& w, const std::string& p, const torch::Tensor& x, int64_t k, bool normalize,
-                             const std::array<std::string, 3>& names) {
+torch::Tensor sparse_moe_ref(const Weights& w, const std::string& p, const torch::Tensor& x_in, int64_t k,
+                             bool normalize, const std::array<std::string, 3>& names) {
+  const auto x = x_in.to(w.begin()->second.scalar_type());
   auto probs = softmax_ref(linear_ref(w, p + "gate", x));
   auto expected = torch::zeros_like(x);
   for (int64_t b = 0; b < x.size(0); ++b)
@@ -806,8 +823,9 @@ TEST(Llama, MixtralSparseExpertsMatchThePublishedFormulas) {
   torch::NoGradGuard no_grad;
   // The model's own MoE block on the normalised hidden states of layer 0, against the formula.
   auto x = torch::randn({2, 10, c.hidden_size});
-  auto expected = sparse_moe_ref(w, "model.layers.0.block_sparse_moe.", x, 2, true, {"w1", "w3", "w2"});
-  expect_close(model->model->layer_list[0]->moe->forward(x), expected);
+  expect_formulas(model->model->layer_list[0]->moe->forward(x), w, [&](const Weights& v) {
+    return sparse_moe_ref(v, "model.layers.0.block_sparse_moe.", x, 2, true, {"w1", "w3", "w2"});
+  });
   EXPECT_EQ(c.parameter_count(), counted_parameters(*model));
   EXPECT_EQ(model->forward(tokens).sizes(), (std::vector<int64_t>{2, 10, c.vocab_size}));
 }
@@ -831,8 +849,9 @@ TEST(Llama, Qwen3MoeExpertsAndDenseLayersMatchThePublishedFormulas) {
   EXPECT_EQ(c.parameter_count(), counted_parameters(*model));
   torch::NoGradGuard no_grad;
   auto x = torch::randn({2, 7, c.hidden_size});
-  auto expected = sparse_moe_ref(w, "model.layers.2.mlp.", x, 2, false, {"gate_proj", "up_proj", "down_proj"});
-  expect_close(model->model->layer_list[2]->moe->forward(x), expected);
+  expect_formulas(model->model->layer_list[2]->moe->forward(x), w, [&](const Weights& v) {
+    return sparse_moe_ref(v, "model.layers.2.mlp.", x, 2, false, {"gate_proj", "up_proj", "down_proj"});
+  });
 }
 
 // transformers' load_balancing_loss_func without a mask: over every layer's tokens, f_e the

@@ -41,9 +41,10 @@ fsdpp=$1 python=$2 part=${3:-all}
 case $part in dense | newer | all) ;; *) echo "$0: PART is '$part', expected dense or newer" >&2; exit 2 ;; esac
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 assets=${FSDPP_ASSETS_DIR:-$repo/.cache/assets}
-ref=("$python" "$repo/harness/references/hf_models.py")
 work=$(mktemp -d "${TMPDIR:-/tmp}/hf_judge_models.XXXXXX")
 trap 'rm -rf "$work"' EXIT
+source "$repo/suites/references/serve.sh"  # ref ARG...: hf_models.py ARG..., in one process
+ref_start "$work" "$python" "$repo/harness/references/hf_models.py"
 export OMP_NUM_THREADS=1
 passed=0 failed=0
 fail() { echo "FAIL $*"; failed=$((failed + 1)); }
@@ -64,12 +65,12 @@ json_field() { "$python" -c 'import json, sys; print(json.loads(sys.stdin.read()
 
 judge() {  # ARCH TOKENS
   local arch=$1 data=$work/$2/train_*.tok dir=$work/$1
-  "${ref[@]}" make --arch "$arch" --out "$dir" --seed 1 >"$work/log" 2>&1 || { fail "$arch make: $(tail -n1 "$work/log")"; return; }
+  ref make --arch "$arch" --out "$dir" --seed 1 >"$work/log" 2>&1 || { fail "$arch make: $(tail -n1 "$work/log")"; return; }
   # Logits and loss on every window: fsdpp's first, then transformers' compared with them.
   local ours theirs
   ours=$("$fsdpp" eval --model "$dir" --data $data --seq-len $T --json --logits-out "$work/fsdpp.st" 2>&1) ||
     { fail "$arch fsdpp eval: $ours"; return; }
-  theirs=$("${ref[@]}" logits --model "$dir" --data $data --seq-len $T --compare "$work/fsdpp.st" 2>"$work/log")
+  theirs=$(ref logits --model "$dir" --data $data --seq-len $T --compare "$work/fsdpp.st" 2>"$work/log")
   if [ -n "$theirs" ] && echo "$theirs" | json_field check | grep -q "'ok': True"; then
     echo "ok   $arch logits: $(echo "$theirs" | json_field check)"; passed=$((passed + 1))
   else
@@ -83,7 +84,7 @@ judge() {  # ARCH TOKENS
   local prompt="In the beginning God created"
   ours=$("$fsdpp" generate --model "$dir" --prompt "$prompt" --max-new-tokens 12 --temperature 0 2>&1) ||
     { fail "$arch fsdpp generate: $ours"; return; }
-  theirs=$("${ref[@]}" generate --model "$dir" --prompt "$prompt" --max-new-tokens 12 2>&1 | tail -n1 | json_field text)
+  theirs=$(ref generate --model "$dir" --prompt "$prompt" --max-new-tokens 12 2>&1 | tail -n1 | json_field text)
   if [ "$ours" = "$theirs" ]; then echo "ok   $arch greedy generate: same text"; passed=$((passed + 1));
   else fail "$arch greedy generate: fsdpp '$ours', transformers '$theirs'"; fi
   # A folder `fsdpp train` exports loads in transformers and gives fsdpp's logits.
@@ -91,7 +92,7 @@ judge() {  # ARCH TOKENS
     --save-dir "$work/runs" --experiment-name "$arch" >"$work/log" 2>&1 || { fail "$arch train: $(tail -n3 "$work/log")"; return; }
   "$fsdpp" eval --model "$work/runs/$arch/hf" --data $data --seq-len $T --json --logits-out "$work/fsdpp.st" >/dev/null 2>&1 ||
     { fail "$arch eval of the export"; return; }
-  if "${ref[@]}" load-export --model "$work/runs/$arch/hf" --data $data --seq-len $T \
+  if ref load-export --model "$work/runs/$arch/hf" --data $data --seq-len $T \
        --compare "$work/fsdpp.st" >"$work/log" 2>&1; then
     echo "ok   $arch export loads with from_pretrained: $(tail -n1 "$work/log")"; passed=$((passed + 1))
   else

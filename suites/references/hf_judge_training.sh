@@ -24,9 +24,10 @@ set -uo pipefail
 fsdpp=$1 python=$2
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 assets=${FSDPP_ASSETS_DIR:-$repo/.cache/assets}
-reference=$repo/harness/references/hf_train.py
 work=$(mktemp -d "${TMPDIR:-/tmp}/hf_judge_train.XXXXXX")
 trap 'rm -rf "$work"' EXIT
+source "$repo/suites/references/serve.sh"  # ref ARG...: hf_train.py ARG..., in one process
+ref_start "$work" "$python" "$repo/harness/references/hf_train.py"
 export OMP_NUM_THREADS=1
 passed=0 failed=0
 
@@ -41,14 +42,14 @@ common=(--data "$work/data/train_*.tok" --seq-len 64 --batch-size 2 --grad-accum
 
 judge() {  # NAME INIT_CONFIG_JSON
   local name=$1 config=$2 init=$work/$1-init
-  if ! "$python" "$reference" --write-init "$init" --init-config "$config" --seed 1 >"$work/init.log" 2>&1; then
+  if ! ref --write-init "$init" --init-config "$config" --seed 1 >"$work/init.log" 2>&1; then
     echo "FAIL $name: could not write the initial weights:"; tail -n 5 "$work/init.log"; failed=$((failed + 1)); return
   fi
   if ! "$fsdpp" train --nproc 2 --strategy full_shard --model "$init" --save-dir "$work/runs" --experiment-name "$name" \
        "${common[@]}" >"$work/train.log" 2>&1; then
     echo "FAIL $name: fsdpp train failed:"; tail -n 10 "$work/train.log"; failed=$((failed + 1)); return
   fi
-  if "$python" "$reference" --model "$init" --world-size 2 "${common[@]}" \
+  if ref --model "$init" --world-size 2 "${common[@]}" \
        --compare-metrics "$work/runs/$name/metrics.jsonl" >"$work/compare.log" 2>&1; then
     echo "ok   $name: $(tail -n 1 "$work/compare.log" | cut -c1-200)"; passed=$((passed + 1))
   else
