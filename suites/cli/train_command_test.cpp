@@ -161,12 +161,15 @@ TEST(TrainCommand, Fp16MixedPrecisionTrainsOnTheCpuWithDynamicLossScaling) {
 
 class TrainEquivalence : public ::testing::TestWithParam<std::string> {};
 
-// The learning rate at which the family's tiny preset learns enough in 10 steps for the
-// guard below: Gemma's (embeddings scaled by sqrt(hidden), the final soft-cap) learns about
-// a tenth as fast as Llama's at 3e-3 (3.471 -> 3.461), Phi's a little under the guard.
+// The learning rate at which the family's tiny preset learns in 10 steps (the guard below):
+// Gemma's (embeddings scaled by sqrt(hidden), the final soft-cap) learns about a tenth as
+// fast as Llama's at 3e-3 (3.471 -> 3.461), Phi's a little slower than Llama's. Not higher:
+// at 3e-2 Gemma 2's trajectory amplifies the ranks' round-off (the loss differences stay at
+// 1e-7 for 4 steps, then jump to 5e-6 and 2.7e-5 by step 9; at 1e-2, 3.6e-7 at every step;
+// docs/notes/2026-12-02-fp64-formulas-serve-same-day-gate.md), and the comparison would then
+// measure the trajectory's sensitivity, not the sharding.
 std::string equivalence_lr(const std::string& family) {
-  if (family.rfind("gemma", 0) == 0) return "3e-2";
-  if (family == "phi") return "1e-2";
+  if (family.rfind("gemma", 0) == 0 || family == "phi") return "1e-2";
   return "3e-3";
 }
 
@@ -186,7 +189,9 @@ TEST_P(TrainEquivalence, LossCurveIsTheSameOnOneTwoAndFourRanks) {
   auto accum = train(dir, "n2a2", common + " --nproc 2 --batch-size 1 --grad-accum-steps 2");
   for (const TrainRun* r : {&one, &two, &four, &accum}) ASSERT_EQ(r->code, 0) << r->output;
   ASSERT_EQ(one.losses().size(), 10u);
-  EXPECT_LT(one.losses().back(), one.losses().front() - 0.1) << "the model must learn, or the comparison says little";
+  // 0.05 nats in 10 steps: a model that learns (Gemma 2 at 1e-2: 0.075; the others 0.1 or more), a
+  // trajectory far above the round-off the comparison below is about.
+  EXPECT_LT(one.losses().back(), one.losses().front() - 0.05) << "the model must learn, or the comparison says little";
   const auto tol = harness::default_tolerance(at::kFloat);  // assert_close's fp32 rtol/atol
   double max_diff = 0;
   for (const TrainRun* r : {&two, &four, &accum}) {
