@@ -260,9 +260,10 @@ PrepareResult prepare_data(const PrepareOptions& options, const std::function<vo
   const auto tok = tokenizer::load_tokenizer(options.tokenizer);
   const auto separator = tokenizer::document_separator_id(tok);
   if (!separator)
-    throw std::runtime_error(options.tokenizer.string() +
-                             ": the vocabulary has none of <|endoftext|>, <s>, <|begin_of_text|> (expected a document "
-                             "separator)");
+    throw std::runtime_error(
+        options.tokenizer.string() +
+        ": the vocabulary has none of <|endoftext|>, <s>, <|begin_of_text|>, <bos> (expected a document "
+        "separator)");
 
   // 1. Documents, in order; only the selected slice is kept.
   const Inputs inputs = list_inputs(options.input, options.output_dir);
