@@ -18,6 +18,13 @@
 #                                          the same, in the shape of the Hub's Llama 3 / Qwen2.5 /
 #                                          Falcon files (ignore_merges; NFC; Falcon's pre-tokenizer
 #                                          Sequence), by ci/assets_from_gguf.py hub
+#   hf-gemma-kjv/tokenizer.{model,json}    Gemma's tokenizer pipeline with a vocabulary of our own
+#                                          (Gemma's is not reachable from here): a SentencePiece
+#                                          BPE trained with Gemma's settings on the Old Testament
+#                                          (PyPI's sentencepiece, pinned; deterministic, the
+#                                          .model's sha256 pinned too), and the tokenizer.json
+#                                          transformers' GemmaTokenizer makes of it
+#                                          (ci/gemma_tokenizer.py)
 #   llama.cpp/ggml-vocab-{gpt-2,llama-spm,llama-bpe,qwen2,phi-3,falcon}.gguf{,.inp,.out}
 #                                          llama.cpp's vocabularies and tokenizer test vectors,
 #                                          from the models/ folder that PyPI's llama-cpp-python
@@ -30,7 +37,8 @@ lock="$repo/ci/assets.lock"
 python=$repo/.venv/bin/python
 # The key is the contents (not the paths) of the lock and the scripts that make the assets,
 # so that every clone on this machine finds the same folder.
-lock_sum=$(cat "$lock" "$repo/ci/fetch_assets.sh" "$repo/ci/assets_from_gguf.py" | sha256sum | cut -c1-16)
+lock_sum=$(cat "$lock" "$repo/ci/fetch_assets.sh" "$repo/ci/assets_from_gguf.py" "$repo/ci/gemma_tokenizer.py" |
+  sha256sum | cut -c1-16)
 if [ -n "${FSDPP_ASSETS_DIR:-}" ]; then
   assets=$FSDPP_ASSETS_DIR
 else
@@ -124,6 +132,28 @@ bible -p "$tmp/kjv/usr/lib" -l100000 "gen1:1-rev22:21" | awk -v out="$out/corpor
   }
   END { if (n != 1189) { print "expected 1189 chapters, read " n > "/dev/stderr"; exit 1 } }' ||
   fail "bible-kjv-text=$version did not read as the 1189 chapters of the King James Bible"
+
+# Gemma's pipeline (ci/gemma_tokenizer.py), trained on the Old Testament just extracted, with
+# PyPI's sentencepiece and the protobuf its model reader needs: pinned wheels (CPython 3.11,
+# x86-64, as ci/requirements.lock) installed into a folder of their own for this step only,
+# so that the .venv (keyed by ci/requirements.lock) stays as it is.
+wheels=()
+for package in sentencepiece protobuf; do
+  version=$(lock_field pypi-wheel "$package" 3)
+  if ! "$python" -m pip download --quiet --disable-pip-version-check --only-binary :all: --no-deps \
+       -d "$tmp/wheels-$package" "$package==$version" >"$tmp/pip.log" 2>&1; then
+    fail "pip download $package==$version failed: $(grep -E '^ERROR' "$tmp/pip.log" | head -n1)"
+  fi
+  wheel=$(ls "$tmp/wheels-$package"/*.whl)
+  check_sha256 "$wheel" "$package==$version" pypi-wheel "$package"
+  wheels+=("$wheel")
+done
+"$python" -m pip install --quiet --disable-pip-version-check --no-deps --no-index --target "$tmp/spm" "${wheels[@]}" \
+  >"$tmp/pip.log" 2>&1 || fail "could not install ${wheels[*]}: $(tail -n1 "$tmp/pip.log")"
+PYTHONPATH=$tmp/spm "$python" "$repo/ci/gemma_tokenizer.py" "$out/corpora/kjv-old-testament" "$out/hf-gemma-kjv" \
+  >"$tmp/gemma.log" 2>&1 || fail "ci/gemma_tokenizer.py failed: $(tail -n1 "$tmp/gemma.log")"
+check_sha256 "$out/hf-gemma-kjv/tokenizer.model" "ci/gemma_tokenizer.py's model (not the pinned training result)" \
+  generated hf-gemma-kjv/tokenizer.model
 
 # Install: replace the previous assets only once everything above succeeded.
 rm -rf "$assets.partial"

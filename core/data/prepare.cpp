@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <cstddef>
 #include <cstdio>
 #include <exception>
 #include <fstream>
@@ -148,7 +149,8 @@ class ShardWriter {
     ++pending_documents_;  // counted in the shard where the document starts
     for (size_t i = 0; i < tokens.size();) {
       const size_t take = std::min(tokens.size() - i, shard_tokens_ - buffer_.size());
-      buffer_.insert(buffer_.end(), tokens.begin() + i, tokens.begin() + i + take);
+      const auto first = tokens.begin() + static_cast<std::ptrdiff_t>(i);
+      buffer_.insert(buffer_.end(), first, first + static_cast<std::ptrdiff_t>(take));
       i += take;
       if (buffer_.size() == shard_tokens_) flush();
     }
@@ -194,6 +196,7 @@ void tokenize_batch(const tokenizer::BpeTokenizer& tok, int32_t separator, const
   int running = workers;
   std::exception_ptr error;
   std::vector<std::thread> threads;
+  threads.reserve(static_cast<size_t>(workers));
   for (int w = 0; w < workers; ++w)
     threads.emplace_back([&] {
       try {
@@ -260,9 +263,10 @@ PrepareResult prepare_data(const PrepareOptions& options, const std::function<vo
   const auto tok = tokenizer::load_tokenizer(options.tokenizer);
   const auto separator = tokenizer::document_separator_id(tok);
   if (!separator)
-    throw std::runtime_error(options.tokenizer.string() +
-                             ": the vocabulary has none of <|endoftext|>, <s>, <|begin_of_text|> (expected a document "
-                             "separator)");
+    throw std::runtime_error(
+        options.tokenizer.string() +
+        ": the vocabulary has none of <|endoftext|>, <s>, <|begin_of_text|>, <bos> (expected a document "
+        "separator)");
 
   // 1. Documents, in order; only the selected slice is kept.
   const Inputs inputs = list_inputs(options.input, options.output_dir);

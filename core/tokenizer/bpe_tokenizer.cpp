@@ -296,6 +296,7 @@ BpeTokenizer BpeTokenizer::from_hf_json_value(const nlohmann::json& root, const 
       tok.add_vocab_entry(t.at("content").get<std::string>(), t.at("id").get<int64_t>(), source);
       if (t.value("special", false)) special_ids.push_back(t.at("id").get<int32_t>());
     }
+    add_added_tokens(tok, *added, source);
   }
   // A merge is "left right" (tokenizers < 0.20) or ["left", "right"].
   for (size_t i = 0; i < merges->size(); ++i) {
@@ -316,9 +317,10 @@ BpeTokenizer BpeTokenizer::from_hf_json_value(const nlohmann::json& root, const 
   const json* pre = field(root, "pre_tokenizer");
   const json* normalizer = field(root, "normalizer");
   const std::string pre_type = pre ? type_of(*pre, source, "pre_tokenizer") : "";
-  if (pre && pre_type != "ByteLevel" && pre_type != "Metaspace" && pre_type != "Sequence") {
+  if (pre && pre_type != "ByteLevel" && pre_type != "Metaspace" && pre_type != "Sequence" && pre_type != "Split") {
     reject(source, "pre_tokenizer.type is \"" + pre_type +
-                       "\"; expected \"ByteLevel\", \"Metaspace\", \"Sequence\" (of Split and ByteLevel) or null");
+                       "\"; expected \"ByteLevel\", \"Metaspace\", \"Sequence\" (of Split and ByteLevel), \"Split\" "
+                       "(by a String) or null");
   }
   if (pre_type == "ByteLevel" || pre_type == "Sequence") {
     // Byte-level: the normalizer may be NFC (Qwen2's Hub files), applied before splitting.
@@ -352,6 +354,7 @@ BpeTokenizer BpeTokenizer::from_hf_json_value(const nlohmann::json& root, const 
       }
     }
     if (pre_type == "Metaspace") add_metaspace(tok, *pre, source);
+    if (pre_type == "Split") add_split(tok, *pre, source);
     if (const json* unk = field(*model, "unk_token")) tok.unk_id_ = tok.find_id(unk->get<std::string>());
     tok.finish_sentencepiece(source);
   }
@@ -429,8 +432,8 @@ void BpeTokenizer::set_byte_level_pre_tokenizer(BpeTokenizer& tok, const json& p
 }
 
 // HF tokenizers' Metaspace pre-tokenizer (pre_tokenizers/metaspace.rs): " " -> replacement,
-// then the replacement prepended unless the text starts with it ("always"; "first" is the
-// same for one section of text, which is what encode() is given; "never" adds nothing);
+// then the replacement prepended unless the text starts with it ("always": every section
+// between added tokens; "first": only the section at offset 0 of the text; "never": none);
 // older files say add_prefix_space instead of prepend_scheme.
 void BpeTokenizer::add_metaspace(BpeTokenizer& tok, const json& pre, const std::string& source) {
   const std::string where = source + " pre_tokenizer (Metaspace)";
@@ -448,8 +451,69 @@ void BpeTokenizer::add_metaspace(BpeTokenizer& tok, const json& pre, const std::
     reject(where, "prepend_scheme is \"" + scheme + "\"; expected \"always\", \"first\" or \"never\"");
   }
   tok.normalizer_.push_back({NormalizerStep::Op::kReplace, " ", rep});
-  if (scheme != "never") tok.normalizer_.push_back({NormalizerStep::Op::kPrependUnlessPresent, "", rep});
+  if (scheme != "never")
+    tok.normalizer_.push_back({NormalizerStep::Op::kPrependUnlessPresent, "", rep, scheme == "first"});
   if (pre.value("split", true)) tok.split_before_ = rep;
+}
+
+// HF tokenizers' Split pre-tokenizer by a String pattern (pre_tokenizers/split.rs), on a
+// SentencePiece-style text after its normalizer: what transformers 5 writes for Gemma
+// (" ", MergedWithPrevious; a no-op there, the normalizer having replaced every " ").
+// A Regex pattern is refused: fsdpp has no regex engine.
+void BpeTokenizer::add_split(BpeTokenizer& tok, const json& pre, const std::string& source) {
+  const std::string where = source + " pre_tokenizer (Split)";
+  const json* pattern = field(pre, "pattern");
+  if (!pattern || !pattern->is_object() || !pattern->contains("String") || !pattern->at("String").is_string() ||
+      pattern->at("String").get<std::string>().empty()) {
+    reject(where,
+           "pattern is not a non-empty {\"String\": ...}; expected a String pattern (a Regex one is not "
+           "supported without a byte-level pre-tokenizer)");
+  }
+  if (pre.value("invert", false)) reject(where, "invert is true; expected false");
+  const std::string behavior = pre.value("behavior", "");
+  static const std::vector<std::pair<std::string, SplitBehavior>> kBehaviors = {
+      {"Removed", SplitBehavior::kRemoved},
+      {"Isolated", SplitBehavior::kIsolated},
+      {"MergedWithPrevious", SplitBehavior::kMergedWithPrevious},
+      {"MergedWithNext", SplitBehavior::kMergedWithNext},
+      {"Contiguous", SplitBehavior::kContiguous}};
+  const auto it =
+      std::find_if(kBehaviors.begin(), kBehaviors.end(), [&](const auto& b) { return b.first == behavior; });
+  if (it == kBehaviors.end())
+    reject(where, "behavior is \"" + behavior +
+                      "\"; expected Removed, Isolated, MergedWithPrevious, MergedWithNext or Contiguous");
+  tok.split_pattern_ = pattern->at("String").get<std::string>();
+  tok.split_behavior_ = it->second;
+}
+
+// The added tokens that HF tokenizers finds in the raw text (added_vocabulary.rs: those with
+// normalized false, matched leftmost-longest before the normalizer). A special one is found
+// and left as plain text (encode_special_tokens, fsdpp's rule); a non-special one (a
+// SentencePiece user-defined piece) becomes its id. Non-special tokens matched after the
+// normalizer (normalized true) or with lstrip / rstrip / single_word are refused.
+void BpeTokenizer::add_added_tokens(BpeTokenizer& tok, const json& added, const std::string& source) {
+  for (const json& t : added) {
+    const std::string content = t.at("content").get<std::string>();
+    const bool special = t.value("special", false);
+    // tokenizers' AddedToken default: normalized = !special.
+    const bool normalized = t.contains("normalized") ? t.at("normalized").get<bool>() : !special;
+    if (content.empty() || (special && normalized)) continue;  // never found in the raw text
+    if (!special) {
+      for (const char* key : {"normalized", "lstrip", "rstrip", "single_word"}) {
+        if (t.value(key, false))
+          reject(source, "added token '" + content + "' (not special) has " + key +
+                             " true; expected false (fsdpp finds non-special added tokens in the raw text only)");
+      }
+    }
+    tok.added_.push_back({content, t.at("id").get<int32_t>(), special});
+  }
+  for (size_t i = 0; i < tok.added_.size(); ++i) {
+    tok.added_by_first_byte_[static_cast<unsigned char>(tok.added_[i].content[0])].push_back(static_cast<int32_t>(i));
+  }
+  for (auto& list : tok.added_by_first_byte_) {
+    std::stable_sort(list.begin(), list.end(),
+                     [&](int32_t a, int32_t b) { return tok.added_[a].content.size() > tok.added_[b].content.size(); });
+  }
 }
 
 BpeTokenizer BpeTokenizer::from_gguf_vocab(const std::filesystem::path& gguf) {
@@ -634,14 +698,15 @@ void BpeTokenizer::encode_byte_level(std::string_view text, std::vector<int32_t>
   }
 }
 
-void BpeTokenizer::encode_sentencepiece(std::string_view text, std::vector<int32_t>& out) const {
+void BpeTokenizer::encode_sentencepiece(std::string_view text, bool at_start, std::vector<int32_t>& out) const {
   // Normalizer, in order (HF Prepend leaves an empty text empty).
   std::string normalized(text);
   for (const NormalizerStep& step : normalizer_) {
     if (step.op == NormalizerStep::Op::kPrepend) {
       if (!normalized.empty()) normalized = step.to + normalized;
     } else if (step.op == NormalizerStep::Op::kPrependUnlessPresent) {
-      if (!normalized.empty() && normalized.compare(0, step.to.size(), step.to) != 0) normalized = step.to + normalized;
+      if (!normalized.empty() && (at_start || !step.first_only) && normalized.compare(0, step.to.size(), step.to) != 0)
+        normalized = step.to + normalized;
     } else {
       normalized = replace_all(normalized, step.from, step.to);
     }
@@ -655,6 +720,61 @@ void BpeTokenizer::encode_sentencepiece(std::string_view text, std::vector<int32
       merge_sentencepiece_word(std::string_view(normalized).substr(begin, end - begin), out);
       begin = end;
     }
+    return;
+  }
+  if (!split_pattern_.empty()) {
+    // HF Split by a String: the matches and the text between them (tokenizers'
+    // NormalizedString::split), each resulting piece merged on its own.
+    const std::string_view all(normalized);
+    const size_t plen = split_pattern_.size();
+    std::vector<std::pair<std::string_view, bool>> spans;  // (text, is a match), covering `all`
+    size_t prev = 0;
+    for (size_t hit; (hit = all.find(split_pattern_, prev)) != std::string_view::npos; prev = hit + plen) {
+      if (hit > prev) spans.emplace_back(all.substr(prev, hit - prev), false);
+      spans.emplace_back(all.substr(hit, plen), true);
+    }
+    if (prev < all.size()) spans.emplace_back(all.substr(prev), false);
+    std::vector<std::string_view> pieces;
+    auto extend = [](std::string_view a, std::string_view b) {
+      return std::string_view(a.data(), a.size() + b.size());
+    };
+    switch (split_behavior_) {
+      case SplitBehavior::kRemoved:
+        for (const auto& [span, match] : spans)
+          if (!match) pieces.push_back(span);
+        break;
+      case SplitBehavior::kIsolated:
+        for (const auto& span : spans) pieces.push_back(span.first);
+        break;
+      case SplitBehavior::kContiguous:
+        for (size_t i = 0; i < spans.size(); ++i) {
+          if (spans[i].second && i > 0 && spans[i - 1].second)
+            pieces.back() = extend(pieces.back(), spans[i].first);
+          else
+            pieces.push_back(spans[i].first);
+        }
+        break;
+      case SplitBehavior::kMergedWithPrevious:
+        // A match right after a non-match joins it; any other match stands alone.
+        for (size_t i = 0; i < spans.size(); ++i) {
+          if (spans[i].second && i > 0 && !spans[i - 1].second)
+            pieces.back() = extend(pieces.back(), spans[i].first);
+          else
+            pieces.push_back(spans[i].first);
+        }
+        break;
+      case SplitBehavior::kMergedWithNext:
+        // The mirror image: a match right before a non-match joins it.
+        for (size_t i = spans.size(); i-- > 0;) {
+          if (spans[i].second && i + 1 < spans.size() && !spans[i + 1].second)
+            pieces.back() = std::string_view(spans[i].first.data(), spans[i].first.size() + pieces.back().size());
+          else
+            pieces.push_back(spans[i].first);
+        }
+        std::reverse(pieces.begin(), pieces.end());
+        break;
+    }
+    for (std::string_view piece : pieces) merge_sentencepiece_word(piece, out);
     return;
   }
   merge_sentencepiece_word(normalized, out);
@@ -695,12 +815,41 @@ void BpeTokenizer::merge_sentencepiece_word(std::string_view normalized, std::ve
   merge_word(std::move(symbols), out);
 }
 
+void BpeTokenizer::encode_section(std::string_view text, bool at_start, std::vector<int32_t>& out) const {
+  if (kind_ == Kind::kByteLevel)
+    encode_byte_level(text, out);
+  else
+    encode_sentencepiece(text, at_start, out);
+}
+
+const BpeTokenizer::AddedToken* BpeTokenizer::added_token_at(std::string_view text, size_t pos) const {
+  for (int32_t i : added_by_first_byte_[static_cast<unsigned char>(text[pos])]) {
+    const AddedToken& t = added_[i];
+    if (text.compare(pos, t.content.size(), t.content) == 0) return &t;
+  }
+  return nullptr;
+}
+
 std::vector<int32_t> BpeTokenizer::encode(std::string_view text) const {
   std::vector<int32_t> ids;
-  if (kind_ == Kind::kByteLevel)
-    encode_byte_level(text, ids);
-  else
-    encode_sentencepiece(text, ids);
+  // Added tokens first, as HF's AddedVocabulary finds them (aho-corasick, leftmost-longest,
+  // non-overlapping); each section between the non-special ones is encoded on its own
+  // (normalizer, pre-tokenizer, merges), and a special one stays inside its section.
+  size_t section = 0;
+  for (size_t pos = 0; pos < text.size() && !added_.empty();) {
+    const AddedToken* t = added_token_at(text, pos);
+    if (!t) {
+      ++pos;
+      continue;
+    }
+    if (!t->special) {
+      if (pos > section) encode_section(text.substr(section, pos - section), section == 0, ids);
+      ids.push_back(t->id);
+      section = pos + t->content.size();
+    }
+    pos += t->content.size();
+  }
+  if (section < text.size() || text.empty()) encode_section(text.substr(section), section == 0, ids);
   return ids;
 }
 

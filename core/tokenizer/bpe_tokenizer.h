@@ -13,7 +13,10 @@
 //    rule, as llama.cpp applies it to a GGUF vocabulary). No regex pre-tokenization.
 //
 // encode() never adds BOS/EOS and never parses special-token text such as "<s>": it is
-// plain text (llama.cpp's tokenize with add_special = parse_special = false).
+// plain text (llama.cpp's tokenize with add_special = parse_special = false). A
+// tokenizer.json's added tokens that are not special (SentencePiece's user-defined pieces:
+// Gemma's "<start_of_turn>", newline runs, ...) are found in the text first, as Hugging Face
+// finds them (leftmost, longest), and the text between them is encoded section by section.
 // A loaded tokenizer is immutable; const calls are safe from many threads at once.
 #pragma once
 
@@ -45,11 +48,14 @@ class BpeTokenizer {
   // (exactly those patterns) and a ByteLevel, or Falcon's Sequence (Punctuation,
   // ByteLevel, Digits, Split); its normalizer null or NFC.
   // SentencePiece-style when it has no pre_tokenizer (the normalizer may be Prepend /
-  // Replace / a Sequence of them) or a Metaspace one (what tokenizers >= 0.14 and
+  // Replace / a Sequence of them), a Metaspace one (what tokenizers >= 0.14 and
   // transformers 5 write: " " -> "▁", then a "▁" prefix unless the text already starts
-  // with one; split into "▁"-led words when its `split` is true). Throws as above; any
-  // configuration outside these (another model type, dropout, subword prefixes, other
-  // pre-tokenizers, Split patterns or normalizers) is std::invalid_argument naming the field.
+  // with one, "first": only on the section that starts the text; split into "▁"-led words
+  // when its `split` is true) or a Split by a String pattern (Gemma's: " ",
+  // MergedWithPrevious). Added tokens: special ones are plain text; the others must have
+  // normalized, lstrip, rstrip and single_word false. Throws as above; any configuration
+  // outside these (another model type, dropout, subword prefixes, other pre-tokenizers,
+  // Split patterns or normalizers) is std::invalid_argument naming the field.
   static BpeTokenizer from_hf_tokenizer_json(const std::filesystem::path& tokenizer_json);
 
   // The vocabulary of a GGUF file (llama.cpp's format; see gguf_vocab.h) whose
@@ -84,9 +90,18 @@ class BpeTokenizer {
     // kPrependUnlessPresent: HF Metaspace's prefix, added unless the text already starts
     // with it (so decode(encode(" x")) is "x", as in Hugging Face).
     enum class Op { kPrepend, kPrependUnlessPresent, kReplace } op;
-    std::string from;  // kReplace only
-    std::string to;    // the prepended / replacing text
+    std::string from;         // kReplace only
+    std::string to;           // the prepended / replacing text
+    bool first_only = false;  // kPrependUnlessPresent: Metaspace "first", only the section at offset 0
   };
+  // A tokenizer.json added token matched in the raw text (normalized false).
+  struct AddedToken {
+    std::string content;
+    int32_t id;
+    bool special;  // found, then left as plain text (it shadows what it covers, as in HF)
+  };
+  // HF Split pre-tokenizer behaviours (SplitDelimiterBehavior).
+  enum class SplitBehavior { kRemoved, kIsolated, kMergedWithPrevious, kMergedWithNext, kContiguous };
   struct Merge {
     int32_t rank;       // lower merges first
     int32_t merged_id;  // id of left+right
@@ -106,7 +121,13 @@ class BpeTokenizer {
   // Applies the merges to one word given as its initial symbol ids; appends the result.
   void merge_word(std::vector<int32_t> symbols, std::vector<int32_t>& out) const;
   void encode_byte_level(std::string_view text, std::vector<int32_t>& out) const;
-  void encode_sentencepiece(std::string_view text, std::vector<int32_t>& out) const;
+  // One section of text between added tokens; at_start: it begins the text.
+  void encode_section(std::string_view text, bool at_start, std::vector<int32_t>& out) const;
+  void encode_sentencepiece(std::string_view text, bool at_start, std::vector<int32_t>& out) const;
+  // The longest added token at text[pos], or nullptr.
+  const AddedToken* added_token_at(std::string_view text, size_t pos) const;
+  static void add_added_tokens(BpeTokenizer& tok, const nlohmann::json& added, const std::string& source);
+  static void add_split(BpeTokenizer& tok, const nlohmann::json& pre, const std::string& source);
   void merge_sentencepiece_word(std::string_view normalized, std::vector<int32_t>& out) const;
   static void add_metaspace(BpeTokenizer& tok, const nlohmann::json& pre, const std::string& source);
 
@@ -137,7 +158,14 @@ class BpeTokenizer {
   std::array<int32_t, 256> byte_fallback_ids_{};  // byte -> id of "<0xXX>", -1 if absent
   int32_t unk_id_ = -1;
   bool fuse_unk_ = false;
-  std::string split_before_;  // HF Metaspace split: merge each word that starts with it alone
+  std::string split_before_;   // HF Metaspace split: merge each word that starts with it alone
+  std::string split_pattern_;  // HF Split by a String pattern (Gemma's " "), after the normalizer
+  SplitBehavior split_behavior_ = SplitBehavior::kIsolated;
+
+  // Added tokens found in the raw text before anything else (tokenizer.json only), indexed
+  // by their first byte, longest first.
+  std::vector<AddedToken> added_;
+  std::array<std::vector<int32_t>, 256> added_by_first_byte_{};
 };
 
 }  // namespace fsdpp::tokenizer

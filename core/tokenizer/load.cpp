@@ -65,7 +65,8 @@ void copy_tokenizer_files(const fs::path& path, const fs::path& hf_dir) {
 std::optional<int32_t> document_separator_id(const BpeTokenizer& tokenizer) {
   if (auto eot = tokenizer.token_id("<|endoftext|>")) return eot;
   if (auto bos = tokenizer.token_id("<s>")) return bos;
-  return tokenizer.token_id("<|begin_of_text|>");
+  if (auto bos = tokenizer.token_id("<|begin_of_text|>")) return bos;
+  return tokenizer.token_id("<bos>");
 }
 
 }  // namespace fsdpp::tokenizer

@@ -20,7 +20,7 @@ void copy_tokenizer_files(const std::filesystem::path& path, const std::filesyst
 
 // The id that starts every document when preparing data: <|endoftext|> if the
 // vocabulary has it (GPT-2, Qwen2, Phi-3; as llm.c does), else <s> (Llama-2's BOS), else
-// <|begin_of_text|> (Llama 3's BOS); none otherwise.
+// <|begin_of_text|> (Llama 3's BOS), else <bos> (Gemma's BOS); none otherwise.
 std::optional<int32_t> document_separator_id(const BpeTokenizer& tokenizer);
 
 }  // namespace fsdpp::tokenizer

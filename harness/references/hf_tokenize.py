@@ -14,9 +14,10 @@ walked recursively), a .txt file is one document, every string value of a .json 
 of each line of a .jsonl file) is one, empty documents are dropped (.yaml is not supported
 here). Each document is encoded on its own with add_special_tokens=False (no BOS/EOS from
 the post-processor) and prefixed with the document separator: <|endoftext|> if the
-vocabulary has it, else <s>, else <|begin_of_text|>. Special-token text inside a document is plain text
-(`encode_special_tokens`), as in fsdpp's encode() and llama.cpp's tokenize(parse_special=
-false): "<s>" in a document is "<", "s", ">", not id 1.
+vocabulary has it, else <s>, else <|begin_of_text|>, else <bos>. Special-token text inside a
+document is plain text (`encode_special_tokens`), as in fsdpp's encode() and llama.cpp's
+tokenize(parse_special=false): "<s>" in a document is "<", "s", ">", not id 1. Non-special
+added tokens (Gemma's user-defined pieces) are found, as HF finds them.
 
 Output (stdout, or --out): {"documents", "tokens", "sha256" (of all ids as little-endian
 int32, in document order, separators included), "per_document": [{"index", "file",
@@ -53,7 +54,7 @@ import torch_peer  # open_token_file: the .tok reader
 
 EXIT_MISMATCH = 1
 EXIT_USAGE = 2
-SEPARATORS = ("<|endoftext|>", "<s>", "<|begin_of_text|>")  # in order of preference, as document_separator_id
+SEPARATORS = ("<|endoftext|>", "<s>", "<|begin_of_text|>", "<bos>")  # in order of preference, as document_separator_id
 INPUT_KINDS = {".txt": "text", ".json": "json", ".jsonl": "jsonl", ".yaml": "yaml", ".yml": "yaml"}
 
 

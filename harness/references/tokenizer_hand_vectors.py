@@ -94,6 +94,20 @@ CORNERS = [
     "q\u0307\u0323",
     "\u0344",
     "e\u0301\u0301",
+    # Added tokens of a tokenizer.json: the non-special ones (Phi-3's converted "</s>", Qwen2's
+    # "[PAD151646]", Gemma's user-defined pieces: <start_of_turn>, newline runs, "\u2581" runs,
+    # HTML tags) split the text before the normalizer, each section normalized on its own;
+    # the special ones (<bos>, <eos>, <pad>, <unk>, <mask>, <s>) are plain text.
+    "a</s>b",
+    "</s>Hello world",
+    "Hi </s> there",
+    "x[PAD151646]y",
+    "<start_of_turn>user\nHow are you?<end_of_turn>\n<start_of_turn>model\n",
+    "<bos><eos><pad><unk><mask> <s> <unused3>x",
+    "\n\n\n\n\nand\n \n",
+    "a \u2581\u2581\u2581 b\u2581",
+    "<table><tr><td>1</td></tr></table>",
+    "\t\tx\t  0123456789",
 ]
 
 

@@ -12,6 +12,10 @@
 #   hf-llama-bpe-hub,          the same in the shape of the Hub's files (ignore_merges;
 #   hf-qwen2-hub               NFC normalizer)
 #   hf-falcon-hub              Falcon's, with its Hub file's pre-tokenizer Sequence
+#   hf-gemma-kjv               Gemma's pipeline (a SentencePiece BPE trained with Gemma's
+#                              settings on the Old Testament, converted by transformers'
+#                              GemmaTokenizer: ci/gemma_tokenizer.py); Gemma's own 256k
+#                              vocabulary is not among the assets
 #
 # Usage: hf_judge_tokenizers.sh FSDPP_BINARY PYTHON
 set -uo pipefail
@@ -26,7 +30,7 @@ passed=0 failed=0
 for corpus in "$assets/corpora/kjv-old-testament" "$assets/corpora/kjv-new-testament" "$work/hand-vectors"; do
   for tokenizer in gpt2 hf-llama-spm/tokenizer.json hf-phi-3/tokenizer.json hf-llama-bpe/tokenizer.json \
                    hf-llama-bpe-hub/tokenizer.json hf-qwen2/tokenizer.json hf-qwen2-hub/tokenizer.json \
-                   hf-falcon-hub/tokenizer.json; do
+                   hf-falcon-hub/tokenizer.json hf-gemma-kjv/tokenizer.json; do
     name="$(basename "$corpus")/${tokenizer%/tokenizer.json}"
     out=$work/$(basename "$corpus")-$(echo "$tokenizer" | tr '/.' '__')
     if ! "$fsdpp" data prepare --input "$corpus" --output "$out" --tokenizer "$assets/$tokenizer" \

@@ -14,6 +14,7 @@
 #include <rapidcheck/gtest.h>
 #include <unistd.h>
 
+#include <array>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -355,13 +356,15 @@ RC_GTEST_PROP(Llama3Tokenizer, DecodeInvertsEncodeOnArbitraryBytes, (const std::
   RC_ASSERT(hf("hf-qwen2-hub").decode(hf("hf-qwen2-hub").encode(text)) == tokenizer::unicode::nfc(text));
 }
 
-// data prepare starts every document with <|endoftext|>, else <s>, else Llama 3's BOS.
-TEST(DocumentSeparator, IsEndOfTextForQwen2AndPhi3SForLlama2AndBeginOfTextForLlama3) {
+// data prepare starts every document with <|endoftext|>, else <s>, else Llama 3's BOS,
+// else Gemma's <bos>.
+TEST(DocumentSeparator, IsEndOfTextForQwen2AndPhi3SForLlama2BeginOfTextForLlama3AndBosForGemma) {
   EXPECT_EQ(tokenizer::document_separator_id(gguf("qwen2")), 151643);
   EXPECT_EQ(tokenizer::document_separator_id(gguf("phi-3")), 32000);
   EXPECT_EQ(tokenizer::document_separator_id(llama2()), 1);
   EXPECT_EQ(tokenizer::document_separator_id(gguf("llama-bpe")), 128000);
   EXPECT_EQ(tokenizer::document_separator_id(hf("hf-llama-bpe-hub")), 128000);
+  EXPECT_EQ(tokenizer::document_separator_id(hf("hf-gemma-kjv")), 2);
 }
 
 // Phi-3 (mini) uses Llama-2's SentencePiece-style BPE with its own 32064-token vocabulary.
@@ -373,6 +376,43 @@ TEST(Phi3Tokenizer, EncodesEveryLlamaCppVectorExactlyFromTheGgufAndTheTransforme
 
 TEST(Phi3Tokenizer, DecodeInvertsEncodeOnEveryVector) {
   expect_decode_inverts_encode(gguf("phi-3"), "ggml-vocab-phi-3.gguf");
+}
+
+// A tokenizer.json's non-special added tokens are found in the text before the normalizer,
+// as HF's AddedVocabulary finds them, and each section between them is normalized on its
+// own: Phi-3's converted file has "</s>" non-special and a Prepend normalizer, so every
+// section gets its "▁". Expected ids: HF tokenizers 0.23.3 on the same files
+// (encode_special_tokens, add_special_tokens=False), as harness/references/hf_tokenize.py.
+TEST(AddedTokens, NonSpecialOnesSplitTheTextAndEachSectionIsNormalizedAsHuggingFaceDoes) {
+  EXPECT_EQ(ids_str(hf("hf-phi-3").encode("a</s>b")), "[263 2 289]");
+  EXPECT_EQ(ids_str(hf("hf-phi-3").encode("</s>Hello world")), "[2 15043 3186]");
+  EXPECT_EQ(ids_str(hf("hf-phi-3").encode("Hi </s> there")), "[6324 29871 2 29871 727]");
+  EXPECT_EQ(ids_str(hf("hf-qwen2-hub").encode("x[PAD151646]y")), "[87 151646 88]");
+  // Special tokens stay plain text, in the GGUF and the tokenizer.json alike.
+  EXPECT_EQ(hf("hf-phi-3").encode("a<s>b"), gguf("phi-3").encode("a<s>b"));
+}
+
+// Gemma's pipeline (hf-gemma-kjv, ci/gemma_tokenizer.py: a SentencePiece BPE trained with
+// Gemma's settings, as transformers' GemmaTokenizer converts it): normalizer Replace " " ->
+// "▁" and no prefix, a Split " " pre-tokenizer, byte fallback, user-defined pieces
+// (<start_of_turn>, newline runs, "▁" runs, HTML tags) as non-special added tokens.
+// Expected ids: HF tokenizers 0.23.3 on the same file (pinned by the .model's sha256).
+TEST(GemmaTokenizer, EncodesUserDefinedPiecesByteFallbackAndDigitsAsHuggingFaceDoes) {
+  const BpeTokenizer& tok = hf("hf-gemma-kjv");
+  EXPECT_EQ(tok.kind(), BpeTokenizer::Kind::kSentencePiece);
+  EXPECT_EQ(ids_str(tok.encode("<start_of_turn>user\nIn the beginning<end_of_turn>\n")),
+            "[15 520 354 17 1210 346 2652 16 17]");
+  EXPECT_EQ(ids_str(tok.encode("And God said,\n\n\nLet there be light")), "[384 490 478 3957 19 1433 465 385 1248]");
+  // <bos> and <eos> are special (control pieces): plain text, "<" and ">" by byte fallback.
+  EXPECT_EQ(ids_str(tok.encode("<bos>In<eos>")), "[148 3962 558 150 1210 148 3943 558 150]");
+  // "  " becomes "▁▁" by the normalizer and merges; a literal "▁▁" is the added token.
+  EXPECT_EQ(ids_str(tok.encode("two  spaces and \u2581\u2581 literal")),
+            "[3944 3958 3947 48 3949 3963 1240 355 3942 48 389 380 354 522]");
+  EXPECT_EQ(ids_str(tok.encode("\tcaf\u00e9 1234 \U0001F917")),
+            "[97 3960 3946 3954 283 257 3942 3996 3998 139 140 3942 328 247 252 239]");
+  EXPECT_EQ(ids_str(tok.encode("<b>Amen</b>")), "[86 3967 1614 87]");
+  EXPECT_EQ(tok.decode(tok.encode("<start_of_turn>user\nIn the  beginning \U0001F917")),
+            "<start_of_turn>user\nIn the  beginning \U0001F917");
 }
 
 // Falcon: punctuation runs, GPT-2's regex, numeric runs, ASCII digit triples, as the
@@ -565,6 +605,91 @@ TEST_F(TokenizerFileErrors, SplitWithAnotherBehaviorIsAnInvalidArgumentNamingThe
     FAIL() << "expected std::invalid_argument";
   } catch (const std::invalid_argument& e) {
     EXPECT_THAT(e.what(), AllOf(HasSubstr(file.string()), HasSubstr("pretokenizers[0].behavior")));
+  }
+}
+
+// A SentencePiece-style tokenizer.json with a Split by the String "-" (`behavior`) and no
+// normalizer: each piece is merged on its own. Expected ids: HF tokenizers 0.23.3.
+std::string split_by_dash_json(const std::string& behavior) {
+  return R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "-": 2, "a-": 3, "-b": 4, "-a": 5, "--": 6, "b-": 7},
+    "merges": [["a", "-"], ["-", "b"], ["-", "a"], ["-", "-"], ["b", "-"]]},
+    "pre_tokenizer": {"type": "Split", "pattern": {"String": "-"}, "behavior": ")" +
+         behavior + R"(", "invert": false}})";
+}
+
+TEST_F(TokenizerFileErrors, SentencePieceSplitByAStringSplitsAsHuggingFaceDoesForEveryBehavior) {
+  const std::vector<std::array<std::string, 3>> expected = {// behavior, "a-b--a", "-a-"
+                                                            {"Removed", "[0 1 0]", "[0]"},
+                                                            {"Isolated", "[0 2 1 2 2 0]", "[2 0 2]"},
+                                                            {"MergedWithPrevious", "[3 7 2 0]", "[2 3]"},
+                                                            {"MergedWithNext", "[0 4 2 5]", "[5 2]"},
+                                                            {"Contiguous", "[0 2 1 6 0]", "[2 0 2]"}};
+  for (const auto& [behavior, first, second] : expected) {
+    const BpeTokenizer tok =
+        BpeTokenizer::from_hf_tokenizer_json(write("tokenizer.json", split_by_dash_json(behavior)));
+    EXPECT_EQ(ids_str(tok.encode("a-b--a")), first) << behavior;
+    EXPECT_EQ(ids_str(tok.encode("-a-")), second) << behavior;
+  }
+}
+
+// Metaspace "first" prepends "▁" only to the section at the start of the text, "always" to
+// every section between added tokens. Expected ids: HF tokenizers 0.23.3.
+TEST_F(TokenizerFileErrors, MetaspaceFirstPrependsOnlyAtTheStartOfTheTextAlwaysBeforeEverySection) {
+  for (const auto& [scheme, a_x_a, x_a] :
+       std::vector<std::array<std::string, 3>>{{"first", "[2 3 1]", "[3 1]"}, {"always", "[2 3 2]", "[3 2]"}}) {
+    const BpeTokenizer tok = BpeTokenizer::from_hf_tokenizer_json(write("tokenizer.json", R"({"model": {"type": "BPE",
+      "vocab": {"\u2581": 0, "a": 1, "\u2581a": 2, "<x>": 3}, "merges": [["\u2581", "a"]]},
+      "pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": ")" + scheme +
+                                                                                              R"(", "split": false},
+      "added_tokens": [{"id": 3, "content": "<x>", "single_word": false, "lstrip": false, "rstrip": false,
+                        "normalized": false, "special": false}]})"));
+    EXPECT_EQ(ids_str(tok.encode("a<x>a")), a_x_a) << scheme;
+    EXPECT_EQ(ids_str(tok.encode("<x>a")), x_a) << scheme;
+    EXPECT_EQ(ids_str(tok.encode("a a<x>")), "[2 2 3]") << scheme;
+  }
+}
+
+// A special added token is found and left as plain text, so a non-special one inside it is
+// not found (HF's matcher skips the special match whole); leftmost, longest first.
+// Expected ids: HF tokenizers 0.23.3.
+TEST_F(TokenizerFileErrors, SpecialAddedTokensShadowNonSpecialOnesInsideThemAsInHuggingFace) {
+  const BpeTokenizer tok = BpeTokenizer::from_hf_tokenizer_json(write("tokenizer.json", R"({"model": {"type": "BPE",
+    "vocab": {"\u2581": 0, "a": 1, "\u2581a": 2, "x": 3, "y": 4, "z": 5, "<y>": 6, "x<y>": 7, "<": 8, ">": 9},
+    "merges": [["\u2581", "a"]]},
+    "normalizer": {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "\u2581"},
+                   {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]},
+    "added_tokens": [
+      {"id": 6, "content": "<y>", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false,
+       "special": false},
+      {"id": 7, "content": "x<y>", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false,
+       "special": true}]})"));
+  EXPECT_EQ(ids_str(tok.encode("a<y>a")), "[2 6 2]");
+  EXPECT_EQ(ids_str(tok.encode("x<y>a")), "[0 3 8 4 9 1]");
+  EXPECT_EQ(ids_str(tok.encode("zx<y><y>")), "[0 5 3 8 4 9 6]");
+  EXPECT_EQ(ids_str(tok.encode("<y>")), "[6]");
+  EXPECT_EQ(ids_str(tok.encode("")), "[]");
+}
+
+TEST_F(TokenizerFileErrors, NonSpecialAddedTokenMatchedAfterTheNormalizerIsAnInvalidArgumentNamingIt) {
+  const fs::path file = write("tokenizer.json", R"({"model": {"type": "BPE", "vocab": {"a": 0, "<x>": 1}, "merges": []},
+    "added_tokens": [{"id": 1, "content": "<x>", "single_word": false, "lstrip": false, "rstrip": false,
+                      "normalized": true, "special": false}]})");
+  try {
+    BpeTokenizer::from_hf_tokenizer_json(file);
+    FAIL() << "expected std::invalid_argument";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), AllOf(HasSubstr(file.string()), HasSubstr("'<x>'"), HasSubstr("normalized")));
+  }
+}
+
+TEST_F(TokenizerFileErrors, SentencePieceSplitByARegexIsAnInvalidArgumentNamingThePattern) {
+  const fs::path file = write("tokenizer.json", R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},
+    "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "a+"}, "behavior": "Isolated", "invert": false}})");
+  try {
+    BpeTokenizer::from_hf_tokenizer_json(file);
+    FAIL() << "expected std::invalid_argument";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), AllOf(HasSubstr(file.string()), HasSubstr("pre_tokenizer (Split)"), HasSubstr("String")));
   }
 }
 
