@@ -901,8 +901,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["serve"]:  # many command lines in one process (serve.py)
-        from serve import serve
+    from serve import main_or_serve
 
-        sys.exit(serve(main))
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main_or_serve(main))

@@ -415,9 +415,16 @@ def main(argv):
     return 0 if run_compare(args, tok, documents) else EXIT_MISMATCH
 
 
-if __name__ == "__main__":
+def cli(argv):
+    """main, with a usage error as one line on stderr and exit 2."""
     try:
-        sys.exit(main(sys.argv[1:]))
+        return main(argv)
     except UsageError as e:
         print(f"hf_tokenize: {e}", file=sys.stderr)
-        sys.exit(EXIT_USAGE)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    from serve import main_or_serve
+
+    sys.exit(main_or_serve(cli))

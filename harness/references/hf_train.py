@@ -441,8 +441,6 @@ def cli(argv):
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["serve"]:  # many command lines in one process (serve.py)
-        from serve import serve
+    from serve import main_or_serve
 
-        sys.exit(serve(cli))
-    sys.exit(cli(sys.argv[1:]))
+    sys.exit(main_or_serve(cli))

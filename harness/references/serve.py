@@ -76,3 +76,11 @@ def serve(main):
         reply.write(f"{_run(main, args, fields[0], fields[1])}\n")
         reply.flush()
     return 0
+
+
+def main_or_serve(main):
+    """A reference script's entry point: `SCRIPT serve` answers command lines (serve above),
+    any other command line runs main once. Returns the exit code."""
+    if sys.argv[1:] == ["serve"]:
+        return serve(main)
+    return main(sys.argv[1:])

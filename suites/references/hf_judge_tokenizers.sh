@@ -25,6 +25,8 @@ repo=$(cd "$(dirname "$0")/../.." && pwd)
 assets=${FSDPP_ASSETS_DIR:-$repo/.cache/assets}
 work=$(mktemp -d "${TMPDIR:-/tmp}/hf_judge_tok.XXXXXX")
 trap 'rm -rf "$work"' EXIT
+source "$repo/suites/references/serve.sh"  # ref ARG...: hf_tokenize.py ARG..., in one process
+ref_start "$work" "$python" "$repo/harness/references/hf_tokenize.py"
 "$python" "$repo/harness/references/tokenizer_hand_vectors.py" "$assets" "$work/hand-vectors" || exit 2
 passed=0 failed=0
 for corpus in "$assets/corpora/kjv-old-testament" "$assets/corpora/kjv-new-testament" "$work/hand-vectors"; do
@@ -37,7 +39,7 @@ for corpus in "$assets/corpora/kjv-old-testament" "$assets/corpora/kjv-new-testa
          --eval-fraction 0 >"$work/prepare.log" 2>&1; then
       echo "FAIL $name: fsdpp data prepare failed:"; tail -n 5 "$work/prepare.log"; failed=$((failed + 1)); continue
     fi
-    if "$python" "$repo/harness/references/hf_tokenize.py" --tokenizer "$assets/$tokenizer" \
+    if ref --tokenizer "$assets/$tokenizer" \
          --input "$corpus" --compare-tok "$out"/train_*.tok >"$work/compare.log" 2>&1; then
       echo "ok   $name: $(tail -n 1 "$work/compare.log" | cut -c1-200)"; passed=$((passed + 1))
     else
