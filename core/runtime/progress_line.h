@@ -45,7 +45,8 @@ class ProgressLine {
     const int64_t tenth = total > 0 ? done * 10 / total : 10;
     if (tenth <= last_tenth_) return;
     last_tenth_ = tenth;
-    std::fprintf(out_, "%s: %3lld%%  %lld/%lld %s  %s\n", label_.c_str(), static_cast<long long>(tenth * 10),
+    const int64_t percent = tenth * 10;
+    std::fprintf(out_, "%s: %3lld%%  %lld/%lld %s  %s\n", label_.c_str(), static_cast<long long>(percent),
                  static_cast<long long>(done), static_cast<long long>(total), unit_.c_str(), detail.c_str());
     std::fflush(out_);
   }
