@@ -4,7 +4,9 @@
 
 #include <stdexcept>
 
-#include "core/io/atomic_file.h"
+#include "core/models/causal_lm.h"
+#include "core/models/hf_checkpoint.h"
+#include "core/nn/deferred_init.h"
 
 namespace fsdpp::checkpoint {
 
@@ -34,8 +36,22 @@ HfExport export_hf_folder(const CheckpointReader& reader, const std::filesystem:
   HfExport result;
   std::filesystem::create_directories(out_dir);
   result.files = io::write_sharded_safetensors_streamed(out_dir, tensors, max_shard_bytes);
+  // config.json and generation_config.json as fsdpp train's export writes them: the model's
+  // own config (built without weights) over the source's, and the source folder's generation
+  // config as the run read it (a checkpoint written before train_state held one: derived).
+  const auto& model_config = state["model_config"];
+  models::CausalLm lm;
+  {
+    nn::DeferredInit deferred;
+    lm = models::build_causal_lm(model_config, reader.dir().string() + " train_state model_config");
+  }
+  const nlohmann::json generation = state.contains("generation_config") ? state["generation_config"] : nullptr;
+  if (!generation.is_null() && !generation.is_object())
+    throw std::runtime_error("checkpoint " + reader.dir().string() +
+                             ": train_state generation_config is neither an object nor null");
+  models::write_export_configs(out_dir, models::config_with_dtype(lm.config, tensors.front().dtype),
+                               models::ExportSource{model_config, generation});
   result.config_path = out_dir / "config.json";
-  io::write_file_atomic(result.config_path, state["model_config"].dump(2) + "\n");
   result.tensors = static_cast<int64_t>(tensors.size());
   return result;
 }

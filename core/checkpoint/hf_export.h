@@ -1,6 +1,11 @@
-// Consolidated export: a sharded checkpoint's model as a Hugging Face folder (config.json
-// and model.safetensors, or model-0000i-of-0000n.safetensors + model.safetensors.index.json
-// above `max_shard_bytes`, split as huggingface_hub splits), with HF tensor names: the
+// Consolidated export: a sharded checkpoint's model as a Hugging Face folder (config.json,
+// generation_config.json and model.safetensors, or model-0000i-of-0000n.safetensors +
+// model.safetensors.index.json above `max_shard_bytes`, split as huggingface_hub splits).
+// config.json and generation_config.json are those fsdpp train's export writes
+// (models::write_export_configs): the train state's model_config (the source config.json)
+// with the keys fsdpp computes written over it; its generation_config (the --model folder's
+// as the run read it), else the one transformers derives from the token ids.
+// The tensors keep HF names: the
 // checkpoint's "model/<name>" tensors are already named as the HF architecture names them.
 // Streams: one tensor is assembled from its rows (across every rank file) at a time, so
 // the whole model is never in memory at once. The result loads with load_pretrained and

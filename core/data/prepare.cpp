@@ -11,12 +11,14 @@
 #include <cstdio>
 #include <exception>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <regex>
 #include <set>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 
 #include "core/data/data_manifest.h"
 #include "core/data/token_shard.h"
@@ -91,48 +93,95 @@ Inputs list_inputs(const fs::path& input, const fs::path& output_dir) {
   return out;
 }
 
+// The documents of one file, each with the key of the object member it was the value of
+// (the innermost; "" for a string outside any object).
+struct FileDocuments {
+  std::vector<std::string> texts;
+  std::vector<std::string> keys;
+};
+
 // Appends the non-empty strings of `v` in document order: all of them, or (`keys` not
 // empty) those anywhere below an object member whose key is in `keys`. Numbers,
-// booleans and nulls are not text and are skipped.
-void collect_strings(const Json& v, const std::set<std::string>& keys, bool selected, std::vector<std::string>& out) {
+// booleans and nulls are not text and are skipped. `key`: the member `v` is the value of.
+void collect_strings(const Json& v, const std::set<std::string>& keys, bool selected, const std::string& key,
+                     FileDocuments& out) {
   if (v.is_string()) {
-    if (selected && !v.get_ref<const std::string&>().empty()) out.push_back(v.get<std::string>());
+    if (selected && !v.get_ref<const std::string&>().empty()) {
+      out.texts.push_back(v.get<std::string>());
+      out.keys.push_back(key);
+    }
   } else if (v.is_array()) {
-    for (const auto& item : v) collect_strings(item, keys, selected, out);
+    for (const auto& item : v) collect_strings(item, keys, selected, key, out);
   } else if (v.is_object()) {
     for (const auto& member : v.items())
-      collect_strings(member.value(), keys, selected || keys.count(member.key()) > 0, out);
+      collect_strings(member.value(), keys, selected || keys.count(member.key()) > 0, member.key(), out);
   }
 }
 
 // The documents of one input file, in order (prepare.h lists the rules per type).
-std::vector<std::string> file_documents(const fs::path& path, const std::set<std::string>& keys) {
+FileDocuments file_documents(const fs::path& path, const std::set<std::string>& keys) {
   std::string text = read_file(path);
-  std::vector<std::string> docs;
+  FileDocuments docs;
   const bool all = keys.empty();
   switch (input_kind(path)) {
     case InputKind::kText:
-      if (!text.empty()) docs.push_back(std::move(text));
+      if (!text.empty()) {
+        docs.texts.push_back(std::move(text));
+        docs.keys.emplace_back();
+      }
       break;
-    case InputKind::kJson: collect_strings(io::parse_json_text<Json>(text, path.string()), keys, all, docs); break;
+    case InputKind::kJson: collect_strings(io::parse_json_text<Json>(text, path.string()), keys, all, "", docs); break;
     case InputKind::kJsonl: {
       std::istringstream lines(text);
       int64_t number = 0;
       for (std::string line; std::getline(lines, line);) {
         ++number;
         if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-        collect_strings(io::parse_json_text<Json>(line, path.string() + ":" + std::to_string(number)), keys, all, docs);
+        collect_strings(io::parse_json_text<Json>(line, path.string() + ":" + std::to_string(number)), keys, all, "",
+                        docs);
       }
       break;
     }
     case InputKind::kYaml:
       // Core-schema resolution (yaml_json.h): a plain 42 / true / null is not text,
       // every other scalar (yes, 1.2.3, quoted "42") is a document.
-      collect_strings(io::yaml_documents_to_json<Json>(text, path.string()), keys, all, docs);
+      collect_strings(io::yaml_documents_to_json<Json>(text, path.string()), keys, all, "", docs);
       break;
     case InputKind::kOther: break;
   }
   return docs;
+}
+
+// The TinyDocuments note for a structured file read without json_keys, if its documents
+// are many and mostly tiny (prepare.h).
+std::optional<TinyDocuments> tiny_documents(const fs::path& path, const FileDocuments& docs) {
+  const auto n = static_cast<int64_t>(docs.texts.size());
+  if (n < kTinyDocumentsMin) return std::nullopt;
+  TinyDocuments note;
+  note.file = path;
+  note.documents = n;
+  int64_t tiny_bytes = 0;
+  std::map<std::string, std::pair<int64_t, int64_t>> by_key;  // key -> (strings, bytes)
+  for (int64_t i = 0; i < n; ++i) {
+    const auto bytes = static_cast<int64_t>(docs.texts[i].size());
+    if (bytes < kTinyDocumentBytes) {
+      ++note.tiny;
+      tiny_bytes += bytes;
+    }
+    auto& [count, total] = by_key[docs.keys[i]];
+    ++count;
+    total += bytes;
+  }
+  if (note.tiny * 2 < n) return std::nullopt;
+  note.tiny_mean_bytes = static_cast<double>(tiny_bytes) / static_cast<double>(note.tiny);
+  for (const auto& [key, stats] : by_key) {
+    const double mean = static_cast<double>(stats.second) / static_cast<double>(stats.first);
+    if (!key.empty() && mean > note.longest_key_mean_bytes) {
+      note.longest_key = key;
+      note.longest_key_mean_bytes = mean;
+    }
+  }
+  return note;
 }
 
 // One split's tokens, cut into shard files of shard_tokens tokens as they fill.
@@ -273,12 +322,17 @@ PrepareResult prepare_data(const PrepareOptions& options, const std::function<vo
   const std::set<std::string> keys(options.json_keys.begin(), options.json_keys.end());
   std::vector<std::string> docs;
   int64_t in_input = 0;
-  for (const auto& file : inputs.files)
-    for (auto& doc : file_documents(file, keys)) {
+  std::vector<TinyDocuments> tiny;
+  for (const auto& file : inputs.files) {
+    auto file_docs = file_documents(file, keys);
+    if (keys.empty() && input_kind(file) != InputKind::kText)
+      if (auto note = tiny_documents(file, file_docs)) tiny.push_back(std::move(*note));
+    for (auto& doc : file_docs.texts) {
       if (in_input >= options.start_idx && (!options.end_idx || in_input < *options.end_idx))
         docs.push_back(std::move(doc));
       ++in_input;
     }
+  }
   if (in_input == 0)
     throw std::runtime_error(options.input.string() +
                              ": no documents (expected non-empty text in .txt, .json, .jsonl, .yaml or .yml files)");
@@ -356,6 +410,7 @@ PrepareResult prepare_data(const PrepareOptions& options, const std::function<vo
   r.train_documents = m.train_documents;
   r.eval_documents = m.eval_documents;
   r.skipped_files = inputs.skipped;
+  r.tiny_documents = std::move(tiny);
   r.train_tokens = m.train_tokens;
   r.eval_tokens = m.eval_tokens;
   for (const auto& s : m.train_shards) r.train_shards.push_back(options.output_dir / s.file);

@@ -13,6 +13,10 @@
 //                 and `1.2.3` are documents
 // Other files are skipped (and counted); so is the output directory if it lies inside
 // the input. Empty documents are dropped before counting.
+// Without json_keys, a .json/.jsonl/.yaml file whose documents are many and mostly tiny
+// (metadata strings, every leaf of a record) is reported in PrepareResult::tiny_documents,
+// so that the caller can suggest json_keys: at least kTinyDocumentsMin documents, at least
+// half of them under kTinyDocumentBytes bytes.
 // Document index i counts from 0 over that order; [start_idx, end_idx) selects a slice.
 // Each document is tokenized on its own and prefixed with the tokenizer's document
 // separator (<|endoftext|> for GPT-2 vocabularies, else <s>, as llm.c and Llama do).
@@ -48,8 +52,24 @@ struct PrepareProgress {
   double seconds = 0;  // since tokenizing began (after the inputs were read)
 };
 
+inline constexpr int64_t kTinyDocumentsMin = 8;
+inline constexpr int64_t kTinyDocumentBytes = 64;
+
+// A structured file that yielded many tiny documents (see above).
+struct TinyDocuments {
+  std::filesystem::path file;
+  int64_t documents = 0;       // all of the file's documents
+  int64_t tiny = 0;            // those under kTinyDocumentBytes
+  double tiny_mean_bytes = 0;  // their mean size
+  // The object key whose strings are longest on average ("" if no string is under a key),
+  // the one --json-key would most likely keep.
+  std::string longest_key;
+  double longest_key_mean_bytes = 0;
+};
+
 struct PrepareResult {
   int64_t documents = 0, train_documents = 0, eval_documents = 0, skipped_files = 0;
+  std::vector<TinyDocuments> tiny_documents;  // in file order
   int64_t train_tokens = 0, eval_tokens = 0;
   std::vector<std::filesystem::path> train_shards, eval_shards;
 };

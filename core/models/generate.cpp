@@ -47,7 +47,7 @@ std::vector<int64_t> generate(const CausalLm& lm, std::vector<int64_t> prompt, c
 }
 
 EvalResult evaluate(const CausalLm& lm, const torch::Tensor& tokens, int64_t seq_len, int64_t batch_size,
-                    bool keep_logits) {
+                    bool keep_logits, const std::function<void(int64_t, int64_t)>& progress) {
   if (seq_len < 1) throw std::invalid_argument("eval: --seq-len must be >= 1");
   if (seq_len > lm.max_positions)
     throw std::invalid_argument("eval: --seq-len " + std::to_string(seq_len) + " exceeds the model's " +
@@ -76,6 +76,7 @@ EvalResult evaluate(const CausalLm& lm, const torch::Tensor& tokens, int64_t seq
         torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), torch::stack(targets).reshape({-1}),
                                              torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
             .item<double>();
+    if (progress) progress(first + count, windows);
   }
   EvalResult r;
   r.tokens = windows * seq_len;

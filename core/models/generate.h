@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "core/models/causal_lm.h"
@@ -37,8 +38,10 @@ struct EvalResult {
 };
 
 // Window i = tokens[i*T .. (i+1)*T] (T+1 tokens): inputs its first T, targets its last T.
-// All non-overlapping windows that fit; throws if not even one does.
+// All non-overlapping windows that fit; throws if not even one does. `progress` (if set) is
+// called after each forward pass with the windows scored so far and the total.
 EvalResult evaluate(const CausalLm& lm, const torch::Tensor& tokens, int64_t seq_len, int64_t batch_size = 8,
-                    bool keep_logits = false);
+                    bool keep_logits = false,
+                    const std::function<void(int64_t windows_done, int64_t windows_total)>& progress = {});
 
 }  // namespace fsdpp::models

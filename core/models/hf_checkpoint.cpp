@@ -4,12 +4,16 @@
 
 #include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <iterator>
+#include <stdexcept>
 #include <unordered_map>
 
 #include "core/io/atomic_file.h"
 #include "core/io/hf_config.h"
 #include "core/io/safetensors.h"
 #include "core/io/shape_text.h"
+#include "core/io/yaml_json.h"
 #include "core/models/families.h"
 #include "core/nn/deferred_init.h"
 #include "core/nn/unique_parameters.h"
@@ -124,18 +128,66 @@ CausalLm load_pretrained(const std::filesystem::path& dir, const CausalLmConfig&
   return lm;
 }
 
-void save_pretrained(const CausalLm& lm, const std::filesystem::path& dir, uint64_t max_shard_bytes) {
+namespace {
+
+// Writes the weights; returns the config.json save_pretrained writes with them.
+nlohmann::json save_weights(const CausalLm& lm, const std::filesystem::path& dir, uint64_t max_shard_bytes) {
   std::filesystem::create_directories(dir);
   io::NamedTensors tensors;
   for (const auto& [name, param] : nn::unique_named_parameters(*lm.module)) tensors.emplace_back(name, param.detach());
   io::write_sharded_safetensors(dir, tensors, max_shard_bytes);
-  auto config = lm.config;
-  const at::ScalarType dtype = tensors.empty() ? at::kFloat : tensors.front().second.scalar_type();
+  return config_with_dtype(lm.config, tensors.empty() ? at::kFloat : tensors.front().second.scalar_type());
+}
+
+}  // namespace
+
+nlohmann::json config_with_dtype(nlohmann::json config, at::ScalarType dtype) {
   const char* dtype_name = dtype == at::kBFloat16 ? "bfloat16" : dtype == at::kHalf ? "float16" : "float32";
   // transformers 5 reads "dtype"; earlier versions "torch_dtype". Both, so either loads it.
   config["dtype"] = dtype_name;
   config["torch_dtype"] = dtype_name;
+  return config;
+}
+
+void save_pretrained(const CausalLm& lm, const std::filesystem::path& dir, uint64_t max_shard_bytes) {
+  io::write_file_atomic(dir / "config.json", save_weights(lm, dir, max_shard_bytes).dump(2) + "\n");
+}
+
+void save_pretrained(const CausalLm& lm, const std::filesystem::path& dir, const ExportSource& source,
+                     uint64_t max_shard_bytes) {
+  write_export_configs(dir, save_weights(lm, dir, max_shard_bytes), source);
+}
+
+nlohmann::json exported_config(const nlohmann::json& source, const nlohmann::json& written) {
+  nlohmann::json merged = source.is_object() ? source : nlohmann::json::object();
+  merged.erase("rope_parameters");
+  for (const auto& item : written.items()) merged[item.key()] = item.value();
+  return merged;
+}
+
+nlohmann::json read_generation_config(const std::filesystem::path& dir) {
+  const auto path = dir / "generation_config.json";
+  if (!std::filesystem::exists(path)) return nullptr;
+  std::ifstream in(path, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) throw std::invalid_argument(path.string() + ": cannot read");
+  auto parsed = io::parse_json_text<nlohmann::json>(text, path.string());
+  if (!parsed.is_object()) throw std::invalid_argument(path.string() + ": expected a JSON object");
+  return parsed;
+}
+
+std::string export_generation_config(const nlohmann::json& source, const nlohmann::json& config) {
+  if (source.is_object()) return source.dump(2) + "\n";
+  nlohmann::json generation = {{"_from_model_config", true}};
+  for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"})
+    if (config.contains(key) && !config[key].is_null()) generation[key] = config[key];
+  return generation.dump(2) + "\n";
+}
+
+void write_export_configs(const std::filesystem::path& dir, const nlohmann::json& written, const ExportSource& source) {
+  const auto config = exported_config(source.config, written);
   io::write_file_atomic(dir / "config.json", config.dump(2) + "\n");
+  io::write_file_atomic(dir / "generation_config.json", export_generation_config(source.generation_config, config));
 }
 
 struct PretrainedRows::State {

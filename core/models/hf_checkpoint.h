@@ -3,6 +3,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <nlohmann/json.hpp>
 
 #include <cstdint>
 #include <filesystem>
@@ -34,6 +35,44 @@ CausalLm load_pretrained(const std::filesystem::path& dir, const CausalLmConfig&
 // one model.safetensors or as shards of at most max_shard_bytes plus an index.
 void save_pretrained(const CausalLm& lm, const std::filesystem::path& dir,
                      uint64_t max_shard_bytes = uint64_t{5} << 30);
+
+// Where an exported model came from: the config.json it was built from (a from-scratch
+// preset's, or a Hugging Face folder's as read) and that folder's generation_config.json
+// (read_generation_config; null: none).
+struct ExportSource {
+  nlohmann::json config;
+  nlohmann::json generation_config;
+};
+
+// The folder's generation_config.json, parsed; null when it has none. Throws
+// std::invalid_argument naming the file when it is not a JSON object.
+nlohmann::json read_generation_config(const std::filesystem::path& dir);
+
+// save_pretrained for an export (fsdpp train's hf/, fsdpp checkpoint export): the weights,
+// then config.json written once, as exported_config(source.config, the model's config with
+// the weights' dtype), and generation_config.json (export_generation_config).
+void save_pretrained(const CausalLm& lm, const std::filesystem::path& dir, const ExportSource& source,
+                     uint64_t max_shard_bytes = uint64_t{5} << 30);
+
+// A model's config.json as save_pretrained writes it: `config` with the weights' dtype as
+// "dtype" (transformers 5) and "torch_dtype" (earlier versions).
+nlohmann::json config_with_dtype(nlohmann::json config, at::ScalarType dtype);
+
+// An export's config.json: the keys fsdpp writes (`written`: the family's own and the dtype)
+// over the source's, so that what fsdpp neither computes nor changes (token ids, dropout,
+// initializer_range, ...) is kept, as transformers' save_pretrained keeps a loaded config.
+// The source's rope_parameters gives way: fsdpp writes the same settings as rope_theta and
+// rope_scaling, which transformers 4 and 5 both read.
+nlohmann::json exported_config(const nlohmann::json& source, const nlohmann::json& written);
+
+// An export's generation_config.json: the source folder's (`source`, an object) when it
+// had one, else (null) what transformers' GenerationConfig.from_model_config derives from
+// `config` (its bos/eos/pad token ids, "_from_model_config": true).
+std::string export_generation_config(const nlohmann::json& source, const nlohmann::json& config);
+
+// Writes an export's config.json (exported_config) and generation_config.json into `dir`,
+// each once.
+void write_export_configs(const std::filesystem::path& dir, const nlohmann::json& written, const ExportSource& source);
 
 // The parameters of an HF folder, read row range by row range without loading the model: the
 // same names, aliases (tied weights under either name; names without the "transformer."/"model."

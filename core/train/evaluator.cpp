@@ -4,8 +4,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <optional>
 #include <vector>
 
+#include "core/runtime/progress_line.h"
+#include "core/runtime/stopwatch.h"
 #include "core/train/train_step.h"
 
 namespace fsdpp::train {
@@ -39,6 +43,9 @@ EvalScore Evaluator::score() {
   const int64_t per_rank = (windows + n - 1) / n;
   const int64_t batches = (per_rank + batch_size - 1) / batch_size;
   double loss_sum = 0;
+  std::optional<runtime::ProgressLine> progress;
+  if (rank == 0) progress.emplace("eval", "windows", options_.progress_after_s);
+  const auto started = runtime::SteadyClock::now();
   for (int64_t b = 0; b < batches; ++b) {
     std::vector<int64_t> rows;
     for (int64_t j = 0; j < batch_size; ++j) {
@@ -50,7 +57,16 @@ EvalScore Evaluator::score() {
     auto [inputs, targets] = dataset_.windows(rows, seq_len);
     double s = summed_cross_entropy(lm_, inputs.to(device_), targets.to(device_)).item<double>();
     if (!idle) loss_sum += s;
+    if (progress) {  // every rank has scored its first (b + 1) * batch_size windows
+      const double seconds = runtime::ms_since(started) / 1000;
+      const int64_t done = std::min(windows, (b + 1) * batch_size * n);
+      char detail[64];
+      std::snprintf(detail, sizeof(detail), "%.0f tokens/s",
+                    seconds > 0 ? static_cast<double>(done * seq_len) / seconds : 0.0);
+      progress->update(done, windows, seconds, detail);
+    }
   }
+  progress.reset();
   auto total = torch::tensor({loss_sum}, torch::kDouble);
   comm_.all_reduce(total, comm::ReduceOp::Sum);
   EvalScore score;

@@ -1,7 +1,8 @@
 // Held-out evaluation while training: the model's mean next-token cross-entropy over the
 // eval set's first windows, before training, every eval_freq steps and at the end, logged
 // by rank 0 as a metrics.jsonl "eval" record (core/train/METRICS.md) and an "eval step N"
-// line.
+// line. An evaluation longer than EvalOptions::progress_after_s shows its progress on rank
+// 0's stderr.
 //
 // Contract
 // - Collective: every rank calls run() at the same steps (due() answers alike on every
@@ -34,6 +35,9 @@ struct EvalOptions {
   int64_t batch_size = 1;   // windows per rank per forward pass
   int64_t max_windows = 0;  // the first windows scored; 0: all
   int64_t eval_freq = 0;    // evaluate every eval_freq steps as well; 0: only before and after
+  // Rank 0 shows an evaluation's progress on stderr (runtime::ProgressLine: in place on a
+  // terminal, else a line per tenth) once it has run this long; a shorter one stays silent.
+  double progress_after_s = 5;
 };
 
 class Evaluator {

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "core/io/hf_config.h"
+#include "core/models/hf_checkpoint.h"
 #include "core/models/presets.h"
 #include "core/runtime/capabilities.h"
 #include "core/runtime/device.h"
@@ -35,6 +36,8 @@ RunInputs preflight(const TrainConfig& c) {
                                      : io::load_hf_config(c.model_dir).raw;
   const std::string source = c.from_scratch ? "--model-size " + c.model_size : c.model_dir + "/config.json";
   auto model = models::parse_causal_lm_config(model_config, source);
+  // Read now: the export and every checkpoint hold it as the run began (models/hf_checkpoint.h).
+  auto generation_config = c.from_scratch ? nlohmann::json() : models::read_generation_config(c.model_dir);
   if (c.mixed_precision == "fp16" && !runtime::cpu_has_fp16_kernels())
     throw std::invalid_argument(
         "--mixed-precision fp16: this LibTorch has no fp16 CPU kernels (matmul, LayerNorm); use bf16 on CPU");
@@ -55,7 +58,7 @@ RunInputs preflight(const TrainConfig& c) {
       throw std::invalid_argument("--tokenizer " + c.tokenizer + ": " + e.what());
     }
   }
-  return RunInputs{std::move(model_config), std::move(model),   seq_len, device,
+  return RunInputs{std::move(model_config), std::move(generation_config), std::move(model), seq_len, device,
                    std::move(train_set),    std::move(eval_set)};
 }
 

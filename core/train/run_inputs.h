@@ -25,6 +25,7 @@ namespace fsdpp::train {
 
 struct RunInputs {
   nlohmann::json model_config;                 // as read: the from-scratch preset or the config.json document
+  nlohmann::json generation_config;            // the --model folder's generation_config.json; null: none
   models::CausalLmConfig model;                // model_config parsed: its limits, and build()
   int64_t seq_len = 0;                         // --seq-len, or the model's positions
   at::Device device = at::kCPU;                // --device as given ("cuda" without an index: per rank, trainer.h)
@@ -34,7 +35,7 @@ struct RunInputs {
 
 // Checks what can be checked before any rank starts and resolves the inputs: the flags
 // (TrainConfig::validate), the device (a CUDA device where there is none is refused), the
-// model's config, fp16 against this LibTorch's CPU kernels, the sequence length against
+// model's config and generation config, fp16 against this LibTorch's CPU kernels, the sequence length against
 // the model's positions, the datasets (readable, at least one window, every token
 // inside the vocabulary) and --tokenizer (one that `fsdpp generate` reads, as the export
 // copies it). Throws naming the flag or file at fault.

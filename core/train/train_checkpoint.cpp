@@ -149,6 +149,7 @@ void TrainCheckpointer::save(int64_t steps_done, const TrainCheckpointParts& par
       {"grad_scaler", parts.scaler != nullptr ? parts.scaler->state() : nlohmann::json()},
       {"model_config_sha256", model_config_sha256(parts.model_config)},
       {"model_config", parts.model_config},
+      {"generation_config", parts.generation_config},
       {"world_size", comm_.size()},
       {"config", config_.to_json()},
   };

@@ -4,7 +4,8 @@
 //
 // Train state (index.json "train_state", format "fsdpp.train-state" version 1): the
 // optimizer steps done, the sampler's data position, the grad scaler's state, the model
-// config's sha256 and the run's config. The LR schedule is a function of the step, so the
+// config and its sha256, the source's generation config (for checkpoint export) and the
+// run's config. The LR schedule is a function of the step, so the
 // step restores it. Each rank's CPU generator state is the tensor "rng/cpu" (row r: rank
 // r), restored when the world size is the same (the models draw no random numbers while
 // training; data order comes from the sampler's own generator).
@@ -34,6 +35,7 @@ struct TrainCheckpointParts {
   optim::ShardedGradScaler* scaler;  // null without loss scaling
   data::DistributedSampler& sampler;
   const nlohmann::json& model_config;
+  const nlohmann::json& generation_config;  // the source folder's; null: none
 };
 
 // Collective. The checkpoint to resume from: --resume auto picks the newest complete one

@@ -4,7 +4,6 @@
 #include <csignal>
 #include <cstdio>
 #include <fstream>
-#include <iterator>
 #include <map>
 #include <memory>
 #include <stdexcept>
@@ -14,7 +13,6 @@
 #include "core/data/sampler.h"
 #include "core/fsdp/activation_checkpointing.h"
 #include "core/fsdp/wrap_policy.h"
-#include "core/io/atomic_file.h"
 #include "core/models/hf_checkpoint.h"
 #include "core/models/presets.h"
 #include "core/nn/deferred_init.h"
@@ -202,38 +200,11 @@ std::string tokenizer_source(const TrainConfig& c) {
   }
 }
 
-// The exported config.json: the keys fsdpp writes (the family's own, the dtype) over the
-// source's, so that what fsdpp neither computes nor changes (token ids, dropout,
-// initializer_range, ...) is kept, as transformers' save_pretrained keeps a loaded config.
-// The source's rope_parameters gives way: fsdpp writes the same settings as rope_theta and
-// rope_scaling, which transformers 4 and 5 both read.
-nlohmann::json exported_config(const nlohmann::json& source, const nlohmann::json& written) {
-  nlohmann::json merged = source.is_object() ? source : nlohmann::json::object();
-  merged.erase("rope_parameters");
-  for (const auto& item : written.items()) merged[item.key()] = item.value();
-  return merged;
-}
-
-// generation_config.json: the source folder's when it has one, else the token ids of the
-// config, as transformers' GenerationConfig.from_model_config derives it.
-std::string generation_config(const std::string& source_dir, const nlohmann::json& config) {
-  const auto source = std::filesystem::path(source_dir) / "generation_config.json";
-  if (!source_dir.empty() && std::filesystem::exists(source)) {
-    std::ifstream in(source, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  }
-  nlohmann::json generation = {{"_from_model_config", true}};
-  for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"})
-    if (config.contains(key) && !config[key].is_null()) generation[key] = config[key];
-  return generation.dump(2) + "\n";
-}
-
 // Collective: rank 0 writes the model as a Hugging Face folder (config.json, safetensors,
-// generation_config.json, tokenizer files when known). `source`: the config.json the run
-// started from (a preset's from scratch); `source_dir`: its folder (empty from scratch).
+// generation_config.json, tokenizer files when known). `source`: the config.json and
+// generation config the run started from (a preset's from scratch).
 void export_hf(comm::Communicator& comm, fsdp::ShardedModel& sharded, const models::CausalLm& lm,
-               const std::string& tokenizer, const std::filesystem::path& dir, const nlohmann::json& source,
-               const std::string& source_dir) {
+               const std::string& tokenizer, const std::filesystem::path& dir, const models::ExportSource& source) {
   auto full = sharded.gather_full_parameters();
   if (comm.rank() == 0) {
     auto out = models::build_causal_lm(lm.config, dir.string());
@@ -243,11 +214,7 @@ void export_hf(comm::Communicator& comm, fsdp::ShardedModel& sharded, const mode
       auto it = by_name.find(item.key());
       if (it != by_name.end()) item.value().copy_(it->second);
     }
-    models::save_pretrained(out, dir);
-    std::ifstream written_file(dir / "config.json");
-    const auto config = exported_config(source, nlohmann::json::parse(written_file));
-    io::write_file_atomic(dir / "config.json", config.dump(2) + "\n");
-    io::write_file_atomic(dir / "generation_config.json", generation_config(source_dir, config));
+    models::save_pretrained(out, dir, source);
     if (!tokenizer.empty()) tokenizer::copy_tokenizer_files(tokenizer, dir);
   }
   comm.barrier();
@@ -282,7 +249,8 @@ TrainResult train(comm::Communicator& comm, const TrainConfig& c, const RunInput
   TrainStep train_step(comm, lm, sharded.get(), *optimizer, step_options(c, seq_len));
   const auto sampling = sampler_options(c, inputs, comm);
   data::DistributedSampler sampler(sampling);
-  const TrainCheckpointParts checkpoint_parts{*sharded, *optimizer, train_step.scaler(), sampler, inputs.model_config};
+  const TrainCheckpointParts checkpoint_parts{*sharded, *optimizer,          train_step.scaler(),
+                                              sampler,  inputs.model_config, inputs.generation_config};
   const int64_t start_step = start.checkpoint ? resume_from(comm, *start.checkpoint, checkpoint_parts, c) : 0;
   const int64_t global_batch = sampler.global_batch();
   const int64_t total_steps = total_steps_of(c, sampling.num_windows, global_batch);
@@ -343,7 +311,8 @@ TrainResult train(comm::Communicator& comm, const TrainConfig& c, const RunInput
     result.mean_tokens_per_s = tokens_per_s_sum / static_cast<double>(total_steps - start_step - 1);
   if (evaluator) result.eval_after = evaluator->run(total_steps);
   logger.finish_steps();
-  export_hf(comm, *sharded, lm, tokenizer, result.hf_dir, inputs.model_config, c.from_scratch ? "" : c.model_dir);
+  export_hf(comm, *sharded, lm, tokenizer, result.hf_dir,
+            models::ExportSource{inputs.model_config, inputs.generation_config});
   logger.close(result.hf_dir);
   return result;
 }

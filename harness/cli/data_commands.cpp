@@ -1,53 +1,14 @@
 #include "harness/cli/data_commands.h"
 
-#include <unistd.h>
-
 #include <cstdio>
 #include <filesystem>
 #include <stdexcept>
 #include <string>
 
+#include "core/runtime/progress_line.h"
 #include "harness/cli/usage_error.h"
 
 namespace fsdpp::cli {
-
-namespace {
-
-// Progress on stderr: one line rewritten in place on a terminal, else a line per 10%
-// (logs and CI keep every line, so they get few).
-class ProgressPrinter {
- public:
-  ProgressPrinter() : tty_(::isatty(::fileno(stderr)) != 0) {}
-
-  void operator()(const data::PrepareProgress& p) {
-    const double rate = p.seconds > 0 ? static_cast<double>(p.tokens_done) / p.seconds : 0;
-    if (tty_) {
-      std::fprintf(stderr, "\rdata prepare: %lld/%lld documents  %lld tokens  %.0f tokens/s   ",
-                   static_cast<long long>(p.documents_done), static_cast<long long>(p.documents_total),
-                   static_cast<long long>(p.tokens_done), rate);
-      std::fflush(stderr);
-      wrote_line_ = true;
-      return;
-    }
-    const int64_t decile = p.documents_total > 0 ? p.documents_done * 10 / p.documents_total : 10;
-    if (decile <= last_decile_) return;
-    last_decile_ = decile;
-    std::fprintf(stderr, "data prepare: %3lld%%  %lld/%lld documents  %lld tokens  %.0f tokens/s\n",
-                 static_cast<long long>(decile * 10), static_cast<long long>(p.documents_done),
-                 static_cast<long long>(p.documents_total), static_cast<long long>(p.tokens_done), rate);
-  }
-
-  ~ProgressPrinter() {
-    if (wrote_line_) std::fputc('\n', stderr);
-  }
-
- private:
-  bool tty_;
-  bool wrote_line_ = false;
-  int64_t last_decile_ = 0;  // first line at 10%
-};
-
-}  // namespace
 
 void DataCommands::add_to(CLI::App& app) {
   data_ = app.add_subcommand("data", "Token data for training and evaluation");
@@ -92,12 +53,31 @@ int DataCommands::run(const std::vector<std::string>& /*argv*/) {
                      "documents for --input)");
   data::PrepareResult r;
   {
-    ProgressPrinter printer;
+    // On stderr: one line in place on a terminal, else a line per tenth of the documents.
+    runtime::ProgressLine progress("data prepare", "documents");
     try {
-      r = data::prepare_data(options_, [&](const data::PrepareProgress& p) { printer(p); });
+      r = data::prepare_data(options_, [&](const data::PrepareProgress& p) {
+        char detail[64];
+        std::snprintf(detail, sizeof(detail), "%lld tokens  %.0f tokens/s", static_cast<long long>(p.tokens_done),
+                      p.seconds > 0 ? static_cast<double>(p.tokens_done) / p.seconds : 0.0);
+        progress.update(p.documents_done, p.documents_total, p.seconds, detail);
+      });
     } catch (const std::invalid_argument& e) {  // its options or an input document were refused
       throw UsageError(e.what());
     }
+  }
+  if (!r.tiny_documents.empty()) {  // one line, naming the first such file
+    const auto& t = r.tiny_documents.front();
+    const std::string key = t.longest_key.empty() ? "KEY" : t.longest_key;
+    std::string more;
+    if (r.tiny_documents.size() > 1) more = " (" + std::to_string(r.tiny_documents.size() - 1) + " more files alike)";
+    std::fprintf(stderr,
+                 "data prepare: note: %s yields %lld documents, %lld of them under %lld bytes (mean %.0f bytes): every "
+                 "string value is a document; --json-key %s keeps only the text under \"%s\"",
+                 t.file.string().c_str(), static_cast<long long>(t.documents), static_cast<long long>(t.tiny),
+                 static_cast<long long>(data::kTinyDocumentBytes), t.tiny_mean_bytes, key.c_str(), key.c_str());
+    if (!t.longest_key.empty()) std::fprintf(stderr, " (its strings: mean %.0f bytes)", t.longest_key_mean_bytes);
+    std::fprintf(stderr, "%s\n", more.c_str());
   }
   std::printf(
       "prepared %lld documents: train %lld tokens in %zu shards (%lld documents), eval %lld tokens in %zu "

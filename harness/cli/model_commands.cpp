@@ -14,6 +14,8 @@
 #include "core/models/llama.h"
 #include "core/models/presets.h"
 #include "core/runtime/device.h"
+#include "core/runtime/progress_line.h"
+#include "core/runtime/stopwatch.h"
 #include "core/tokenizer/load.h"
 #include "harness/cli/usage_error.h"
 
@@ -115,7 +117,18 @@ int ModelCommands::run(const std::vector<std::string>& /*argv*/) {
                                  " is outside the model's vocabulary of " + std::to_string(lm.vocab_size));
       return d;
     });
-    auto r = models::evaluate(lm, dataset.tokens(0, dataset.num_tokens()), seq_len_, batch_size_, !logits_out_.empty());
+    // Progress on stderr (stdout keeps the result, --json its one line): in place on a
+    // terminal, else a line per tenth of the windows.
+    runtime::ProgressLine progress("eval", "windows");
+    const auto started = runtime::SteadyClock::now();
+    auto r = models::evaluate(lm, dataset.tokens(0, dataset.num_tokens()), seq_len_, batch_size_, !logits_out_.empty(),
+                              [&](int64_t done, int64_t total) {
+                                const double seconds = runtime::ms_since(started) / 1000;
+                                char detail[64];
+                                std::snprintf(detail, sizeof(detail), "%.0f tokens/s",
+                                              seconds > 0 ? static_cast<double>(done * seq_len_) / seconds : 0.0);
+                                progress.update(done, total, seconds, detail);
+                              });
     if (!logits_out_.empty()) io::write_safetensors(logits_out_, {{"input_ids", r.input_ids}, {"logits", r.logits}});
     if (json_)
       std::printf("%s\n",

@@ -22,6 +22,7 @@ namespace fs = std::filesystem;
 using harness::run_shell;
 using harness::TempDir;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 fs::path gpt2_assets() { return harness::test_asset("gpt2"); }
@@ -70,6 +71,49 @@ TEST(DataPrepareCommand, WritesShardsAndAManifestAndPrintsASummary) {
   EXPECT_TRUE(fs::exists(dir / "out" / "eval_000000.tok"));
 }
 
+// Without --json-key, every string of a JSON/YAML record is a document, metadata included: a
+// file whose documents are many and mostly tiny gets one line (stderr) naming it, its count
+// and the tiny ones' mean size, and the key whose strings are longest; a file of long texts,
+// a file of few strings and a run with --json-key get none.
+TEST(DataPrepareCommand, SuggestsJsonKeyWhenAFileYieldsManyTinyDocuments) {
+  TempDir dir;
+  std::string records, texts;
+  const std::string body(150, 'w');  // a 150-byte document
+  for (int i = 0; i < 10; ++i) {
+    records += R"({"id": "doc-)" + std::to_string(i) + R"(", "lang": "english", "text": ")" + body + "\"}\n";
+    texts += R"({"text": ")" + body + "\"}\n";
+  }
+  write(dir / "in" / "a_records.jsonl", records);  // 30 documents, 20 of them tiny: 10 x 5 bytes, 10 x 7
+  write(dir / "in" / "b_meta.yaml",
+        "- {name: n1}\n- {name: n2}\n- {name: n3}\n- {name: n4}\n"
+        "- {name: n5}\n- {name: n6}\n- {name: n7}\n- {name: n8}\n");  // 8 tiny
+  write(dir / "in" / "c_texts.jsonl", texts);                         // 10 long documents
+  write(dir / "in" / "d_few.json", R"(["a", "b", "c"])");             // 3 tiny: too few to say anything
+  auto [code, output] = run_shell(prepare_command(dir / "in", dir / "out"));
+  ASSERT_EQ(code, 0) << output;
+  EXPECT_THAT(output, HasSubstr("prepared 51 documents"));
+  const std::string expected = "data prepare: note: " + (dir / "in" / "a_records.jsonl").string() +
+                               " yields 30 documents, 20 of them under 64 bytes (mean 6 bytes): every string value is "
+                               "a document; --json-key text keeps only the text under \"text\" (its strings: mean "
+                               "150 bytes) (1 more files alike)\n";
+  EXPECT_THAT(output, HasSubstr(expected));
+  size_t notes = 0;
+  for (size_t at = output.find("note:"); at != std::string::npos; at = output.find("note:", at + 1)) ++notes;
+  EXPECT_EQ(notes, 1U) << output;
+
+  auto [keyed_code, keyed_output] = run_shell(prepare_command(dir / "in", dir / "keyed", " --json-key text"));
+  ASSERT_EQ(keyed_code, 0) << keyed_output;
+  EXPECT_THAT(keyed_output, HasSubstr("prepared 20 documents"));
+  EXPECT_THAT(keyed_output, Not(HasSubstr("note:")));
+
+  fs::remove(dir / "in" / "a_records.jsonl");
+  fs::remove(dir / "in" / "b_meta.yaml");
+  auto [long_code, long_output] = run_shell(prepare_command(dir / "in", dir / "long"));
+  ASSERT_EQ(long_code, 0) << long_output;
+  EXPECT_THAT(long_output, HasSubstr("prepared 13 documents"));
+  EXPECT_THAT(long_output, Not(HasSubstr("note:")));
+}
+
 TEST(DataPrepareCommand, ItsShardsAreReadByEvalAsAPatternOrACommaList) {
   TempDir dir;
   write_tree(dir / "in");
@@ -80,8 +124,9 @@ TEST(DataPrepareCommand, ItsShardsAreReadByEvalAsAPatternOrACommaList) {
   models::save_pretrained(models::build_causal_lm(c.to_json(), "gpt2"), dir / "model");
 
   const std::string pattern = (dir / "out" / "train_*.tok").string();
-  auto [code, output] =
-      run_shell(kFsdpp + " eval --model " + (dir / "model").string() + " --data '" + pattern + "' --seq-len 8 --json");
+  // stdout alone: the JSON (stderr's progress lines hold timings).
+  auto [code, output] = run_shell("(" + kFsdpp + " eval --model " + (dir / "model").string() + " --data '" + pattern +
+                                  "' --seq-len 8 --json 2>/dev/null)");
   ASSERT_EQ(code, 0) << output;
   auto dataset = data::TokenDataset::open(pattern);
   ASSERT_GT(dataset.files().size(), 1u);
@@ -90,8 +135,8 @@ TEST(DataPrepareCommand, ItsShardsAreReadByEvalAsAPatternOrACommaList) {
 
   std::string list;
   for (const auto& f : dataset.files()) list += (list.empty() ? "" : ",") + f.string();
-  auto [list_code, list_output] =
-      run_shell(kFsdpp + " eval --model " + (dir / "model").string() + " --data " + list + " --seq-len 8 --json");
+  auto [list_code, list_output] = run_shell("(" + kFsdpp + " eval --model " + (dir / "model").string() + " --data " +
+                                            list + " --seq-len 8 --json 2>/dev/null)");
   ASSERT_EQ(list_code, 0) << list_output;
   EXPECT_EQ(list_output, output);
 }

@@ -7,6 +7,10 @@
 
 #include <cstdio>
 #include <fstream>
+#include <iterator>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "core/data/token_file.h"
 #include "core/io/safetensors.h"
@@ -38,18 +42,55 @@ void write_llama_folder(const fs::path& dir) {
   data::write_llmc_tokens(dir / "tokens.bin", torch::randint(0, 97, {100}));
 }
 
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// --json is stdout's one line whatever else the command prints (its progress goes to stderr,
+// which run_shell would merge: stderr goes to a file here).
 TEST(EvalCommand, PrintsTheLossOfTheLoadedModelAsJson) {
   TempDir dir;
   write_llama_folder(dir.path());
-  auto [code, output] = run_shell(kFsdpp + " eval --model " + dir.path().string() + " --data " +
-                                  (dir.path() / "tokens.bin").string() + " --seq-len 8 --json");
-  ASSERT_EQ(code, 0) << output;
+  const auto stderr_file = dir.path() / "stderr.txt";
+  auto [code, output] =
+      run_shell("(" + kFsdpp + " eval --model " + dir.path().string() + " --data " +
+                (dir.path() / "tokens.bin").string() + " --seq-len 8 --json 2>" + stderr_file.string() + ")");
+  ASSERT_EQ(code, 0) << output << read_text(stderr_file);
+  EXPECT_EQ(std::count(output.begin(), output.end(), '\n'), 1) << output;
   auto json = nlohmann::json::parse(output);
   auto expected =
       models::evaluate(models::load_pretrained(dir.path()), data::read_token_file(dir.path() / "tokens.bin"), 8);
   EXPECT_NEAR(json["loss"].get<double>(), expected.loss, 1e-6);
   EXPECT_NEAR(json["perplexity"].get<double>(), std::exp(expected.loss), 1e-4);
   EXPECT_EQ(json["tokens"].get<int64_t>(), 12 * 8);  // 99 targets fill 12 windows of 8
+}
+
+// A long evaluation says how far it is: stderr is not a terminal here, so one line per tenth
+// of the windows (as data prepare's progress), each counting the windows scored; stdout
+// holds the result alone.
+TEST(EvalCommand, ShowsProgressByTenthsOnStderr) {
+  TempDir dir;
+  write_llama_folder(dir.path());
+  const auto stderr_file = dir.path() / "stderr.txt";
+  auto [code, output] =
+      run_shell("(" + kFsdpp + " eval --model " + dir.path().string() + " --data " +
+                (dir.path() / "tokens.bin").string() + " --seq-len 8 --batch-size 1 2>" + stderr_file.string() + ")");
+  const std::string progress = read_text(stderr_file);
+  ASSERT_EQ(code, 0) << output << progress;
+  EXPECT_THAT(output, StartsWith("loss "));
+  EXPECT_EQ(std::count(output.begin(), output.end(), '\n'), 1) << output;
+  // 12 windows, one per forward pass: tenth t is first reached after ceil(12 t / 10) windows.
+  std::vector<std::string> lines;
+  std::istringstream in(progress);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 10U) << progress;
+  for (int t = 1; t <= 10; ++t) {
+    char expected[64];
+    std::snprintf(expected, sizeof(expected), "eval: %3d%%  %d/12 windows  ", t * 10, (12 * t + 9) / 10);
+    EXPECT_THAT(lines[t - 1], StartsWith(expected)) << progress;
+    EXPECT_THAT(lines[t - 1], HasSubstr(" tokens/s")) << progress;
+  }
 }
 
 TEST(GenerateCommand, ContinuesAPromptWithTheFoldersGpt2Tokenizer) {

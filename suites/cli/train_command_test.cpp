@@ -124,8 +124,8 @@ TEST(TrainCommand, FineTuningOnARealCorpusLowersHeldOutPerplexityAndExportsAnHfF
 
   // The exported folder is what `fsdpp eval` and `fsdpp generate` load.
   const auto hf = (dir / "finetune" / "hf").string();
-  auto [code, json] =
-      run_shell(kFsdpp + " eval --json --seq-len 64 --model " + hf + " --data " + quoted(dir / "new" / "eval_*.tok"));
+  auto [code, json] = run_shell("(" + kFsdpp + " eval --json --seq-len 64 --model " + hf + " --data " +
+                                quoted(dir / "new" / "eval_*.tok") + " 2>/dev/null)");  // stdout: the JSON alone
   ASSERT_EQ(code, 0) << json;
   EXPECT_NEAR(nlohmann::json::parse(json)["loss"].get<double>(), tuned.eval.back()["eval_loss"].get<double>(), 1e-4);
   auto [gen_code, text] =
@@ -316,7 +316,8 @@ TEST(TrainCommand, AMixtureOfExpertsLogsCrossEntropyPlusItsWeightedLoadBalancing
 // The exported folder keeps what fsdpp neither computes nor changes of the source's
 // config.json (its token ids, its dropout), as transformers' save_pretrained does, and gets
 // a generation_config.json with those ids (transformers' GenerationConfig.from_model_config);
-// a source folder's own generation_config.json is copied as it is.
+// a source folder's own generation_config.json is copied (as the run read it: the
+// checkpoints hold it, so `fsdpp checkpoint export` writes the same files).
 TEST(TrainCommand, AnExportKeepsTheSourceConfigsKeysAndWritesAGenerationConfig) {
   TempDir dir;
   const auto data = harness::write_markov_tokens(dir.path(), 2000, 64).string();
@@ -343,6 +344,26 @@ TEST(TrainCommand, AnExportKeepsTheSourceConfigsKeysAndWritesAGenerationConfig) 
   ASSERT_EQ(copied.code, 0) << copied.output;
   EXPECT_EQ(nlohmann::json::parse(std::ifstream(dir / "copied" / "hf" / "generation_config.json"))["max_new_tokens"],
             7);
+  // `fsdpp checkpoint export` of the same runs' last checkpoint writes the same two files
+  // (one code writes both exports).
+  for (const std::string run : {"kept", "copied"}) {
+    const auto out = dir / (run + "-export");
+    auto [code, output] = run_shell(kFsdpp + " checkpoint export " +
+                                    (dir / run / "checkpoints" / "step-000001").string() + " --out " + out.string());
+    ASSERT_EQ(code, 0) << output;
+    for (const char* file : {"config.json", "generation_config.json"})
+      EXPECT_EQ(nlohmann::json::parse(std::ifstream(out / file)),
+                nlohmann::json::parse(std::ifstream(dir / run / "hf" / file)))
+          << run << " " << file;
+  }
+  // A source generation config that is not a JSON object: one line naming it, exit 2, before
+  // any step.
+  std::ofstream(source / "generation_config.json") << "[1, 2]";
+  auto [bad_code, bad_lines] =
+      status_and_error_lines(kFsdpp + " train --save-dir " + dir.path().string() + " --experiment-name bad " + flags);
+  EXPECT_EQ(bad_code, 2);
+  ASSERT_EQ(bad_lines.size(), 1U) << ::testing::PrintToString(bad_lines);
+  EXPECT_THAT(bad_lines[0], StartsWith("fsdpp: error: " + (source / "generation_config.json").string()));
 }
 
 // The run says what it does before the first step: its FSDP units (count and parameters
@@ -682,10 +703,11 @@ TEST(CheckpointCommands, ExportIsTheTrainedModelBitwiseAndValidSafetensors) {
     for (const auto& name : trained.names())
       EXPECT_TRUE(torch::equal(exported.tensor(name), trained.tensor(name))) << folder << " " << name;
     for (const auto& shard : exported.shard_paths()) expect_valid_safetensors(shard);
-    auto [eval_code, eval_out] =
-        run_shell(kFsdpp + " eval --json --seq-len 16 --model " + folder.string() + " --data " + data);
-    auto [ref_code, ref_out] =
-        run_shell(kFsdpp + " eval --json --seq-len 16 --model " + (dir / "run" / "hf").string() + " --data " + data);
+    // stdout alone (stderr's progress lines hold timings).
+    auto [eval_code, eval_out] = run_shell("(" + kFsdpp + " eval --json --seq-len 16 --model " + folder.string() +
+                                           " --data " + data + " 2>/dev/null)");
+    auto [ref_code, ref_out] = run_shell("(" + kFsdpp + " eval --json --seq-len 16 --model " +
+                                         (dir / "run" / "hf").string() + " --data " + data + " 2>/dev/null)");
     ASSERT_EQ(eval_code, 0) << eval_out;
     EXPECT_EQ(eval_out, ref_out);
   }

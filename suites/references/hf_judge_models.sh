@@ -17,7 +17,9 @@
 #     is at most 1e-4; fsdpp's loss is within the fp32 policy of the float64 loss;
 #   - greedy `fsdpp generate` gives transformers' greedy generate's tokens;
 #   - the folder `fsdpp train` exports loads with from_pretrained (offline) and its fsdpp
-#     logits pass the same judge;
+#     logits pass the same judge; `fsdpp checkpoint export` of the run's last checkpoint
+#     writes the same config.json and generation_config.json, loads (GenerationConfig too)
+#     and gives transformers' logits of the train export bit for bit;
 #   - a folder fsdpp does not compute exactly is refused by `fsdpp eval` in one line, exit 2:
 #     a bidirectional Gemma 2 (a key fsdpp does not compute), a Qwen2 checkpoint holding a
 #     tensor no parameter reads (an o_proj bias, which Qwen2 does not have), and a Gemma 3
@@ -68,8 +70,8 @@ judge() {  # ARCH TOKENS
   ref make --arch "$arch" --out "$dir" --seed 1 >"$work/log" 2>&1 || { fail "$arch make: $(tail -n1 "$work/log")"; return; }
   # Logits and loss on every window: fsdpp's first, then transformers' compared with them.
   local ours theirs
-  ours=$("$fsdpp" eval --model "$dir" --data $data --seq-len $T --json --logits-out "$work/fsdpp.st" 2>&1) ||
-    { fail "$arch fsdpp eval: $ours"; return; }
+  ours=$("$fsdpp" eval --model "$dir" --data $data --seq-len $T --json --logits-out "$work/fsdpp.st" 2>"$work/log") ||
+    { fail "$arch fsdpp eval: $(tail -n1 "$work/log")"; return; }  # stdout: the JSON; stderr: progress, errors
   theirs=$(ref logits --model "$dir" --data $data --seq-len $T --compare "$work/fsdpp.st" 2>"$work/log")
   if [ -n "$theirs" ] && echo "$theirs" | json_field check | grep -q "'ok': True"; then
     echo "ok   $arch logits: $(echo "$theirs" | json_field check)"; passed=$((passed + 1))
@@ -93,10 +95,28 @@ judge() {  # ARCH TOKENS
   "$fsdpp" eval --model "$work/runs/$arch/hf" --data $data --seq-len $T --json --logits-out "$work/fsdpp.st" >/dev/null 2>&1 ||
     { fail "$arch eval of the export"; return; }
   if ref load-export --model "$work/runs/$arch/hf" --data $data --seq-len $T \
-       --compare "$work/fsdpp.st" >"$work/log" 2>&1; then
+       --compare "$work/fsdpp.st" --out "$work/hf-export.st" >"$work/log" 2>&1; then
     echo "ok   $arch export loads with from_pretrained: $(tail -n1 "$work/log")"; passed=$((passed + 1))
   else
     fail "$arch export: $(tail -n2 "$work/log" | tr '\n' ' ')"  # the record (every figure) and the reason
+  fi
+  # `fsdpp checkpoint export` of the run's last checkpoint: the same config.json and
+  # generation_config.json as hf/ (the source's keys kept), loaded by from_pretrained and
+  # GenerationConfig.from_pretrained, and transformers' logits of it bitwise those of hf/.
+  local exported=$work/checkpoint-export-$arch
+  "$fsdpp" checkpoint export "$work/runs/$arch/checkpoints/step-000002" --out "$exported" >"$work/log" 2>&1 ||
+    { fail "$arch checkpoint export: $(tail -n1 "$work/log")"; return; }
+  if "$python" -c 'import json, sys
+for f in ("config.json", "generation_config.json"):
+    a, b = (json.load(open(d + "/" + f)) for d in sys.argv[1:])
+    if a != b: sys.exit(f"{f} differs from hf/: {sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))}")' \
+       "$exported" "$work/runs/$arch/hf" >"$work/log" 2>&1 &&
+     ref load-export --model "$exported" --data $data --seq-len $T --out "$work/checkpoint-export.st" \
+       >>"$work/log" 2>&1 && cmp -s "$work/hf-export.st" "$work/checkpoint-export.st"; then
+    echo "ok   $arch checkpoint export: hf/'s configs, loads in transformers with hf/'s logits: $(tail -n1 "$work/log")"
+    passed=$((passed + 1))
+  else
+    fail "$arch checkpoint export: $(tail -n2 "$work/log" | tr '\n' ' ')"
   fi
 }
 
