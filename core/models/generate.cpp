@@ -80,7 +80,7 @@ EvalResult evaluate(const CausalLm& lm, const torch::Tensor& tokens, int64_t seq
   }
   EvalResult r;
   r.tokens = windows * seq_len;
-  r.loss = total / r.tokens;
+  r.loss = total / static_cast<double>(r.tokens);
   r.perplexity = std::exp(r.loss);
   if (keep_logits) {
     r.input_ids = torch::cat(kept_inputs);
