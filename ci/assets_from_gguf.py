@@ -6,10 +6,11 @@ references read (ci/fetch_assets.sh calls it with the .venv Python).
       OUT_DIR/encoder.json and OUT_DIR/vocab.bpe: GPT-2's token -> id map and its merges,
       in OpenAI's file formats (the same as Hugging Face's vocab.json and merges.txt),
       copied from the GGUF's tokenizer.ggml.tokens and tokenizer.ggml.merges.
-  assets_from_gguf.py hf GGUF OUT_DIR
+  assets_from_gguf.py hf GGUF OUT_DIR [GGUF OUT_DIR ...]
       OUT_DIR/tokenizer.json (and tokenizer_config.json): the tokenizer that transformers
       builds from the GGUF (AutoTokenizer.from_pretrained(..., gguf_file=...)), saved with
-      save_pretrained: an independent conversion by the Hugging Face stack.
+      save_pretrained: an independent conversion by the Hugging Face stack. Several pairs
+      are converted in one process (one import of transformers).
   assets_from_gguf.py hub llama3|qwen2|falcon TOKENIZER_JSON OUT_DIR
       OUT_DIR/tokenizer.json: a tokenizer.json that transformers made from that family's
       GGUF, rewritten into the shape of the family's Hub file, which transformers'
@@ -127,19 +128,29 @@ def write_hub_shape(family, tokenizer_json, out_dir):
 
 def main(argv):
     usage = (
-        "usage: assets_from_gguf.py gpt2|hf GGUF OUT_DIR, or assets_from_gguf.py hub llama3|qwen2|falcon "
-        "TOKENIZER_JSON OUT_DIR"
+        "usage: assets_from_gguf.py gpt2 GGUF OUT_DIR, assets_from_gguf.py hf GGUF OUT_DIR [GGUF OUT_DIR ...], "
+        "or assets_from_gguf.py hub llama3|qwen2|falcon TOKENIZER_JSON OUT_DIR"
     )
     if len(argv) == 5 and argv[1] == "hub" and argv[2] in ("llama3", "qwen2", "falcon"):
         if not os.path.isfile(argv[3]):
             fail("%s: no such file" % argv[3])
         write_hub_shape(argv[2], argv[3], argv[4])
         return
-    if len(argv) != 4 or argv[1] not in ("gpt2", "hf"):
+    if argv[1:2] == ["gpt2"] and len(argv) == 4:
+        writer = write_gpt2_files
+    elif argv[1:2] == ["hf"] and len(argv) >= 4 and len(argv) % 2 == 0:
+        writer = write_hf_tokenizer
+    else:
         fail(usage)
-    if not os.path.isfile(argv[2]):
-        fail("%s: no such file" % argv[2])
-    (write_gpt2_files if argv[1] == "gpt2" else write_hf_tokenizer)(argv[2], argv[3])
+    pairs = list(zip(argv[2::2], argv[3::2], strict=True))
+    for gguf_path, _ in pairs:
+        if not os.path.isfile(gguf_path):
+            fail("%s: no such file" % gguf_path)
+    for gguf_path, out_dir in pairs:
+        try:
+            writer(gguf_path, out_dir)
+        except Exception as e:  # one line naming the file, whatever the converter raised
+            fail("%s: %s: %s" % (gguf_path, type(e).__name__, e))
 
 
 if __name__ == "__main__":

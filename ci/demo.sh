@@ -13,12 +13,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
 bash ci/setup.sh
-bash ci/fetch_assets.sh
 # Only the `fsdpp` binary the demo runs (the tests and benchmarks are ci/test.sh's); the
 # first build of it compiles the core and the harness, several minutes on 2 cores: ninja
-# shows its progress.
-echo "== building fsdpp (ci/build.sh, target fsdpp only)"
-FSDPP_BUILD_TARGETS=fsdpp bash ci/build.sh
+# shows its progress. The assets are fetched beside it.
+echo "== building fsdpp (ci/build.sh, target fsdpp only) and fetching the assets (ci/fetch_assets.sh)"
+FSDPP_BUILD_TARGETS=fsdpp bash ci/lib/assets_and_build.sh
 
 assets=${FSDPP_ASSETS_DIR:-$repo/.cache/assets}
 work=${FSDPP_DEMO_DIR:-$repo/.cache/demo}

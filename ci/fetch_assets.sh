@@ -37,8 +37,8 @@ lock="$repo/ci/assets.lock"
 python=$repo/.venv/bin/python
 # The key is the contents (not the paths) of the lock and the scripts that make the assets,
 # so that every clone on this machine finds the same folder.
-lock_sum=$(cat "$lock" "$repo/ci/fetch_assets.sh" "$repo/ci/assets_from_gguf.py" "$repo/ci/gemma_tokenizer.py" |
-  sha256sum | cut -c1-16)
+lock_sum=$(cat "$lock" "$repo/ci/fetch_assets.sh" "$repo/ci/assets_from_gguf.py" "$repo/ci/gemma_tokenizer.py" \
+  "$repo/ci/lib/pypi_file.py" | sha256sum | cut -c1-16)
 if [ -n "${FSDPP_ASSETS_DIR:-}" ]; then
   assets=$FSDPP_ASSETS_DIR
 else
@@ -82,13 +82,9 @@ echo "ci/fetch_assets.sh: fetching tokenizer and corpus assets into $assets"
 
 # llama.cpp's vocabularies and test vectors, from the llama-cpp-python source distribution.
 version=$(lock_field pypi-sdist llama-cpp-python 3)
-if ! "$python" -m pip download --quiet --disable-pip-version-check --no-binary :all: --no-deps -d "$tmp/sdist" \
-     "llama-cpp-python==$version" >"$tmp/pip.log" 2>&1; then
-  fail "pip download llama-cpp-python==$version failed: $(grep -E '^ERROR' "$tmp/pip.log" | head -n1)"
-fi
-sdist=$tmp/sdist/llama_cpp_python-$version.tar.gz
-[ -f "$sdist" ] || fail "pip download llama-cpp-python==$version gave no $(basename "$sdist")"
-check_sha256 "$sdist" "llama-cpp-python==$version" pypi-sdist llama-cpp-python
+sdist=$tmp/llama_cpp_python-$version.tar.gz
+"$python" "$repo/ci/lib/pypi_file.py" llama-cpp-python "$(lock_field pypi-sdist llama-cpp-python 4)" "$sdist" ||
+  fail "could not fetch llama-cpp-python==$version's source distribution"
 models=llama_cpp_python-$version/vendor/llama.cpp/models
 files=()
 for vocab in gpt-2 llama-spm llama-bpe qwen2 phi-3 falcon; do
@@ -99,10 +95,12 @@ for f in "${files[@]}"; do mv "$tmp/$models/$f" "$out/llama.cpp/$f"; done
 "$python" "$repo/ci/assets_from_gguf.py" gpt2 "$out/llama.cpp/ggml-vocab-gpt-2.gguf" "$out/gpt2"
 # hf-VOCAB: transformers' conversion of the GGUF; hf-VOCAB-hub: the same in the shape of
 # the family's Hugging Face Hub file (assets_from_gguf.py says what differs).
+pairs=()
 for vocab in llama-spm llama-bpe qwen2 phi-3 falcon; do
-  "$python" "$repo/ci/assets_from_gguf.py" hf "$out/llama.cpp/ggml-vocab-$vocab.gguf" "$out/hf-$vocab" \
-    >"$tmp/hf.log" 2>&1 || fail "transformers could not convert ggml-vocab-$vocab.gguf: $(tail -n1 "$tmp/hf.log")"
+  pairs+=("$out/llama.cpp/ggml-vocab-$vocab.gguf" "$out/hf-$vocab")
 done
+"$python" "$repo/ci/assets_from_gguf.py" hf "${pairs[@]}" >"$tmp/hf.log" 2>&1 ||
+  fail "transformers could not convert llama.cpp's vocabularies: $(tail -n1 "$tmp/hf.log")"
 for family in llama3:llama-bpe qwen2:qwen2 falcon:falcon; do
   vocab=${family#*:}
   "$python" "$repo/ci/assets_from_gguf.py" hub "${family%%:*}" "$out/hf-$vocab/tokenizer.json" "$out/hf-$vocab-hub" ||

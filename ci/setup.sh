@@ -33,26 +33,12 @@ packages=(
   bible-kjv               # the `bible` reader that turns the KJV asset into text (ci/fetch_assets.sh)
 )
 
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if ((${#missing[@]})); then
-  sudo=""
-  [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  echo "ci/setup.sh: installing Debian packages: ${missing[*]}"
-  log=$(mktemp)
-  if ! { $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq \
-          --no-install-recommends "${missing[@]}"; } >"$log" 2>&1; then
-    fail "apt-get could not install ${missing[*]}: $(grep -E '^(E|W):' "$log" | tail -n1) (log: $log)"
-  fi
-  rm -f "$log"
-fi
-
 # The virtual environment, keyed by the lock.
 key=$(sha256sum "$lock" | cut -c1-16)
 venv=$cache/venv-$key
-if [ ! -f "$venv/.complete" ]; then
+# Makes the environment (network and unpacking, no Debian package needed): it runs beside
+# apt-get, and the script waits for both.
+make_venv() {
   # FSDPP_PYTHON, when set, is the only interpreter tried.
   python=""
   candidates=(python3.11 python3)
@@ -78,6 +64,33 @@ if [ ! -f "$venv/.complete" ]; then
   "$venv/bin/python" -c 'import torch, transformers, tokenizers, safetensors, numpy' >>"$log" 2>&1 ||
     fail "the installed environment does not import torch/transformers: $(tail -n1 "$log") (log: $log)"
   touch "$venv/.complete"
+}
+venv_pid=""
+if [ ! -f "$venv/.complete" ]; then
+  make_venv &
+  venv_pid=$!
+  trap 'kill "$venv_pid" 2>/dev/null || true' EXIT  # apt-get failed: stop the install too
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "ci/setup.sh: installing Debian packages: ${missing[*]}"
+  log=$(mktemp)
+  if ! { $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq \
+          --no-install-recommends "${missing[@]}"; } >"$log" 2>&1; then
+    fail "apt-get could not install ${missing[*]}: $(grep -E '^(E|W):' "$log" | tail -n1) (log: $log)"
+  fi
+  rm -f "$log"
+fi
+
+if [ -n "$venv_pid" ]; then
+  wait "$venv_pid" || exit 1  # make_venv said why
+  trap - EXIT
 fi
 # <repo>/.venv names the environment of this clone's lock.
 if [ "$(readlink "$repo/.venv" 2>/dev/null)" != "$venv" ]; then

@@ -4,8 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
 bash ci/setup.sh
-bash ci/fetch_assets.sh
-bash ci/build.sh
+bash ci/lib/assets_and_build.sh
 # Each GoogleTest group records its counts and skip reasons (suites/run_gtest_group.sh);
 # after ctest, ci/test_summary.py prints them per entry and in total.
 summary=$(pwd)/build/test-groups.jsonl junit=$(pwd)/build/ctest-junit.xml
