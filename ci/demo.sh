@@ -16,7 +16,8 @@ bash ci/setup.sh
 # Only the `fsdpp` binary the demo runs (the tests and benchmarks are ci/test.sh's); the
 # first build of it compiles the core and the harness, several minutes on 2 cores: ninja
 # shows its progress. The assets are fetched beside it.
-echo "== building fsdpp (ci/build.sh, target fsdpp only) and fetching the assets (ci/fetch_assets.sh)"
+echo "== building fsdpp (ci/build.sh, target fsdpp only; the first build takes about 6 minutes on 2 cores)" \
+  "and fetching the assets (ci/fetch_assets.sh)"
 FSDPP_BUILD_TARGETS=fsdpp bash ci/lib/assets_and_build.sh
 
 assets=${FSDPP_ASSETS_DIR:-$repo/.cache/assets}

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <optional>
 #include <stdexcept>
@@ -74,7 +75,25 @@ CoreBinding plan_core_binding(const DistributedFlags& flags, int nproc) {
   return plan;
 }
 
-int launch_local(const std::vector<std::string>& argv, const DistributedFlags& flags) {
+// Whether the ranks can be this launcher forked, without exec: each then skips LibTorch's
+// start-up (its operator registry: about half a CPU-second per process, most of a small
+// run's cost) and the command's preflight, whose results it inherits. Only where a forked
+// rank is the same as an exec'd one:
+//   - this process has one thread (process_thread_count: fork copies only the caller);
+//   - the machine has no NVIDIA device (/dev/nvidiactl): a process that touched CUDA cannot
+//     use it in a forked child, and the launcher may have asked for a device count;
+//   - no --bind-cores: OpenMP reads OMP_PROC_BIND and OMP_PLACES when LibTorch loads;
+//   - FSDPP_LAUNCH_EXEC is unset (or 0): set, every rank is exec'd, as on a GPU machine.
+bool fork_ranks(const DistributedFlags& flags) {
+  const char* exec = std::getenv("FSDPP_LAUNCH_EXEC");
+  if (exec != nullptr && std::string(exec) != "0") return false;
+  if (flags.bind_cores) return false;
+  std::error_code error;
+  if (std::filesystem::exists("/dev/nvidiactl", error)) return false;
+  return harness::process_thread_count() == 1;
+}
+
+int launch_local(const std::vector<std::string>& argv, const DistributedFlags& flags, const RankMain& main) {
   int n = flags.nproc;
   int port = flags.master_port ? *flags.master_port : harness::reserve_free_port();
   std::string addr = flags.master_addr.value_or("127.0.0.1");
@@ -90,11 +109,11 @@ int launch_local(const std::vector<std::string>& argv, const DistributedFlags& f
   options.stop_grace = std::chrono::milliseconds(static_cast<int64_t>(std::min(flags.timeout_s, 10.0) * 1000));
   std::optional<CoreBinding> binding;
   if (flags.bind_cores) binding = plan_core_binding(flags, n);
+  const bool fork = fork_ranks(flags);
   auto report = harness::launch(
       n,
       [&](int rank) {
         harness::ProcessSpec spec;
-        spec.argv = child_argv;
         spec.env = {{"RANK", std::to_string(rank)},
                     {"WORLD_SIZE", std::to_string(n)},
                     {"LOCAL_RANK", std::to_string(rank)},
@@ -106,6 +125,18 @@ int launch_local(const std::vector<std::string>& argv, const DistributedFlags& f
                     // bar on the user's terminal (train/metrics_log.h).
                     {"FSDPP_ATTACHED_TTY", ::isatty(STDERR_FILENO) ? "1" : "0"}};
         if (binding) binding->apply(rank, spec);
+        if (fork) {
+          // The rank's environment as an exec'd rank has it, then the rank's side of
+          // run_distributed (FSDPP_LAUNCH_CHILD is set).
+          spec.child_main = [env = spec.env, &argv, &flags, &main](int status_fd) {
+            for (const auto& [name, value] : env) ::setenv(name.c_str(), value.c_str(), 1);
+            ::setenv("FSDPP_STATUS_FD", std::to_string(status_fd).c_str(), 1);
+            ::setenv("FSDPP_LAUNCH_FORKED", "1", 1);  // the rank's world: line says so
+            return run_distributed(argv, flags, main);
+          };
+        } else {
+          spec.argv = child_argv;
+        }
         return spec;
       },
       options);
@@ -120,7 +151,7 @@ int launch_local(const std::vector<std::string>& argv, const DistributedFlags& f
 
 int run_distributed(const std::vector<std::string>& argv, const DistributedFlags& flags, const RankMain& main) {
   bool is_child = std::getenv("FSDPP_LAUNCH_CHILD") != nullptr;
-  if (flags.nproc > 0 && !is_child) return launch_local(argv, flags);
+  if (flags.nproc > 0 && !is_child) return launch_local(argv, flags, main);
 
   int status_fd = harness::status_fd_from_env();
   std::shared_ptr<comm::Communicator> communicator;
@@ -146,7 +177,9 @@ int run_distributed(const std::vector<std::string>& argv, const DistributedFlags
     if (!flags.release_host_memory && !runtime::keep_freed_host_memory() &&
         std::string(runtime::host_heap_policy()) == "glibc")
       std::fprintf(stderr, "fsdpp: warning: glibc refused the heap thresholds; freed host blocks go back to the OS\n");
-    std::printf("%s threads=%d%s%s\n", world.describe().c_str(), threads, bound ? " cpus=" : "", bound ? bound : "");
+    const bool forked = std::getenv("FSDPP_LAUNCH_FORKED") != nullptr;
+    std::printf("%s threads=%d%s%s%s\n", world.describe().c_str(), threads, bound ? " cpus=" : "", bound ? bound : "",
+                forked ? " launch=fork" : "");
     std::fflush(stdout);
     comm::CommOptions options;
     options.timeout = std::chrono::milliseconds(static_cast<int64_t>(flags.timeout_s * 1000));

@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <filesystem>
 #include <iostream>
 #include <sstream>
 #include <stdexcept>
@@ -129,6 +130,14 @@ std::vector<int> rank_cpus(const std::vector<int>& allowed, int local_rank, int 
   for (size_t j = 0; j < take; ++j) cpus.push_back(allowed[(first + j) % count]);
   std::sort(cpus.begin(), cpus.end());
   return cpus;
+}
+
+int process_thread_count() {
+  std::error_code error;
+  int count = 0;
+  for (std::filesystem::directory_iterator it("/proc/self/task", error), end; !error && it != end; it.increment(error))
+    ++count;
+  return error ? 0 : count;
 }
 
 std::string self_executable() {

@@ -88,6 +88,12 @@ struct ProcessSpec {
 // `allowed` is empty or threads_per_rank < 1.
 std::vector<int> rank_cpus(const std::vector<int>& allowed, int local_rank, int threads_per_rank);
 
+// The number of threads of this process (/proc/self/task); 0 when it cannot be read.
+// fork() copies only the calling thread, so a child that goes on running the program
+// (ProcessSpec::child_main) is safe only from a process of one thread: a lock another
+// thread held (malloc's, OpenMP's pool) would stay held in the child forever.
+int process_thread_count();
+
 LaunchReport launch(int num_ranks, const std::function<ProcessSpec(int rank)>& spec_for_rank,
                     const LaunchOptions& options);
 

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <regex>
 #include <sstream>
 
@@ -23,6 +24,7 @@
 #include "core/runtime/threads.h"
 #include "harness/launch/launcher.h"
 #include "harness/testing/temp_dir.h"
+#include "harness/testing/token_streams.h"
 #include "suites/cli/fsdpp_binary.h"
 
 namespace fsdpp {
@@ -179,6 +181,39 @@ TEST(CoreBinding, NprocWithBindCoresGivesEveryRankItsOwnSliceAndWithoutItNone) {
   auto [free_code, free_output] = run_shell(kFsdpp + " selfcheck --nproc 2 --numel 101 --iterations 1 2>&1");
   ASSERT_EQ(free_code, 0) << free_output;
   EXPECT_THAT(rank_world_line(free_output, 0), ::testing::Not(HasSubstr("cpus=")));
+}
+
+// --nproc on a machine without an NVIDIA device: the ranks are the launcher forked (no
+// second LibTorch start-up), which trains the same bits as ranks exec'd afresh
+// (FSDPP_LAUNCH_EXEC=1, the path of a GPU machine); --bind-cores always execs (OpenMP
+// reads its binding when LibTorch loads).
+TEST(LaunchCommand, ForkedRanksTrainTheBitsOfExecdRanks) {
+  if (std::filesystem::exists("/dev/nvidiactl")) GTEST_SKIP() << "this machine has an NVIDIA device: ranks are exec'd";
+  harness::TempDir dir;
+  const auto data = harness::write_markov_tokens(dir.path(), 2000, 32).string();
+  const std::string flags =
+      " train --nproc 2 --deterministic --from-scratch --model-type llama --model-size tiny "
+      "--vocab-size 32 --seq-len 16 --batch-size 2 --max-steps 3 --data " +
+      data + " --save-dir " + dir.path().string() + " --experiment-name ";
+  auto [fork_code, fork_output] = run_shell(kFsdpp + flags + "forked 2>&1");
+  ASSERT_EQ(fork_code, 0) << fork_output;
+  auto [exec_code, exec_output] = run_shell("FSDPP_LAUNCH_EXEC=1 " + kFsdpp + flags + "execd 2>&1");
+  ASSERT_EQ(exec_code, 0) << exec_output;
+  for (int rank : {0, 1}) {
+    EXPECT_THAT(rank_world_line(fork_output, rank), ::testing::EndsWith(" launch=fork"));
+    EXPECT_THAT(rank_world_line(exec_output, rank), ::testing::Not(HasSubstr("launch=")));
+  }
+  auto read = [](const std::filesystem::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const auto forked = read(dir.path() / "forked" / "hf" / "model.safetensors");
+  EXPECT_FALSE(forked.empty());
+  EXPECT_EQ(forked, read(dir.path() / "execd" / "hf" / "model.safetensors"));
+  auto [bound_code, bound_output] =
+      run_shell(kFsdpp + " selfcheck --nproc 2 --threads 1 --bind-cores --numel 101 --iterations 1 2>&1");
+  ASSERT_EQ(bound_code, 0) << bound_output;
+  EXPECT_THAT(rank_world_line(bound_output, 0), ::testing::Not(HasSubstr("launch=")));
 }
 
 // Bad usage is exit 2 and one line, whatever CLI11's own code for the error (it used to
