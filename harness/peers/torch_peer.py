@@ -2094,4 +2094,9 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    # `torch_peer.py serve` answers a suite's single-process calls in one process
+    # (harness/references/serve.py): every mode sets its own threads and seeds.
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "references"))
+    from serve import main_or_serve
+
+    sys.exit(main_or_serve(main))

@@ -38,12 +38,25 @@ fi
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/peer_same_model.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 cd "$WORK"
+# The peer's single-process calls (--export-init, --eval-loss-only, a refused flag) go to
+# one peer process: ref ARG... is torch_peer.py ARG... (suites/references/serve.sh).
+# Training calls start their own processes, as their ranks must.
+source "$ROOT/suites/references/serve.sh"
+ref_start "$WORK" "$PY" "$PEER"
 export OMP_NUM_THREADS=1
 failures=0
 
 run() {  # run a command quietly (at most 300 s); on failure show its output and stop
   if ! timeout 300 "$@" >"$WORK/last.log" 2>&1; then
     echo "FAILED: $*" >&2
+    cat "$WORK/last.log" >&2
+    exit 1
+  fi
+}
+
+run_ref() {  # run_ref ARG...: the peer's ARG... in the suite's peer process, quietly; on failure its output, and stop
+  if ! ref "$@" >"$WORK/last.log" 2>&1; then
+    echo "FAILED: torch_peer.py $*" >&2
     cat "$WORK/last.log" >&2
     exit 1
   fi
@@ -62,7 +75,7 @@ fsdpp_eval() {  # MODEL_DIR SEQ_LEN -> loss over every window of t.tok
 }
 
 peer_eval() {  # MODEL_DIR SEQ_LEN -> the same
-  "$PY" "$PEER" --eval-loss-only --weights "$1" --model-config "$1/config.json" --tokens t.tok \
+  ref --eval-loss-only --weights "$1" --model-config "$1/config.json" --tokens t.tok \
     --seq-len "$2" --batch-size 8 --eval-windows 0 --device cpu --threads 1 2>"$WORK/err.log" |
     "$PY" -c "import json, sys; print(repr(json.loads(sys.stdin.read().strip().splitlines()[-1])['loss']))"
 }
@@ -114,7 +127,7 @@ for model in gpt2 llama; do
   eval_both "$model tiny, fsdpp-trained weights, eval T=32" "runs/$model/hf" 32
 
   # 2. Large weights (std 0.3), so that any difference in the model shows in the loss.
-  run "$PY" "$PEER" --export-init "wide_$model" --model-config "runs/$model/hf/config.json" --init-std 0.3 --seed 7
+  run_ref --export-init "wide_$model" --model-config "runs/$model/hf/config.json" --init-std 0.3 --seed 7
   eval_both "$model tiny, std-0.3 weights, eval T=64" "wide_$model" 64
 
   # 3. Training from the same weights: 4 steps, shuffled windows, weight decay, clipping, cosine LR.
@@ -136,7 +149,7 @@ cat >llama_x.json <<'EOF'
  "rope_scaling": {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
                   "high_freq_factor": 4.0, "original_max_position_embeddings": 16}}
 EOF
-run "$PY" "$PEER" --export-init wide_llama_x --model-config llama_x.json --init-std 0.3 --seed 3
+run_ref --export-init wide_llama_x --model-config llama_x.json --init-std 0.3 --seed 3
 eval_both "llama GQA/head_dim/tied/bias/llama3-rope, eval T=128" wide_llama_x 128
 
 # 5. Two ranks: fsdpp FULL_SHARD vs the peer's DDP (gloo), same global batch and order.
@@ -171,7 +184,7 @@ else
   echo "FAIL FSDP2 --cpu-offload: the record's precision does not name CPUOffloadPolicy"
   failures=$((failures + 1))
 fi
-if "$PY" "$PEER" --mode ddp --cpu-offload --model-config wide_llama/config.json >"$WORK/ddp.log" 2>&1 ||
+if ref --mode ddp --cpu-offload --model-config wide_llama/config.json >"$WORK/ddp.log" 2>&1 ||
   ! grep -q "cpu-offload is FSDP2's CPUOffloadPolicy: it needs --mode fsdp2" "$WORK/ddp.log"; then
   echo "FAIL --mode ddp --cpu-offload: expected one line naming the flag and a non-zero exit"
   cat "$WORK/ddp.log"
@@ -189,7 +202,7 @@ if "$PY" -c "import transformers" >/dev/null 2>&1; then
     run "$FSDPP" train --from-scratch --model-type "$model" --model-size tiny --vocab-size 97 --seq-len 32 \
       --batch-size 2 --max-steps 1 --data t.tok --save-dir runs --experiment-name "$model" --threads 1
     eval_both "$model tiny (transformers' class), fsdpp-trained weights, eval T=32" "runs/$model/hf" 32
-    run "$PY" "$PEER" --export-init "wide_$model" --model-config "runs/$model/hf/config.json" --init-std 0.3 --seed 7
+    run_ref --export-init "wide_$model" --model-config "runs/$model/hf/config.json" --init-std 0.3 --seed 7
     eval_both "$model tiny (transformers' class), std-0.3 weights, eval T=64" "wide_$model" 64
     run "$FSDPP" train --nproc 2 --model "wide_$model" --data t.tok --max-steps 3 --save-dir runs \
       --experiment-name "train2_$model" "${train_flags[@]}"
