@@ -500,10 +500,14 @@ def cmd_report(args) -> None:
         "mutants": mutants,
     }
     doc["figures"]["all"] = figures(mutants)
+    doc["figures_by_operator"] = {
+        op: figures([m for m in mutants if m["operator"] == op]) for op in sorted({m["operator"] for m in mutants})
+    }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     save(out, doc)
     print(table(doc["figures"]))
+    print(table(doc["figures_by_operator"]))
     print(f"report: {out}")
 
 

@@ -54,7 +54,7 @@ class Mutant:
     original: str  # the changed token(s), as written
     replacement: str
     region: tuple[int, int]  # offsets [start, end) of the region in the file
-    kind: str  # "expression" or "statement"
+    kind: str  # "condition", "expression" (a return's) or "statement"
     text: str  # the region after the change, comments removed, on one line
     id: int = 0
 
@@ -356,7 +356,7 @@ def find_mutants(path: str, text: str) -> list[Mutant]:
     ns = re.search(r"^namespace\b", src.code, re.M)
     first_allowed = ns.start() + 1 if ns else len(text)
     conds, header_ends = condition_regions(src)
-    regions = [(s, e, "expression", True) for s, e in conds]
+    regions = [(s, e, "condition", True) for s, e in conds]
     regions += [(s, e, "expression", False) for s, e in return_regions(src)]
     regions += [(s, e, "statement", False) for s, e in statement_regions(src, header_ends)]
     regions.sort()
@@ -393,16 +393,18 @@ def apply_schemata(text: str, mutants: list[Mutant]) -> tuple[str, dict[int, tup
         line = prefix.count("\n") + 1
         col = len(prefix) - (prefix.rfind("\n") + 1) + 1
         kind = ms[0].kind
-        schema = "(" if kind == "expression" else ""
+        # A condition is converted to bool as `if` converts it (explicitly: std::optional, std::function).
+        cast = "static_cast<bool>" if kind == "condition" else ""
+        schema = "" if kind == "statement" else "("
         for m in sorted(ms, key=lambda m: m.id):
-            if kind == "expression":
-                part = f"fsdpp_mutant_on({m.id}) ? ({m.text}) : "
-            else:
+            if kind == "statement":
                 part = f"if (fsdpp_mutant_on({m.id})) {{ {m.text} }} else "
+            else:
+                part = f"fsdpp_mutant_on({m.id}) ? {cast}({m.text}) : "
             spans[m.id] = (line, col + len(schema), col + len(schema) + len(part) - 1)
             schema += part
         original = text[start:end]
-        schema += f"({original}))" if kind == "expression" else "{ " + original + " }"
+        schema += "{ " + original + " }" if kind == "statement" else f"{cast}({original}))"
         out.append(schema)
         pos = end
     out.append(text[pos:])

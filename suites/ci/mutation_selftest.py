@@ -2,8 +2,9 @@
 """ci/mutation's self-test on a small C++ fixture (suites/ci/mutation/): the sites it finds and
 the ones it must not, that the schemata compile and change nothing with no mutant on, that the
 compiler error of a mutant that cannot compile is traced to that mutant, that each mutant on
-changes what the program prints (but the three equivalent ones), and that the trace records
-the sites reached under the process's label and no others. ctest: ci.mutation_selftest.
+changes what the program prints (but the three equivalent ones), a condition of a type that
+converts to bool only explicitly (std::optional) among them, and that the trace records the
+sites reached under the process's label and no others. ctest: ci.mutation_selftest.
 
   python3 suites/ci/mutation_selftest.py
 """
@@ -27,17 +28,17 @@ SWITCH = REPO / "ci/mutation/runtime/mutant_switch.cpp"
 
 # (line, operator, replacement) of every mutant the fixture must give, and no other.
 EXPECTED = [
-    (11, "ror", "<="), (11, "constant", "1"), (11, "constant", "1"), (12, "ror", ">"), (12, "aor", "+"),
-    (12, "constant", "0"), (18, "ror", "<="), (18, "delete", ""), (22, "aor", "+"), (24, "swap", "b, a"),
-    (28, "negate", "!(loud)"), (28, "delete", ""), (32, "lcr", "||"), (36, "ror", ">="), (36, "ror", "<="),
-    (36, "lcr", "||"), (36, "constant", "1"), (37, "aor", "+"), (37, "delete", ""), (38, "delete", ""),
-    (43, "aor", "-"), (45, "swap", "size, name"), (47, "aor", "/"),
+    (12, "ror", "<="), (12, "constant", "1"), (12, "constant", "1"), (13, "ror", ">"), (13, "aor", "+"),
+    (13, "constant", "0"), (19, "ror", "<="), (19, "delete", ""), (23, "aor", "+"), (25, "swap", "b, a"),
+    (29, "negate", "!(loud)"), (29, "delete", ""), (33, "lcr", "||"), (37, "ror", ">="), (37, "ror", "<="),
+    (37, "lcr", "||"), (37, "constant", "1"), (38, "aor", "+"), (38, "delete", ""), (39, "delete", ""),
+    (44, "aor", "-"), (46, "swap", "size, name"), (48, "aor", "/"), (51, "negate", "!(v)"), (52, "constant", "0"),
 ]  # fmt: skip
 # Mutants main.cpp's inputs cannot tell apart from the original: i <= 0 and i < 1 where i == 0
 # returns 0 either way; steps <= 100 where steps never reaches 100.
-EQUIVALENT = {(11, "ror", "i <= 0"), (11, "constant", "i < 1"), (36, "ror", "n > 0 && steps <= 100")}
-NOT_COMPILING = (45, "swap")  # mismatched(size, name): an int where a std::string is wanted
-NEVER_REACHED = (47, "aor", "x / 3")
+EQUIVALENT = {(12, "ror", "i <= 0"), (12, "constant", "i < 1"), (37, "ror", "n > 0 && steps <= 100")}
+NOT_COMPILING = (46, "swap")  # mismatched(size, name): an int where a std::string is wanted
+NEVER_REACHED = (48, "aor", "x / 3")
 
 
 def fail(message: str) -> None:
@@ -63,7 +64,7 @@ def check_sites(mutants: list[sites.Mutant]) -> None:
     if found != sorted(EXPECTED):
         fail(f"sites: expected {sorted(EXPECTED)}, found {found}")
     for m in mutants:
-        if m.line in (17, 27, 29, 40) and m.operator != "delete":
+        if m.line in (18, 28, 30, 41) and m.operator != "delete":
             fail(f"a site on a declaration, a string or a macro: {m.key}")
 
 

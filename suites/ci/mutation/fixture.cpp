@@ -1,5 +1,6 @@
 // Fixture of ci/mutation's self-test (suites/ci/mutation_selftest.py): each kind of site once,
 // and the things that must not become sites. Every mutant of it changes what main.cpp prints.
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,5 +46,10 @@ int mismatched(const std::string& name, int size) { return static_cast<int>(name
 int swapped_types(int size, const std::string& name) { return mismatched(name, size); }
 
 int never_called(int x) { return x * 3; }
+
+int value_or(const std::optional<int>& v) {  // a condition that converts to bool only explicitly
+  if (v) return *v;
+  return -1;
+}
 
 }  // namespace fixture

@@ -1,5 +1,6 @@
 // Drives fixture.cpp for suites/ci/mutation_selftest.py: prints what each function returns.
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@ bool both(bool a, bool b);
 int count_down(int n);
 int swapped_types(int size, const std::string& name);
 int never_called(int x);
+int value_or(const std::optional<int>& v);
 }  // namespace fixture
 
 int main(int argc, char**) {
@@ -23,6 +25,7 @@ int main(int argc, char**) {
   std::printf("%d %d\n", fixture::both(true, false), fixture::both(true, true));
   std::printf("%d %d\n", fixture::count_down(5), fixture::count_down(4));
   std::printf("%d\n", fixture::swapped_types(2, "abc"));
+  std::printf("%d %d\n", fixture::value_or(7), fixture::value_or(std::nullopt));
   if (argc > 5) std::printf("%d\n", fixture::never_called(argc));
   return 0;
 }
