@@ -23,6 +23,7 @@ ci/mutation/MUTATION.md. Subcommands, each reading and writing the work folder (
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import random
@@ -107,10 +108,15 @@ def cmd_plan(args) -> None:
             }
             for d in args.dirs
         },
+        "files": {rel: sha256_of(REPO / rel) for rel in sorted({m.file for m in chosen})},
         "mutants": [mutant_record(m) for m in chosen],
     }
     save(work / "plan.json", plan)
     print(f"plan: {len(chosen)} mutants sampled of {sum(plan['population'].values())} ({work / 'plan.json'})")
+
+
+def sha256_of(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def mutant_record(m: sites.Mutant) -> dict:
@@ -222,6 +228,9 @@ def cmd_build(args) -> None:
     src = work / "src"
     plan = load(work / "plan.json")
     mutants = [record_mutant(r) for r in plan["mutants"]]
+    changed = [rel for rel, digest in plan["files"].items() if sha256_of(REPO / rel) != digest]
+    if changed:  # the plan's offsets are those of the files it read
+        raise SystemExit(f"mutate.py: {', '.join(changed)} changed since the plan; plan again")
     copy_tree(REPO, src)
     install_runtime(src)
     dropped: dict[int, str] = {}
