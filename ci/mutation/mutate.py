@@ -61,19 +61,23 @@ def save(path: Path, data) -> None:
 
 
 def built_sources(repo: Path, dirs: list[str]) -> list[str]:
-    """The .cpp files of the directories that a CPU build compiles (core/CMakeLists.txt, outside its CUDA branch)."""
-    files, in_cuda = [], False
-    for line in (repo / "core/CMakeLists.txt").read_text().splitlines():
-        if re.match(r"\s*if\(FSDPP_WITH_CUDA\)", line):
-            in_cuda = True
-        elif re.match(r"\s*(else|endif)\(", line):
-            in_cuda = False
-        if in_cuda:
-            continue
-        for name in re.findall(r"\b([a-z_]+/[a-z0-9_]+\.cpp)\b", line):
-            if name.split("/")[0] in dirs:
-                files.append("core/" + name)
-    return sorted(set(files))
+    """The .cpp files of the directories in fsdpp_core's add_library() list (core/CMakeLists.txt).
+    The sources added by its CUDA branch (comm/nccl_*.cpp: GPU paths no CPU test reaches) or its
+    CPU-only branch (comm/cpu_only_backends.cpp: stubs) are left out."""
+    cmake = (repo / "core/CMakeLists.txt").read_text()
+    listing = re.search(r"add_library\(fsdpp_core STATIC(.*?)\)", cmake, re.S)
+    if listing is None:
+        raise SystemExit("mutate.py: core/CMakeLists.txt has no add_library(fsdpp_core STATIC ...)")
+    names = re.findall(r"\b([a-z_]+/[a-z0-9_]+\.cpp)\b", listing.group(1))
+    return sorted({"core/" + n for n in names if n.split("/")[0] in dirs})
+
+
+def suite_targets(repo: Path) -> list[str]:
+    """The GoogleTest suite binaries ctest runs as groups (suites/CMakeLists.txt), and fsdpp, which
+    the CLI tests run: what `build` builds (not the fuzz driver, benchmarks or CUDA tests)."""
+    cmake = (repo / "suites/CMakeLists.txt").read_text()
+    names = re.findall(r"^\s*fsdpp_suite\((\w+)", cmake, re.M) + re.findall(r"fsdpp_add_gtest_groups\((\w+)", cmake)
+    return sorted({n for n in names if n != "${name}"} | {"fsdpp"})
 
 
 def git_commit(repo: Path) -> str:
@@ -219,8 +223,9 @@ def blame(log: str, src: Path, spans: dict, live: set[int]) -> dict[int, str]:
 
 
 def build_env(work: Path, jobs: int) -> dict:
-    env = dict(os.environ, FSDPP_BUILD_DIR=str(work / "src/build"), FSDPP_JOBS=str(jobs), FSDPP_WERROR="OFF")
-    return env
+    targets = " ".join(suite_targets(REPO))
+    return dict(os.environ, FSDPP_BUILD_DIR=str(work / "src/build"), FSDPP_JOBS=str(jobs), FSDPP_WERROR="OFF",
+                FSDPP_BUILD_TARGETS=targets)  # fmt: skip
 
 
 def cmd_build(args) -> None:
@@ -244,7 +249,8 @@ def cmd_build(args) -> None:
         if round_no == 1:
             cmd = ["bash", str(src / "ci/build.sh")]
         else:
-            cmd = ["cmake", "--build", str(src / "build"), "-j", str(args.jobs), "--", "-k", "0"]
+            cmd = ["cmake", "--build", str(src / "build"), "-j", str(args.jobs), "--target", *suite_targets(REPO)]
+            cmd += ["--", "-k", "0"]
         proc = subprocess.run(cmd, env=build_env(work, args.jobs), capture_output=True, text=True, cwd=src)
         log = proc.stdout + proc.stderr
         (work / f"build-{round_no}.log").write_text(log)
