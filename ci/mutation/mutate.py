@@ -222,10 +222,9 @@ def blame(log: str, src: Path, spans: dict, live: set[int]) -> dict[int, str]:
     return guilty
 
 
-def build_env(work: Path, jobs: int) -> dict:
-    targets = " ".join(suite_targets(REPO))
+def build_env(work: Path, jobs: int, targets: list[str]) -> dict:
     return dict(os.environ, FSDPP_BUILD_DIR=str(work / "src/build"), FSDPP_JOBS=str(jobs), FSDPP_WERROR="OFF",
-                FSDPP_BUILD_TARGETS=targets)  # fmt: skip
+                FSDPP_BUILD_TARGETS=" ".join(targets))  # fmt: skip
 
 
 def cmd_build(args) -> None:
@@ -236,6 +235,7 @@ def cmd_build(args) -> None:
     changed = [rel for rel, digest in plan["files"].items() if sha256_of(REPO / rel) != digest]
     if changed:  # the plan's offsets are those of the files it read
         raise SystemExit(f"mutate.py: {', '.join(changed)} changed since the plan; plan again")
+    targets = args.targets.split() if args.targets else suite_targets(REPO)
     copy_tree(REPO, src)
     install_runtime(src)
     dropped: dict[int, str] = {}
@@ -249,9 +249,9 @@ def cmd_build(args) -> None:
         if round_no == 1:
             cmd = ["bash", str(src / "ci/build.sh")]
         else:
-            cmd = ["cmake", "--build", str(src / "build"), "-j", str(args.jobs), "--target", *suite_targets(REPO)]
+            cmd = ["cmake", "--build", str(src / "build"), "-j", str(args.jobs), "--target", *targets]
             cmd += ["--", "-k", "0"]
-        proc = subprocess.run(cmd, env=build_env(work, args.jobs), capture_output=True, text=True, cwd=src)
+        proc = subprocess.run(cmd, env=build_env(work, args.jobs, targets), capture_output=True, text=True, cwd=src)
         log = proc.stdout + proc.stderr
         (work / f"build-{round_no}.log").write_text(log)
         if proc.returncode == 0:
@@ -512,6 +512,7 @@ def cmd_report(args) -> None:
         },
         "run_seconds": round(sum(r.get("seconds", 0) for r in results.values()), 1),
         "figures": {d: figures([m for m in mutants if m["dir"] == d]) for d in sorted({m["dir"] for m in mutants})},
+        "notes": args.note,
         "mutants": mutants,
     }
     doc["figures"]["all"] = figures(mutants)
@@ -549,11 +550,15 @@ def main() -> None:
     sub.choices["plan"].add_argument("--seed", type=int, default=1)
     sub.choices["plan"].add_argument("--dirs", nargs="+", default=DIRS)
     sub.choices["build"].add_argument("--rounds", type=int, default=6)
+    sub.choices["build"].add_argument(
+        "--targets", default="", help="only these targets (default: every suite and fsdpp)"
+    )
     sub.choices["trace"].add_argument("--exclude", default=r"^$", help="regex of ctest names to leave out")
     sub.choices["run"].add_argument("--only", default="", help="comma-separated mutant ids")
     sub.choices["report"].add_argument("--out", required=True)
     sub.choices["report"].add_argument("--equivalent", default=str(HERE / "equivalent.json"))
     sub.choices["report"].add_argument("--machine", default=os.uname().nodename)
+    sub.choices["report"].add_argument("--note", action="append", default=[], help="a line for the document's notes")
     args = parser.parse_args()
     {"plan": cmd_plan, "build": cmd_build, "trace": cmd_trace, "run": cmd_run, "report": cmd_report}[args.command](args)
 
