@@ -342,7 +342,13 @@ def cmd_trace(args) -> None:
     build = work / "src/build"
     trace_dir = work / "trace"
     trace_dir.mkdir(exist_ok=True)
-    entries = gtest_entries(build, args.exclude)
+    entries = gtest_entries(Path(args.ctest_dir) if args.ctest_dir else build, args.exclude)
+    if args.suites:
+        entries = [e for e in entries if Path(e["argv"][0]).name in args.suites.split(",")]
+    if args.binaries:  # the suites linked elsewhere (MUTATION.md, "Linking against an unmutated build")
+        for e in entries:
+            e["argv"][0] = str(Path(args.binaries) / Path(e["argv"][0]).name)
+            e["cwd"] = args.binaries
     print(f"trace: {len(entries)} GoogleTest groups", flush=True)
     start = time.monotonic()
     with ThreadPoolExecutor(args.jobs) as pool:
@@ -554,6 +560,9 @@ def main() -> None:
         "--targets", default="", help="only these targets (default: every suite and fsdpp)"
     )
     sub.choices["trace"].add_argument("--exclude", default=r"^$", help="regex of ctest names to leave out")
+    sub.choices["trace"].add_argument("--ctest-dir", default="", help="the build whose ctest lists the groups")
+    sub.choices["trace"].add_argument("--suites", default="", help="comma-separated suite binaries (default: all)")
+    sub.choices["trace"].add_argument("--binaries", default="", help="run the suite binaries of this folder")
     sub.choices["run"].add_argument("--only", default="", help="comma-separated mutant ids")
     sub.choices["report"].add_argument("--out", required=True)
     sub.choices["report"].add_argument("--equivalent", default=str(HERE / "equivalent.json"))
