@@ -389,6 +389,15 @@ def covering_runs(mutant_id: int, coverage: dict) -> list[dict]:
     return sorted(per_binary.values(), key=lambda r: r["seconds"])
 
 
+def recheck_fails(run: dict, failed: list[str], timeout: float, env: dict) -> bool:
+    """Whether what failed under the mutant fails with no mutant on as well (a loaded machine's
+    timeouts): the first failed test, or every test of the run when none was named."""
+    tests = [failed[0].split(":", 1)[1]] if failed else run["tests"]
+    argv = [run["argv0"], "--gtest_filter=" + ":".join(tests)]
+    rc, _, timed_out, _ = run_process(argv, dict(env, FSDPP_MUTANT="0"), run["cwd"], timeout)
+    return timed_out or rc != 0
+
+
 def run_mutant(mutant: dict, coverage: dict, work: Path, args) -> dict:
     runs = covering_runs(mutant["id"], coverage)
     result = {"id": mutant["id"], "tests_covering": sum(len(r["tests"]) for r in runs), "runs": []}
@@ -413,6 +422,8 @@ def run_mutant(mutant: dict, coverage: dict, work: Path, args) -> dict:
             result["killed_by"] = "timeout" if timed_out else (failed[0] if failed else f"exit {rc}")
             if not failed and not timed_out:
                 record["output_tail"] = tail[-600:]
+            if recheck_fails(run, failed, timeout, env):  # fails unmutated too: the machine, not the mutant
+                result["status"] = "inconclusive"
             break
     return dict(result, seconds=round(time.monotonic() - start, 2))
 
@@ -442,7 +453,7 @@ def cmd_run(args) -> None:
     print(f"run: {time.monotonic() - start:.0f} s")
 
 
-STATUSES = ["killed", "survived", "equivalent", "not_covered", "did_not_compile"]
+STATUSES = ["killed", "survived", "inconclusive", "equivalent", "not_covered", "did_not_compile"]
 
 
 def judgements(path: Path) -> dict[str, str]:
@@ -474,8 +485,8 @@ def mutant_status(m: dict, results: dict, dropped: dict, equivalent: dict) -> di
 def figures(mutants: list[dict]) -> dict:
     counts = {s: sum(1 for m in mutants if m["status"] == s) for s in STATUSES + ["not_run"]}
     counts["sampled"] = len(mutants)
-    scored = counts["killed"] + counts["survived"] + counts["not_covered"]
-    covered = counts["killed"] + counts["survived"]
+    scored = counts["killed"] + counts["survived"] + counts["inconclusive"] + counts["not_covered"]
+    covered = counts["killed"] + counts["survived"] + counts["inconclusive"]
     counts["kill_rate"] = round(counts["killed"] / scored, 4) if scored else None
     counts["covered_kill_rate"] = round(counts["killed"] / covered, 4) if covered else None
     return counts
@@ -534,7 +545,7 @@ def cmd_report(args) -> None:
 
 
 def table(figs: dict) -> str:
-    cols = ["sampled", "killed", "survived", "equivalent", "not_covered", "did_not_compile", "not_run"]
+    cols = ["sampled", "killed", "survived", "inconclusive", "equivalent", "not_covered", "did_not_compile", "not_run"]
     lines = ["dir         " + " ".join(f"{c[:11]:>11}" for c in cols) + "   kill rate (covered)"]
     for d, f in figs.items():
         rate = "-" if f["kill_rate"] is None else f"{100 * f['kill_rate']:.0f}%"
