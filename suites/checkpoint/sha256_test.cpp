@@ -74,12 +74,16 @@ TEST(Sha256, AnySplitOfAMessageGivesItsOneShotDigest) {
   for (size_t length = 0; length < 600; length += 13) {
     std::string data(length, '\0');
     for (auto& c : data) c = static_cast<char>(random());
-    const size_t first = length / 3, second = length / 2;
-    Sha256 pieces;
-    pieces.update(data.data(), first);
-    pieces.update(data.data() + first, second - first);
-    pieces.update(data.data() + second, length - second);
-    EXPECT_EQ(pieces.hex_digest(), sha256_hex(data)) << "length " << length;
+    const std::string one_shot = sha256_hex(data);
+    // Every first cut, and a second cut halfway through the rest.
+    for (size_t first = 0; first <= length; ++first) {
+      const size_t second = first + (length - first) / 2;
+      Sha256 pieces;
+      pieces.update(data.data(), first);
+      pieces.update(data.data() + first, second - first);
+      pieces.update(data.data() + second, length - second);
+      EXPECT_EQ(pieces.hex_digest(), one_shot) << "length " << length << ", cuts at " << first << " and " << second;
+    }
   }
 }
 

@@ -240,6 +240,7 @@ TEST(LaunchCommand, ABadEnvironmentIsOneClearLineAndAFailure) {
   auto [code, output] = run_shell("RANK=abc WORLD_SIZE=2 " + kFsdpp + " selfcheck");
   EXPECT_EQ(code, 1);
   EXPECT_THAT(output, HasSubstr("fsdpp: error: environment variable RANK='abc'"));
+  EXPECT_EQ(std::count(output.begin(), output.end(), '\n'), 1) << output;
 }
 
 // A rank that fails at run time exits 1 with its one line, and every peer exits 1 with one

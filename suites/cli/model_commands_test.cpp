@@ -18,6 +18,7 @@
 #include "core/models/gpt2.h"
 #include "core/models/hf_checkpoint.h"
 #include "core/models/llama.h"
+#include "core/tokenizer/load.h"
 #include "harness/testing/assets.h"
 #include "harness/testing/safetensors_edit.h"
 #include "harness/testing/temp_dir.h"
@@ -105,6 +106,16 @@ TEST(GenerateCommand, ContinuesAPromptWithTheFoldersGpt2Tokenizer) {
                                   " --prompt 'Hello world' --max-new-tokens 4 --temperature 0");
   EXPECT_EQ(code, 0) << output;
   EXPECT_THAT(output, StartsWith("Hello world"));
+  // The continuation itself: the folder's model and tokenizer, greedy, as models::generate gives it.
+  const auto tok = tokenizer::load_tokenizer(dir.path());
+  const auto prompt = tok.encode("Hello world");
+  models::SamplingOptions greedy;
+  greedy.max_new_tokens = 4;
+  greedy.temperature = 0;
+  const auto ids =
+      models::generate(models::load_pretrained(dir.path()), std::vector<int64_t>(prompt.begin(), prompt.end()), greedy);
+  ASSERT_GT(ids.size(), prompt.size()) << "no token was generated";
+  EXPECT_EQ(output, tok.decode(std::vector<int32_t>(ids.begin(), ids.end())) + "\n");
 }
 
 TEST(ModelSizeCommand, PrintsThePresetsExactCounts) {

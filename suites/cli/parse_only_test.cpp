@@ -43,12 +43,18 @@ TEST(SkipPathChecks, TurnsOffOnlyTheChecksThatAPathExistsInEverySubcommand) {
   sub->add_option("--file", file)->check(CLI::ExistingFile);
   sub->add_option("--dir", dir)->check(CLI::ExistingDirectory);
   sub->add_option("--count", count)->check(CLI::Range(1, 3));
+  std::string nested_path;  // a subcommand of a subcommand, as `fsdpp results compare`
+  app.add_subcommand("outer")->add_subcommand("inner")->add_option("--path", nested_path)->check(CLI::ExistingPath);
   const std::vector<std::string> missing{"sub", "--file", "/no/such/file", "--dir", "/no/such/dir", "--count", "2"};
+  const std::vector<std::string> nested{"outer", "inner", "--path", "/no/such/path"};
   EXPECT_THAT(parse_error(app, missing), HasSubstr("/no/such/file"));
+  EXPECT_THAT(parse_error(app, nested), HasSubstr("/no/such/path"));
 
   cli::skip_path_checks(app);
   EXPECT_EQ(parse_error(app, missing), "");
   EXPECT_EQ(file, "/no/such/file");
+  EXPECT_EQ(parse_error(app, nested), "");
+  EXPECT_EQ(nested_path, "/no/such/path");
   EXPECT_THAT(parse_error(app, {"sub", "--file", "/no/such/file", "--count", "9"}), HasSubstr("--count"));
 }
 

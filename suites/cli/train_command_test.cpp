@@ -817,7 +817,7 @@ TEST(Resharding, InDeterministicModeACheckpointOfFourRanksContinuesBitwiseOnTwoT
 // which experts got a gradient).
 class DeterministicFamilies : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(DeterministicFamilies, FourRanksOfEveryStrategyGiveTheOneRankBits) {
+TEST_P(DeterministicFamilies, FourRanksOfFullShardHybridShardAndNoShardGiveTheOneRankBits) {
   TempDir dir;
   const auto data = harness::write_markov_tokens(dir.path(), 4000, 64).string();
   const std::string common = "--deterministic --from-scratch --model-type " + GetParam() +

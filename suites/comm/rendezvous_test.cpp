@@ -79,7 +79,9 @@ TEST(Rendezvous, NoVariablesMeansOneProcess) {
   EXPECT_EQ(w.source, "single");
 }
 
-TEST(Rendezvous, BadValuesAreRejectedNamingTheVariable) {
+// The rank and port are checked after flags may have set them, so those two messages name
+// the value, not an environment variable.
+TEST(Rendezvous, BadValuesAreRejectedNamingTheVariableOrItsValue) {
   auto error_of = [](std::map<std::string, std::string> vars) {
     try {
       resolve_world(env_from_map(std::move(vars)));
@@ -89,12 +91,12 @@ TEST(Rendezvous, BadValuesAreRejectedNamingTheVariable) {
     return std::string("no error");
   };
   EXPECT_THAT(error_of({{"RANK", "x"}, {"WORLD_SIZE", "2"}}), HasSubstr("RANK='x'"));
-  EXPECT_THAT(error_of({{"RANK", "2"}, {"WORLD_SIZE", "2"}}), HasSubstr("outside world size 2"));
+  EXPECT_THAT(error_of({{"RANK", "2"}, {"WORLD_SIZE", "2"}}), HasSubstr("rank 2 is outside world size 2"));
   EXPECT_THAT(error_of({{"RANK", "0"}}), HasSubstr("RANK and WORLD_SIZE"));
-  EXPECT_THAT(error_of({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_PORT", "70000"}}), HasSubstr("70000"));
+  EXPECT_THAT(error_of({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_PORT", "70000"}}), HasSubstr("master port 70000"));
   EXPECT_THAT(error_of({{"SLURM_PROCID", "0"}}), HasSubstr("SLURM_NTASKS"));
   EXPECT_THAT(error_of({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}, {"SLURM_JOB_NODELIST", "a[1-"}}),
-              HasSubstr("unbalanced"));
+              HasSubstr("'a[1-': unbalanced"));
 }
 
 TEST(SlurmHostlist, ExpandsRangesListsAndPadding) {

@@ -11,6 +11,7 @@
 #include <map>
 
 #include "core/fsdp/sharded_model.h"
+#include "core/fsdp/sharding.h"
 #include "core/models/hf_checkpoint.h"
 #include "core/models/llama.h"
 #include "core/models/presets.h"
@@ -107,11 +108,23 @@ TEST(DeferredInitFromCheckpoint, EachRankReadsOnlyItsRowsAndGetsTheLoadedModelsS
       lm = models::build_causal_lm(loaded.config, folder.string());
     }
     fsdp::FsdpOptions o;
-    o.materialize = [rows](const std::string& name, const std::vector<int64_t>& shape, int64_t first, at::Tensor out) {
+    // Every read asks for this rank's rows of its 3-way shard, and nothing else.
+    int64_t elements_read = 0;
+    const int rank = ctx.rank;
+    o.materialize = [rows, rank, &elements_read](const std::string& name, const std::vector<int64_t>& shape,
+                                                 int64_t first, at::Tensor out) {
+      const auto layout = fsdp::ShardLayout::of(shape, 3);
+      EXPECT_EQ(first, layout.first_row(rank)) << name;
+      EXPECT_EQ(out.size(0), layout.valid_rows(rank)) << name;
+      elements_read += out.numel();
       rows->read(name, shape, first, out);
     };
     auto sharded = fsdp::ShardedModel::create(lm.module, ctx.comm, o, fsdp::wrap_by_module_type({lm.block_type}));
     expect_same_shards(*sharded, *expected);
+    int64_t shard_elements = 0;
+    for (const auto& [name, t] : sharded->named_parameters()) shard_elements += t.numel();
+    EXPECT_GT(elements_read, 0);
+    EXPECT_EQ(elements_read, shard_elements);  // each row of the shard read once
   });
 }
 
@@ -142,7 +155,12 @@ TEST(DeferredInitErrors, AMetaParameterWithoutASourceIsNamed) {
       fsdp::ShardedModel::create(net, ctx.comm, {}, model.wrap);
       ADD_FAILURE() << "expected an error";
     } catch (const std::invalid_argument& e) {
-      EXPECT_NE(std::string(e.what()).find("meta device"), std::string::npos) << e.what();
+      const std::string message = e.what();
+      EXPECT_NE(message.find("meta device"), std::string::npos) << message;
+      bool names_a_parameter = false;  // which one is met first is not specified
+      for (const auto& item : net->named_parameters())
+        names_a_parameter |= message.find("parameter '" + item.key() + "'") != std::string::npos;
+      EXPECT_TRUE(names_a_parameter) << message;
     }
   });
 }

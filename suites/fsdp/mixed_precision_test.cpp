@@ -102,6 +102,7 @@ TEST(MixedPrecision, AllGatherMovesParamDtypeBytesAndShardsStayFp32) {
       auto sharded = fsdp::ShardedModel::create(net, ctx.comm, o, model.wrap);
       for (const auto& p : sharded->parameters()) EXPECT_EQ(p.scalar_type(), at::kFloat);
       model.loss(*net, model.batch(0, ctx.rank)).backward();
+      for (const auto& p : sharded->parameters()) EXPECT_EQ(p.scalar_type(), at::kFloat) << "after backward";
       return std::make_pair(sharded->comm_stats(comm::CollectiveKind::AllGather).bytes_sent,
                             sharded->comm_stats(comm::CollectiveKind::ReduceScatter).bytes_sent);
     };

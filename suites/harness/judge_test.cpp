@@ -20,7 +20,10 @@ at::Tensor off_by(const at::Tensor& truth, double error, std::initializer_list<i
 at::Tensor truth() { return at::linspace(-1e-3, 1e-3, 100, at::kDouble); }
 
 TEST(Float64Judge, WithinThePolicyPassesWhateverThePeer) {
-  EXPECT_TRUE(judge_against_float64(off_by(truth(), 5e-6, {3}), truth(), off_by(truth(), 0, {})).ok);
+  const auto within = off_by(truth(), 5e-6, {3});
+  EXPECT_TRUE(judge_against_float64(within, truth(), off_by(truth(), 0, {})).ok);            // an exact peer
+  EXPECT_TRUE(judge_against_float64(within, truth(), off_by(truth(), 5e-6, {3, 9})).ok);     // a peer as good
+  EXPECT_TRUE(judge_against_float64(within, truth(), off_by(truth(), 1e-3, {1, 2, 3})).ok);  // a peer far off
 }
 
 TEST(Float64Judge, BeyondThePolicyPassesOnlyWithinTwiceThePeersErrorAndNoMoreElementsOutside) {

@@ -312,7 +312,14 @@ TEST(SafetensorsWrite, MissingFolderIsAnErrorNamingIt) {
 TEST(SafetensorsWrite, OverwriteIsAtomicAndLeavesNoTemporaryFile) {
   TempDir dir;
   write_safetensors(dir / "x.safetensors", {{"w", at::zeros({4})}});
+  // A second name for the old file: a reader holding it open sees the same inode. An atomic
+  // overwrite (a new file renamed over the name) leaves that inode's bytes as they were;
+  // rewriting the file in place would change them.
+  const std::string old_bytes = read_bytes(dir / "x.safetensors");
+  fs::create_hard_link(dir / "x.safetensors", dir / "old-link");
   write_safetensors(dir / "x.safetensors", {{"w", at::ones({8})}});
+  EXPECT_EQ(read_bytes(dir / "old-link"), old_bytes);
+  fs::remove(dir / "old-link");
   std::vector<std::string> files;
   for (const auto& entry : fs::directory_iterator(dir.path())) files.push_back(entry.path().filename().string());
   EXPECT_EQ(files, std::vector<std::string>{"x.safetensors"});

@@ -17,6 +17,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <set>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -122,6 +123,7 @@ TEST_P(DeferredBuild, LeavesMetaParametersOfTheSameShapesWithTiesGradFlagsAndRea
   }
   EXPECT_EQ(ties_of(*deferred.module), ties_of(*normal.module));
   auto expected_buffers = normal.module->named_buffers(true);
+  EXPECT_EQ(deferred.module->named_buffers(true).keys(), expected_buffers.keys());
   for (const auto& item : deferred.module->named_buffers(true)) {
     EXPECT_FALSE(item.value().is_meta()) << item.key();
     EXPECT_TRUE(torch::equal(item.value(), expected_buffers[item.key()])) << item.key();
@@ -318,6 +320,18 @@ TEST_P(InitRows, AnySplitOfTheRowsInAnyOrderEqualsInitFromScratchBitwise) {
       init_rows(name, shape, 42, first, pieces[i]);
     }
     EXPECT_TRUE(torch::equal(torch::cat({pieces[1], pieces[2], pieces[0]}), rows)) << name;
+    // And two pieces, the second made first: cut at every row of a tensor of up to 64 rows,
+    // near both ends and in the middle of a taller one (an embedding has 50257).
+    const int64_t dim0 = rows.size(0);
+    std::set<int64_t> cuts = {1, 2, dim0 / 3, dim0 / 2, dim0 - 2, dim0 - 1};
+    for (int64_t cut = 1; cut < dim0 && dim0 <= 64; ++cut) cuts.insert(cut);
+    for (const int64_t cut : cuts) {
+      if (cut < 1 || cut >= dim0) continue;
+      auto tail = at::empty(row_shape(shape, rows.size(0) - cut)), head = at::empty(row_shape(shape, cut));
+      init_rows(name, shape, 42, cut, tail);
+      init_rows(name, shape, 42, 0, head);
+      EXPECT_TRUE(torch::equal(torch::cat({head, tail}), rows)) << name << " cut at row " << cut;
+    }
   }
 }
 

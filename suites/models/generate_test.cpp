@@ -10,6 +10,7 @@
 
 #include "core/models/causal_lm.h"
 #include "core/models/llama.h"
+#include "core/models/presets.h"
 
 namespace fsdpp::models {
 namespace {
@@ -25,6 +26,13 @@ TEST(CausalLm, EveryFamilyBuildsFromItsConfigAndUnknownOnesAreNamed) {
   auto lm = tiny_llama();
   EXPECT_EQ(lm.model_type, "llama");
   EXPECT_EQ(lm.logits(torch::zeros({1, 5}, torch::kLong)).sizes(), (std::vector<int64_t>{1, 5, 97}));
+  for (const auto& type : supported_model_types()) {  // every family, from its tiny config.json
+    auto built = build_causal_lm(from_scratch_config(type, "tiny"), type + "/config.json");
+    EXPECT_EQ(built.model_type, type);
+    torch::NoGradGuard no_grad;
+    EXPECT_EQ(built.logits(torch::zeros({1, 5}, torch::kLong)).sizes(), (std::vector<int64_t>{1, 5, built.vocab_size}))
+        << type;
+  }
   auto mistral = llama_preset("tiny").to_json();
   mistral["model_type"] = "mistral";
   mistral["sliding_window"] = 4;

@@ -446,7 +446,12 @@ TEST(Configs, ConfigJsonRoundTripsAndBadValuesNameTheKey) {
   }
   auto g = Gpt2Config{}.to_json();
   g["n_layer"] = "twelve";
-  EXPECT_THROW(Gpt2Config::from_json(g, "config.json"), std::invalid_argument);
+  try {
+    Gpt2Config::from_json(g, "config.json");
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("key 'n_layer'"), std::string::npos) << e.what();
+  }
   EXPECT_EQ(OptConfig::from_json(tiny_opt(false, 12).to_json(), "c").word_embed_proj_dim, 12);
 }
 
@@ -851,6 +856,14 @@ TEST(Llama, Qwen3MoeExpertsAndDenseLayersMatchThePublishedFormulas) {
   auto x = torch::randn({2, 7, c.hidden_size});
   expect_formulas(model->model->layer_list[2]->moe->forward(x), w, [&](const Weights& v) {
     return sparse_moe_ref(v, "model.layers.2.mlp.", x, 2, false, {"gate_proj", "up_proj", "down_proj"});
+  });
+  // The dense layer: SwiGLU, down(silu(gate(x)) * up(x)).
+  ASSERT_TRUE(model->model->layer_list[1]->mlp);
+  expect_formulas(model->model->layer_list[1]->mlp->forward(x), w, [&](const Weights& v) {
+    const std::string p = "model.layers.1.mlp.";
+    const auto h = x.to(v.begin()->second.scalar_type());
+    const auto gate = linear_ref(v, p + "gate_proj", h);
+    return linear_ref(v, p + "down_proj", gate * torch::sigmoid(gate) * linear_ref(v, p + "up_proj", h));
   });
 }
 

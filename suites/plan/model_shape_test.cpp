@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "core/fsdp/sharded_model.h"
+#include "core/fsdp/sharding.h"
 #include "core/models/causal_lm.h"
 #include "core/models/llama.h"
 #include "core/models/presets.h"
@@ -34,8 +35,20 @@ TEST(PlanModelShape, UnitsAndShardBytesAreThoseShardedModelMakes) {
           EXPECT_EQ(sharded->units()[i]->params().size(), shape.units[i].params.size()) << type;
         }
         EXPECT_EQ(sharded->memory().shard_bytes, memory.param_shard_bytes) << type << " n=" << n;
-        if (ctx.rank == 0) {
+        if (ctx.rank == 0) {  // the plan states rank 0's padding, which ceil-divided rows make 0
           EXPECT_EQ(sharded->memory().padding_bytes, memory.padding_bytes) << type << " n=" << n;
+        }
+        if (ctx.rank == n - 1) {  // the padding is on the last ranks: the shape's layout, held there
+          int64_t last_rank_padding = 0;
+          for (const auto& unit : shape.units)
+            for (const auto& p : unit.params) {
+              const auto layout = fsdp::ShardLayout::of(p.shape, n);
+              last_rank_padding += (layout.shard_rows - layout.valid_rows(n - 1)) * layout.row_numel * 4;
+            }
+          if (n == 3) {
+            EXPECT_GT(last_rank_padding, 0) << type;  // 250 rows on 3 ranks
+          }
+          EXPECT_EQ(sharded->memory().padding_bytes, last_rank_padding) << type << " n=" << n;
         }
       });
     }

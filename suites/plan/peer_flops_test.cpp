@@ -33,10 +33,11 @@ TEST(PlanPeerFlops, ThePeersFlopsPerTokenAreFsdppsForEveryFamilyItTrains) {
     const char* size;
     int64_t seq_len;
   };
-  for (const Case& k :
-       {Case{"gpt2", "tiny", 64}, Case{"gpt2", "124M", 1024}, Case{"llama", "tiny", 32}, Case{"llama", "1B", 2048},
-        Case{"llama", "8B", 4096}, Case{"qwen3", "mini", 128}, Case{"mixtral", "mini", 128}}) {
-    if (std::string(k.type) != "gpt2" && std::string(k.type) != "llama" && !transformers) {
+  for (const Case& k : {Case{"gpt2", "tiny", 64}, Case{"gpt2", "124M", 1024}, Case{"llama", "tiny", 32},
+                        Case{"llama", "1B", 2048}, Case{"llama", "8B", 4096}, Case{"mistral", "tiny", 32},
+                        Case{"qwen3", "mini", 128}, Case{"mixtral", "mini", 128}}) {
+    const std::string type = k.type;
+    if (type != "gpt2" && type != "llama" && type != "mistral" && !transformers) {
       std::printf("skipped %s %s: %s has no transformers\n", k.type, k.size, python.c_str());
       continue;
     }

@@ -18,13 +18,17 @@ namespace {
 TEST(AdamWGroups, DecayReachesMatricesButNotBiasesOrNormWeights) {
   auto matrix = torch::ones({2, 3}, torch::requires_grad());
   auto bias = torch::ones({3}, torch::requires_grad());
-  auto opt = make_adamw({{"w", matrix}, {"b", bias}}, AdamWSettings{0.1, 0.9, 0.999, 1e-8, 0.5});
-  matrix.mutable_grad() = torch::zeros_like(matrix);
-  bias.mutable_grad() = torch::zeros_like(bias);
+  auto norm_weight = torch::ones({3}, torch::requires_grad());
+  auto opt =
+      make_adamw({{"h.0.mlp.c_fc.weight", matrix}, {"h.0.mlp.c_fc.bias", bias}, {"h.0.ln_1.weight", norm_weight}},
+                 AdamWSettings{0.1, 0.9, 0.999, 1e-8, 0.5});
+  for (auto* p : {&matrix, &bias, &norm_weight}) p->mutable_grad() = torch::zeros_like(*p);
   opt->step();
   // Zero gradients: only decoupled weight decay moves a parameter, by lr * wd * p.
   EXPECT_TRUE(torch::allclose(matrix, torch::full_like(matrix, 1 - 0.1 * 0.5)));
+  EXPECT_FALSE(torch::equal(matrix, torch::ones_like(matrix)));
   EXPECT_TRUE(torch::equal(bias, torch::ones_like(bias)));
+  EXPECT_TRUE(torch::equal(norm_weight, torch::ones_like(norm_weight)));
 }
 
 TEST(AdamWGroups, EachGroupStepsExactlyLikeTorchAdamW) {
@@ -118,7 +122,13 @@ TEST(FromScratchConfig, UnknownSizesAndTypesNameWhatIsKnown) {
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("124M"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(models::from_scratch_config("bert", "tiny"), std::invalid_argument);
+  try {
+    models::from_scratch_config("bert", "tiny");
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("'bert'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("gpt2"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
