@@ -5,7 +5,6 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
-#include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -13,6 +12,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -386,7 +386,8 @@ LaunchReport launch(int num_ranks, const std::function<ProcessSpec(int rank)>& s
         if (c.running && c.killed_by_us == Child::KillReason::None) {
           c.killed_by_us = Child::KillReason::Budget;
           c.result.message = "had not finished when the " +
-                             std::to_string(options.budget.count() / 1000.0).substr(0, 6) + " s budget ran out";
+                             std::to_string(static_cast<double>(options.budget.count()) / 1000.0).substr(0, 6) +
+                             " s budget ran out";
           ::kill(c.pid, SIGKILL);
         } else if (c.running) {
           ::kill(c.pid, SIGKILL);
