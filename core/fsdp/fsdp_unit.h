@@ -86,6 +86,7 @@ class FsdpUnit {
   bool enter_post_backward();
   bool replicated() const { return replicated_; }
   bool reshard_after_forward() const { return reshard_after_forward_; }
+  void set_reshard_after_forward(bool reshard) { reshard_after_forward_ = reshard; }
   std::vector<FsdpParam>& params() { return params_; }
   const UnitComms& comms() const { return comms_; }
 

@@ -52,15 +52,19 @@ struct ShardedModel::Hooks {
   static FsdpUnit* root(ShardedModel& m) { return m.units_.back().get(); }
 
   static void unshard_now(ShardedModel& m, FsdpUnit* u) {
-    if (u->state() == FsdpUnit::State::Sharded && !u->unshard_in_flight()) note_unshard(m, u);
-    u->unshard_async();
+    issue_unshard(m, u);
     u->wait_unshard();
   }
 
-  static void note_unshard(ShardedModel& m, FsdpUnit* u) {
-    if (u->replicated()) return;
-    m.unsharded_bytes_now_ += u->full_param_bytes();
-    m.peak_unsharded_bytes_ = std::max(m.peak_unsharded_bytes_, m.unsharded_bytes_now_);
+  // Issues u's all-gather unless u is unsharded or its all-gather is in flight already.
+  static void issue_unshard(ShardedModel& m, FsdpUnit* u) {
+    if (u->state() != FsdpUnit::State::Sharded || u->unshard_in_flight()) return;
+    if (!u->replicated()) {
+      m.unsharded_bytes_now_ += u->full_param_bytes();
+      m.peak_unsharded_bytes_ = std::max(m.peak_unsharded_bytes_, m.unsharded_bytes_now_);
+      if (m.all_gather_listener_) m.all_gather_listener_(*u);
+    }
+    u->unshard_async();
   }
 
   static void reshard(ShardedModel& m, FsdpUnit* u) {
@@ -73,8 +77,25 @@ struct ShardedModel::Hooks {
     int in_flight = 0;
     for (auto& other : m.units_) in_flight += other->unshard_in_flight();
     if (in_flight >= m.options_.max_inflight_all_gathers) return;
-    note_unshard(m, u);
-    u->unshard_async();
+    issue_unshard(m, u);
+  }
+
+  // The explicit prefetch list of u, if one was set, else the implicit prefetch of `next`
+  // when `implicit` is on.
+  static void prefetch_after(ShardedModel& m, FsdpUnit* u, const std::vector<std::vector<FsdpUnit*>>& explicit_lists,
+                             bool implicit, FsdpUnit* (*next)(ShardedModel&, FsdpUnit*)) {
+    const auto& targets = explicit_lists[unit_index(m, u)];
+    if (!targets.empty()) {
+      for (auto* target : targets) issue_unshard(m, target);
+    } else if (implicit) {
+      prefetch(m, next(m, u));
+    }
+  }
+
+  static size_t unit_index(ShardedModel& m, const FsdpUnit* u) {
+    for (size_t i = 0; i < m.units_.size(); ++i)
+      if (m.units_[i].get() == u) return i;
+    throw std::logic_error("FSDP unit '" + u->name() + "' is not a unit of this model");
   }
 
   // The unit after u in the previous iteration's forward order.
@@ -164,7 +185,7 @@ void ShardedModel::Hooks::pre_forward(ShardedModel& m, FsdpUnit* u, std::vector<
     if (mp.cast_forward_inputs && mp.param_dtype && x.is_floating_point() && x.scalar_type() != *mp.param_dtype)
       x = x.to(*mp.param_dtype);
   unshard_now(m, u);
-  if (m.options_.forward_prefetch && !recomputing) prefetch(m, forward_successor(m, u));
+  if (!recomputing) prefetch_after(m, u, m.forward_prefetch_, m.options_.forward_prefetch, forward_successor);
   if (u == root(m) || !at::GradMode::is_enabled()) return;
   std::vector<size_t> hooked;  // the inputs that require grad: all of them go through one node
   std::vector<at::Tensor> through;
@@ -203,7 +224,7 @@ void ShardedModel::Hooks::pre_backward(ShardedModel& m, FsdpUnit* u) {
   queue_final_callback(m);
   if (!u->enter_pre_backward()) return;  // this backward's pre-backward already ran
   unshard_now(m, u);
-  if (m.options_.backward_prefetch == BackwardPrefetch::Pre) prefetch(m, backward_successor(m, u));
+  prefetch_after(m, u, m.backward_prefetch_, m.options_.backward_prefetch == BackwardPrefetch::Pre, backward_successor);
 }
 
 void ShardedModel::Hooks::post_backward(ShardedModel& m, FsdpUnit* u) {
@@ -215,7 +236,9 @@ void ShardedModel::Hooks::post_backward(ShardedModel& m, FsdpUnit* u) {
   m.reducing_ = u;
   reshard(m, u);
   // The root's post-backward is the last of the iteration: nothing runs backward after it.
-  if (m.options_.backward_prefetch == BackwardPrefetch::Post && u != root(m)) prefetch(m, backward_successor(m, u));
+  if (m.options_.backward_prefetch == BackwardPrefetch::Post && u != root(m) &&
+      m.backward_prefetch_[unit_index(m, u)].empty())
+    prefetch(m, backward_successor(m, u));
 }
 
 void ShardedModel::Hooks::final_callback(ShardedModel& m) {
@@ -405,12 +428,46 @@ std::shared_ptr<ShardedModel> ShardedModel::create(const std::shared_ptr<torch::
                                                    m->comms_, !plan.is_root && reshard_after_forward, precision));
     m->unit_modules_.push_back(plan.module);
   }
+  m->forward_prefetch_.resize(m->units_.size());
+  m->backward_prefetch_.resize(m->units_.size());
   Hooks::install(*m);
   return m;
 }
 
 ShardedModel::~ShardedModel() {
   for (auto* module : unit_modules_) nn::clear_forward_hooks(module);
+}
+
+// ---------------------------------------------------------------- per-unit controls
+
+size_t ShardedModel::unit_index(const torch::nn::Module& module, const char* call) const {
+  for (size_t i = 0; i < unit_modules_.size(); ++i)
+    if (unit_modules_[i] == &module) return i;
+  throw std::invalid_argument(std::string("ShardedModel::") + call + ": module '" + module.name() +
+                              "' is not wrapped by an FSDP unit of this model");
+}
+
+void ShardedModel::set_forward_prefetch(const torch::nn::Module& unit,
+                                        const std::vector<const torch::nn::Module*>& targets) {
+  std::vector<FsdpUnit*> units;
+  for (const auto* target : targets) units.push_back(units_[unit_index(*target, "set_forward_prefetch")].get());
+  forward_prefetch_[unit_index(unit, "set_forward_prefetch")] = std::move(units);
+}
+
+void ShardedModel::set_backward_prefetch(const torch::nn::Module& unit,
+                                         const std::vector<const torch::nn::Module*>& targets) {
+  std::vector<FsdpUnit*> units;
+  for (const auto* target : targets) units.push_back(units_[unit_index(*target, "set_backward_prefetch")].get());
+  backward_prefetch_[unit_index(unit, "set_backward_prefetch")] = std::move(units);
+}
+
+void ShardedModel::set_reshard_after_forward(const torch::nn::Module& unit, bool reshard) {
+  size_t i = unit_index(unit, "set_reshard_after_forward");
+  if (i + 1 == units_.size())
+    throw std::invalid_argument(
+        "ShardedModel::set_reshard_after_forward: the root unit stays unsharded from its forward to the end of "
+        "backward; only a wrapped submodule can be set");
+  units_[i]->set_reshard_after_forward(reshard);
 }
 
 // ---------------------------------------------------------------- queries

@@ -121,6 +121,25 @@ class ShardedModel {
   // Not allowed with ReductionOrder::WorldSizeInvariant (the backward throws).
   void set_requires_gradient_sync(bool sync) { sync_gradients_ = sync; }
 
+  // FSDP2's set_modules_to_forward_prefetch / set_modules_to_backward_prefetch: when the
+  // forward (backward) of `unit`'s module starts, the all-gathers of `targets` are issued
+  // right after its own, in this order, in place of the implicit prefetch of the next unit
+  // (FsdpOptions::forward_prefetch, backward_prefetch) and whatever max_inflight_all_gathers
+  // says. An empty list restores the implicit prefetch. Every module named must be one a
+  // unit wraps (the root's included); any other throws std::invalid_argument.
+  void set_forward_prefetch(const torch::nn::Module& unit, const std::vector<const torch::nn::Module*>& targets);
+  void set_backward_prefetch(const torch::nn::Module& unit, const std::vector<const torch::nn::Module*>& targets);
+  // FSDP2's per-module reshard_after_forward: false keeps `unit` unsharded from its forward
+  // to its backward (no all-gather in backward, as SHARD_GRAD_OP does for every unit), true
+  // reshards it after its forward (FULL_SHARD's). The root stays unsharded from its forward
+  // to the end of backward whatever the strategy: naming it throws std::invalid_argument.
+  void set_reshard_after_forward(const torch::nn::Module& unit, bool reshard);
+  // Called with each unit whose all-gather the protocol issues, in issue order (so in the
+  // order the shard group runs them), whether for the unit's own use or as a prefetch.
+  void set_all_gather_listener(std::function<void(const FsdpUnit&)> listener) {
+    all_gather_listener_ = std::move(listener);
+  }
+
   // Total norm of all gradients (one all-reduce), and scales the local gradient shards by
   // max_norm / (norm + 1e-6) when that is below 1; same result as clip_grad_norm_ on the
   // unsharded model. norm_type: any p > 0, or infinity. ReductionOrder::WorldSizeInvariant:
@@ -152,6 +171,13 @@ class ShardedModel {
   std::vector<std::shared_ptr<FsdpUnit>> units_;  // creation order; the root unit last
   std::vector<const torch::nn::Module*> unit_modules_;
   bool sync_gradients_ = true;
+  // set_forward_prefetch / set_backward_prefetch, by unit index; empty: implicit prefetch.
+  std::vector<std::vector<FsdpUnit*>> forward_prefetch_;
+  std::vector<std::vector<FsdpUnit*>> backward_prefetch_;
+  std::function<void(const FsdpUnit&)> all_gather_listener_;
+
+  // The unit that wraps `module` (its index in units_); throws naming `call` when none does.
+  size_t unit_index(const torch::nn::Module& module, const char* call) const;
 
   // Per-iteration protocol state.
   std::vector<FsdpUnit*> forward_order_;       // this iteration's pre-forward order
