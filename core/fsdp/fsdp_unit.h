@@ -34,6 +34,8 @@ struct UnitComms {
   std::shared_ptr<comm::Communicator> world;
   // FsdpOptions::gradients_may_differ_across_ranks.
   bool agree_on_gradients = false;
+  // FsdpOptions::gradient_divide_factor: reduce by sum, then divide by it; unset: average.
+  std::optional<double> divide_factor;
 };
 
 // Dtypes and placement of a unit's buffers (FSDP2's MixedPrecisionPolicy and

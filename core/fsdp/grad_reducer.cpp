@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <optional>
 #include <stdexcept>
 
 #include "core/fsdp/fsdp_unit.h"
@@ -12,69 +13,93 @@ using comm::ReduceOp;
 
 namespace {
 
-// FULL_SHARD, SHARD_GRAD_OP: reduce-scatter (AVG) over the shard group.
+// How the ranks' gradients combine: their average (FSDP2's ReduceOp.AVG), or with a divide
+// factor (FSDP2's set_gradient_divide_factor) their sum, divided by the factor once every
+// stage has summed.
+struct Combine {
+  std::optional<double> divide_factor;
+
+  ReduceOp op() const { return divide_factor ? ReduceOp::Sum : ReduceOp::Avg; }
+  void finish(at::Tensor& reduced) const {
+    if (divide_factor) reduced.div_(*divide_factor);
+  }
+};
+
+// FULL_SHARD, SHARD_GRAD_OP: reduce-scatter over the shard group.
 class ShardAverage : public GradReducer {
  public:
-  ShardAverage(std::shared_ptr<comm::Communicator> shard, int64_t shard_total)
-      : shard_(std::move(shard)), shard_total_(shard_total) {}
+  ShardAverage(std::shared_ptr<comm::Communicator> shard, int64_t shard_total, Combine combine)
+      : shard_(std::move(shard)), shard_total_(shard_total), combine_(combine) {}
 
   PendingReduction issue(const at::Tensor& input) override {
     PendingReduction pending;
     if (shard_->size() == 1) {
-      // A group of one: the average is this rank's own gradients, bit for bit. No
-      // collective (FSDP2's foreach_reduce skips it too at world size 1, and copies);
-      // the packed input is the output.
+      // A group of one: the average (and the sum) is this rank's own gradients, bit for
+      // bit. No collective (FSDP2's foreach_reduce skips it too at world size 1, and
+      // copies); the packed input is the output.
       pending.output = input;
       return pending;
     }
     pending.output = at::empty({shard_total_}, input.options());
-    pending.work = shard_->reduce_scatter_async(pending.output, input, ReduceOp::Avg);
+    pending.work = shard_->reduce_scatter_async(pending.output, input, combine_.op());
     return pending;
   }
 
   std::vector<at::Tensor> wait(PendingReduction& pending) override {
-    pending.work.wait();
-    return {pending.output};
+    auto reduced = reduce_within_shard_group(pending);
+    combine_.finish(reduced);
+    return {reduced};
   }
 
- private:
+ protected:
+  at::Tensor reduce_within_shard_group(PendingReduction& pending) {
+    pending.work.wait();
+    return pending.output;
+  }
+
   std::shared_ptr<comm::Communicator> shard_;
   int64_t shard_total_;
+  Combine combine_;
 };
 
 // Hybrid strategies: the shard group's average, averaged again across the replicas.
 class HybridAverage final : public ShardAverage {
  public:
   HybridAverage(std::shared_ptr<comm::Communicator> shard, std::shared_ptr<comm::Communicator> replicate,
-                int64_t shard_total)
-      : ShardAverage(std::move(shard), shard_total), replicate_(std::move(replicate)) {}
+                int64_t shard_total, Combine combine)
+      : ShardAverage(std::move(shard), shard_total, combine), replicate_(std::move(replicate)) {}
 
   std::vector<at::Tensor> wait(PendingReduction& pending) override {
-    auto reduced = ShardAverage::wait(pending);
-    replicate_->all_reduce(reduced.front(), ReduceOp::Avg);
-    return reduced;
+    auto reduced = reduce_within_shard_group(pending);
+    replicate_->all_reduce(reduced, combine_.op());
+    combine_.finish(reduced);
+    return {reduced};
   }
 
  private:
   std::shared_ptr<comm::Communicator> replicate_;
 };
 
-// NO_SHARD with the module's tensors as parameters: one flat all-reduce (AVG), in place.
+// NO_SHARD with the module's tensors as parameters: one flat all-reduce, in place.
 class ReplicaAverage final : public GradReducer {
  public:
-  explicit ReplicaAverage(std::shared_ptr<comm::Communicator> replicate) : replicate_(std::move(replicate)) {}
+  ReplicaAverage(std::shared_ptr<comm::Communicator> replicate, Combine combine)
+      : replicate_(std::move(replicate)), combine_(combine) {}
 
   PendingReduction issue(const at::Tensor& input) override {
-    return {replicate_->all_reduce_async(input, ReduceOp::Avg), input};
+    if (replicate_->size() == 1) return {{}, input};  // one replica: only the divide factor applies
+    return {replicate_->all_reduce_async(input, combine_.op()), input};
   }
 
   std::vector<at::Tensor> wait(PendingReduction& pending) override {
     pending.work.wait();
+    combine_.finish(pending.output);
     return {pending.output};
   }
 
  private:
   std::shared_ptr<comm::Communicator> replicate_;
+  Combine combine_;
 };
 
 // ReductionOrder::WorldSizeInvariant: world rank j gets every rank's slice of shard j % S,
@@ -117,9 +142,14 @@ std::unique_ptr<GradReducer> make_grad_reducer(const UnitComms& comms, bool repl
   if (!comms.shard || !comms.replicate)
     throw std::logic_error("make_grad_reducer: a unit needs its shard and replicate groups");
   if (comms.world) return std::make_unique<WorldOrdered>(comms.world, comms.shard->size(), shard_total);
-  if (replicated) return comms.replicate->size() > 1 ? std::make_unique<ReplicaAverage>(comms.replicate) : nullptr;
-  if (comms.replicate->size() > 1) return std::make_unique<HybridAverage>(comms.shard, comms.replicate, shard_total);
-  return std::make_unique<ShardAverage>(comms.shard, shard_total);
+  const Combine combine{comms.divide_factor};
+  if (replicated) {
+    const bool reduces = comms.replicate->size() > 1 || combine.divide_factor;
+    return reduces ? std::make_unique<ReplicaAverage>(comms.replicate, combine) : nullptr;
+  }
+  if (comms.replicate->size() > 1)
+    return std::make_unique<HybridAverage>(comms.shard, comms.replicate, shard_total, combine);
+  return std::make_unique<ShardAverage>(comms.shard, shard_total, combine);
 }
 
 }  // namespace fsdpp::fsdp

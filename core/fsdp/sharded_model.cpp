@@ -290,6 +290,17 @@ UnitComms make_unit_comms(comm::Communicator& world, const FsdpOptions& options,
   std::iota(everyone.begin(), everyone.end(), 0);
   UnitComms comms;
   comms.agree_on_gradients = options.gradients_may_differ_across_ranks;
+  if (options.gradient_divide_factor) {
+    const double factor = *options.gradient_divide_factor;
+    if (!(factor > 0) || !std::isfinite(factor))
+      throw std::invalid_argument("FsdpOptions::gradient_divide_factor must be a positive finite number, not " +
+                                  std::to_string(factor));
+    if (options.reduction_order == ReductionOrder::WorldSizeInvariant)
+      throw std::invalid_argument(
+          "FsdpOptions::gradient_divide_factor cannot be combined with ReductionOrder::WorldSizeInvariant, whose "
+          "caller scales the folded sum of the ranks' gradients itself");
+    comms.divide_factor = factor;
+  }
   switch (options.strategy) {
     case ShardingStrategy::FullShard:
     case ShardingStrategy::ShardGradOp:

@@ -93,6 +93,11 @@ struct FsdpOptions {
   // every rank's shard gets the reduced gradient, as one process summing them would. Off:
   // every rank must give gradients to the same parameters (FSDP2's assumption).
   bool gradients_may_differ_across_ranks = false;
+  // FSDP2's set_gradient_divide_factor: a reduced gradient is the ranks' sum divided by this
+  // factor instead of their average (1: the plain sum, as for a loss already divided by the
+  // global token count). Unset: the average. Not with ReductionOrder::WorldSizeInvariant,
+  // whose caller scales the folded sum itself.
+  std::optional<double> gradient_divide_factor;
 };
 
 struct MemoryStats {

@@ -1,9 +1,11 @@
-// FSDP2's per-unit controls: explicit forward and backward prefetch lists
+// FSDP2's controls: explicit forward and backward prefetch lists
 // (set_modules_to_forward_prefetch / set_modules_to_backward_prefetch) and a unit's own
-// reshard_after_forward. Each changes when all-gathers run, never what is computed.
+// reshard_after_forward, which change when all-gathers run and never what is computed; and
+// the gradient divide factor (set_gradient_divide_factor).
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -187,6 +189,79 @@ TEST(ReshardAfterForward, TheRootCannotBeSetAndShardGradOpUnitsCanBeMadeToReshar
       EXPECT_EQ(unsharded, unit->name() != "blocks.2") << unit->name();
     }
     loss.backward();
+  });
+}
+
+// One forward and backward of rank `ctx.rank`'s batch; the full gradients, by name.
+std::vector<std::pair<std::string, torch::Tensor>> gradients_of(harness::RankContext& ctx,
+                                                                const harness::EquivModel& model,
+                                                                const fsdp::FsdpOptions& options) {
+  auto net = model.build(1);
+  auto sharded = fsdp::ShardedModel::create(net, ctx.comm, options, model.wrap);
+  model.loss(*net, model.batch(0, ctx.rank)).backward();
+  return sharded->gather_full_gradients();
+}
+
+// With a power-of-two world, dividing by the world size or the factor is exact, so the
+// average scaled by N / factor is the divided sum bit for bit whatever order the ranks add in.
+TEST(GradientDivideFactor, GradientsAreTheRanksSumDividedByTheFactorInEveryStrategy) {
+  harness::expect_ranks_pass(4, [](harness::RankContext& ctx) {
+    auto model = harness::tiny_transformer_case(four_blocks());
+    for (auto strategy : {fsdp::ShardingStrategy::FullShard, fsdp::ShardingStrategy::ShardGradOp,
+                          fsdp::ShardingStrategy::NoShard, fsdp::ShardingStrategy::HybridShard}) {
+      fsdp::FsdpOptions o;
+      o.strategy = strategy;
+      auto average = gradients_of(ctx, model, o);
+      for (double factor : {1.0, 8.0}) {
+        o.gradient_divide_factor = factor;
+        auto divided = gradients_of(ctx, model, o);
+        ASSERT_EQ(divided.size(), average.size());
+        ASSERT_FALSE(average.empty());
+        for (size_t i = 0; i < average.size(); ++i) {
+          ASSERT_TRUE(average[i].second.defined()) << average[i].first;
+          EXPECT_TRUE(torch::equal(divided[i].second, average[i].second * (4.0 / factor)))
+              << fsdp::to_string(strategy) << " factor " << factor << " " << average[i].first;
+        }
+      }
+    }
+  });
+}
+
+TEST(GradientDivideFactor, OneRanksUnshardedUnitsAreDividedToo) {
+  harness::expect_ranks_pass(1, [](harness::RankContext& ctx) {
+    auto model = harness::tiny_transformer_case(four_blocks());
+    fsdp::FsdpOptions o;
+    auto own = gradients_of(ctx, model, o);
+    o.gradient_divide_factor = 2.0;
+    auto halved = gradients_of(ctx, model, o);
+    ASSERT_EQ(halved.size(), own.size());
+    ASSERT_FALSE(own.empty());
+    for (size_t i = 0; i < own.size(); ++i)
+      EXPECT_TRUE(torch::equal(halved[i].second, own[i].second / 2)) << own[i].first;
+  });
+}
+
+TEST(GradientDivideFactor, ANonPositiveFactorOrTheWorldSizeInvariantOrderIsRefused) {
+  harness::expect_ranks_pass(2, [](harness::RankContext& ctx) {
+    auto model = harness::tiny_transformer_case(four_blocks());
+    auto refusal = [&](const fsdp::FsdpOptions& o) -> std::string {
+      try {
+        fsdp::ShardedModel::create(model.build(1), ctx.comm, o, model.wrap);
+      } catch (const std::invalid_argument& e) {
+        return e.what();
+      }
+      return "accepted";
+    };
+    for (double factor : {0.0, -2.0, std::nan("")}) {
+      fsdp::FsdpOptions o;
+      o.gradient_divide_factor = factor;
+      EXPECT_NE(refusal(o).find("gradient_divide_factor must be a positive finite number"), std::string::npos)
+          << factor;
+    }
+    fsdp::FsdpOptions o;
+    o.gradient_divide_factor = 2.0;
+    o.reduction_order = fsdp::ReductionOrder::WorldSizeInvariant;
+    EXPECT_NE(refusal(o).find("WorldSizeInvariant"), std::string::npos) << refusal(o);
   });
 }
 
