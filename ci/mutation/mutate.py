@@ -169,10 +169,25 @@ def write_if_changed(path: Path, text: str) -> None:
         path.write_text(text)
 
 
-def install_runtime(src: Path) -> None:
+RUNTIME_HOSTS = ["core/CMakeLists.txt", "CMakeLists.txt", "harness/testing/test_main.cpp"]
+
+
+def snapshot(work: Path) -> Path:
+    """WORK/orig: the mutated directories' sources and the files install_runtime patches, copied
+    from the tree at the first build and read from there by every round after: the tree is a
+    working tree, and an edit made while a campaign builds must not reach its copy."""
+    orig = work / "orig"
+    for rel in [*built_sources(REPO, DIRS), *RUNTIME_HOSTS]:
+        if not (orig / rel).exists():
+            (orig / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / rel, orig / rel)
+    return orig
+
+
+def install_runtime(src: Path, orig: Path) -> None:
     """The switch (core/fsdpp_mutant_switch.cpp) and the test labeller (harness/testing/test_main.cpp)."""
     write_if_changed(src / "core/fsdpp_mutant_switch.cpp", (HERE / "runtime/mutant_switch.cpp").read_text())
-    cmake = (REPO / "core/CMakeLists.txt").read_text()
+    cmake = (orig / "core/CMakeLists.txt").read_text()
     cmake += (
         "\n# ci/mutation/mutate.py: the mutant switch, outside the unity batches\n"
         "target_sources(fsdpp_core PRIVATE fsdpp_mutant_switch.cpp)\n"
@@ -182,13 +197,13 @@ def install_runtime(src: Path) -> None:
     write_if_changed(src / "core/CMakeLists.txt", cmake)
     # -Werror everywhere but fsdpp_core: a mutant that only warns is run, and every other unit keeps
     # the flags of ci/build.sh, so ccache serves the unmutated suites and harness from a CI build.
-    top = (REPO / "CMakeLists.txt").read_text()
+    top = (orig / "CMakeLists.txt").read_text()
     werror = "$<BUILD_INTERFACE:-Werror>"
     if top.count(werror) != 1:
         raise SystemExit(f"mutate.py: CMakeLists.txt has no single '{werror}' to keep off fsdpp_core")
     top = top.replace(werror, "$<BUILD_INTERFACE:$<$<NOT:$<STREQUAL:$<TARGET_PROPERTY:NAME>,fsdpp_core>>:-Werror>>")
     write_if_changed(src / "CMakeLists.txt", top)
-    main = (REPO / "harness/testing/test_main.cpp").read_text()
+    main = (orig / "harness/testing/test_main.cpp").read_text()
     if "return RUN_ALL_TESTS();" not in main or "int main(" not in main:
         raise SystemExit("mutate.py: harness/testing/test_main.cpp has no 'return RUN_ALL_TESTS();' to hook")
     main = main.replace("int main(", "void fsdpp_mutant_install_labeler();\n\nint main(", 1)
@@ -196,13 +211,13 @@ def install_runtime(src: Path) -> None:
     write_if_changed(src / "harness/testing/test_main.cpp", main + (HERE / "runtime/test_listener.inc").read_text())
 
 
-def write_mutants(src: Path, mutants: list[sites.Mutant]) -> dict[str, dict[int, tuple[int, int, int]]]:
+def write_mutants(src: Path, orig: Path, mutants: list[sites.Mutant]) -> dict[str, dict[int, tuple[int, int, int]]]:
     by_file: dict[str, list[sites.Mutant]] = {}
     for m in mutants:
         by_file.setdefault(m.file, []).append(m)
     spans = {}
-    for rel in built_sources(REPO, DIRS):
-        text, spans[rel] = sites.apply_schemata((REPO / rel).read_text(), by_file.get(rel, []))
+    for rel in built_sources(orig, DIRS):
+        text, spans[rel] = sites.apply_schemata((orig / rel).read_text(), by_file.get(rel, []))
         write_if_changed(src / rel, text)
     return spans
 
@@ -240,19 +255,20 @@ def cmd_build(args) -> None:
     src = work / "src"
     plan = load(work / "plan.json")
     mutants = [record_mutant(r) for r in plan["mutants"]]
-    changed = [rel for rel, digest in plan["files"].items() if sha256_of(REPO / rel) != digest]
-    if changed:  # the plan's offsets are those of the files it read
-        raise SystemExit(f"mutate.py: {', '.join(changed)} changed since the plan; plan again")
     targets = args.targets.split() if args.targets else suite_targets(REPO)
     copy_tree(REPO, src)
-    install_runtime(src)
+    orig = snapshot(work)
+    changed = [rel for rel, digest in plan["files"].items() if sha256_of(orig / rel) != digest]
+    if changed:  # the plan's offsets are those of the files it read
+        raise SystemExit(f"mutate.py: {', '.join(changed)} changed since the plan; plan again")
+    install_runtime(src, orig)
     dropped: dict[int, str] = {}
     state_path = work / "build.json"
     if state_path.exists():
         dropped = {int(k): v for k, v in load(state_path)["did_not_compile"].items()}
     for round_no in range(1, args.rounds + 1):
         live = [m for m in mutants if m.id not in dropped]
-        spans = write_mutants(src, live)
+        spans = write_mutants(src, orig, live)
         print(f"build round {round_no}: {len(live)} mutants", flush=True)
         if round_no == 1:
             cmd = ["bash", str(src / "ci/build.sh")]

@@ -483,6 +483,14 @@ void ShardedModel::set_reshard_after_forward(const torch::nn::Module& unit, bool
 
 // ---------------------------------------------------------------- queries
 
+std::vector<std::pair<std::string, const torch::nn::Module*>> ShardedModel::wrapped_modules() const {
+  std::vector<std::pair<std::string, const torch::nn::Module*>> out;
+  for (const auto& item : root_->named_modules("", /*include_self=*/false))
+    if (std::find(unit_modules_.begin(), unit_modules_.end(), item.value().get()) != unit_modules_.end())
+      out.emplace_back(item.key(), item.value().get());
+  return out;
+}
+
 std::vector<std::pair<std::string, at::Tensor>> ShardedModel::named_parameters() const {
   std::vector<std::pair<std::string, at::Tensor>> out;
   for (auto& unit : units_)

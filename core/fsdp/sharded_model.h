@@ -162,6 +162,9 @@ class ShardedModel {
   comm::KindStats comm_stats(comm::CollectiveKind kind) const;
   void reset_comm_stats();
   const std::vector<std::shared_ptr<FsdpUnit>>& units() const { return units_; }
+  // The modules the units wrap and their names, in module order (named_modules' pre-order),
+  // the root's excluded: what the per-unit controls above take. (units() is children first.)
+  std::vector<std::pair<std::string, const torch::nn::Module*>> wrapped_modules() const;
   const FsdpOptions& options() const { return options_; }
   int shard_group_size() const;
 

@@ -45,6 +45,21 @@ void TrainConfig::validate() const {
   require(mixed_precision == "fp32" || mixed_precision == "bf16" || mixed_precision == "fp16",
           "--mixed-precision '" + mixed_precision + "': expected fp32, bf16 or fp16");
   require(device == "cpu" || device.rfind("cuda", 0) == 0, "--device '" + device + "': expected cpu, cuda or cuda:N");
+  const bool reshards =
+      fsdp.strategy == fsdp::ShardingStrategy::FullShard || fsdp.strategy == fsdp::ShardingStrategy::HybridShard;
+  require(no_reshard_after_forward.empty() || reshards,
+          "--no-reshard-after-forward: " + fsdp::to_string(fsdp.strategy) +
+              " never reshards after forward (only full_shard and hybrid_shard do)");
+  require(explicit_prefetch >= 0, "--explicit-prefetch must be >= 0 (0: implicit prefetch)");
+  require(explicit_prefetch == 0 || fsdp.strategy != fsdp::ShardingStrategy::NoShard,
+          "--explicit-prefetch: no_shard has no all-gathers to prefetch");
+  require(explicit_prefetch == 0 || (fsdp.forward_prefetch && fsdp.backward_prefetch == fsdp::BackwardPrefetch::Pre),
+          "--explicit-prefetch conflicts with --no-forward-prefetch and --backward-prefetch post/none: it "
+          "replaces the implicit prefetch");
+  require(!fsdp.gradient_divide_factor || *fsdp.gradient_divide_factor > 0, "--gradient-divide-factor must be > 0");
+  require(!(fsdp.gradient_divide_factor && deterministic),
+          "--gradient-divide-factor and --deterministic conflict: the world-size-invariant order folds the "
+          "ranks' gradients in a fixed order and divides by the world size itself");
   require(ac_freq >= 1, "--ac-freq must be at least 1 (checkpoint every k-th block)");
   require(!experiment_name.empty() && experiment_name.find('/') == std::string::npos && experiment_name != "." &&
               experiment_name != "..",
@@ -54,6 +69,23 @@ void TrainConfig::validate() const {
   require(!resume.empty(), "--resume: expected auto, never or a checkpoint folder");
   require(ckpt_freq >= 0 && log_freq >= 1 && eval_freq >= 0,
           "--ckpt-freq and --eval-freq must be >= 0, --log-freq >= 1");
+}
+
+std::vector<std::string> units_kept_unsharded(const fsdp::ShardedModel& sharded, const TrainConfig& c) {
+  const auto modules = sharded.wrapped_modules();
+  const auto units = static_cast<int64_t>(modules.size());
+  std::vector<std::string> names;
+  for (int64_t index : c.no_reshard_after_forward) {
+    const int64_t i = index < 0 ? units + index : index;
+    if (i < 0 || i >= units)
+      throw std::invalid_argument(
+          "--no-reshard-after-forward " + std::to_string(index) + ": --wrap-policy " + c.wrap_policy + " made " +
+          (units == 0 ? std::string("no unit besides the root")
+                      : std::to_string(units) + " unit(s) besides the root (indices 0 to " + std::to_string(units - 1) +
+                            ", or -1 to -" + std::to_string(units) + " from the end)"));
+    names.push_back(modules[i].first);
+  }
+  return names;
 }
 
 nlohmann::json TrainConfig::to_json() const {
@@ -89,6 +121,10 @@ nlohmann::json TrainConfig::to_json() const {
           {"activation_checkpointing", activation_checkpointing},
           {"ac_freq", ac_freq},
           {"cpu_offload", cpu_offload},
+          {"no_reshard_after_forward", no_reshard_after_forward},
+          {"explicit_prefetch", explicit_prefetch},
+          {"gradient_divide_factor",
+           fsdp.gradient_divide_factor ? nlohmann::json(*fsdp.gradient_divide_factor) : nlohmann::json()},
           {"sync_module_states", sync_module_states},
           {"deterministic", deterministic},
           {"device", device},

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/fsdp/sharded_model.h"
 #include "core/optim/adamw.h"
@@ -51,6 +52,14 @@ struct TrainConfig {
   bool activation_checkpointing = false;
   int ac_freq = 1;  // checkpoint every k-th block (torchtitan's ac_freq)
   bool cpu_offload = false;
+  // FSDP2's per-unit controls, on the wrapped units in module order (the root excluded; a
+  // negative index counts from the end, -1: the last unit, whose backward comes first).
+  // reshard_after_forward=False for these units: unsharded from their forward to their
+  // backward, one all-gather fewer per step each.
+  std::vector<int64_t> no_reshard_after_forward;
+  // set_modules_to_forward_prefetch / _backward_prefetch: each unit issues the all-gathers of
+  // the next N units in forward and of the previous N in backward. 0: implicit prefetch.
+  int explicit_prefetch = 0;
   bool sync_module_states = false;  // rank 0 builds/loads, broadcasts (else: each rank its rows)
   bool deterministic = false;
   // Where training runs: "cpu", "cuda" (rank r uses GPU local_rank % GPUs) or "cuda:N".
@@ -76,5 +85,9 @@ struct TrainConfig {
   void validate() const;
   nlohmann::json to_json() const;
 };
+
+// The names of the units --no-reshard-after-forward selects, in its order. Throws
+// std::invalid_argument naming the flag for an index past the units the wrap policy made.
+std::vector<std::string> units_kept_unsharded(const fsdp::ShardedModel& sharded, const TrainConfig& config);
 
 }  // namespace fsdpp::train

@@ -68,11 +68,26 @@ std::string setup_line(const TrainConfig& config, const fsdp::ShardedModel& shar
       "; activation checkpointing " +
       (config.activation_checkpointing ? "every " + std::to_string(config.ac_freq) + " block(s)" : std::string("off"));
   const auto& f = config.fsdp;
-  line += "; prefetch: forward " + std::string(f.forward_prefetch ? "on" : "off") + ", backward " +
-          (f.backward_prefetch == fsdp::BackwardPrefetch::None  ? "off"
-           : f.backward_prefetch == fsdp::BackwardPrefetch::Pre ? "pre"
-                                                                : "post") +
-          ", at most " + std::to_string(f.max_inflight_all_gathers) + " all-gathers in flight";
+  if (config.explicit_prefetch > 0) {
+    const std::string n = std::to_string(config.explicit_prefetch);
+    line += "; prefetch: explicit, the next " + n + " unit(s) in forward and the previous " + n + " in backward";
+  } else {
+    line += "; prefetch: forward " + std::string(f.forward_prefetch ? "on" : "off") + ", backward " +
+            (f.backward_prefetch == fsdp::BackwardPrefetch::None  ? "off"
+             : f.backward_prefetch == fsdp::BackwardPrefetch::Pre ? "pre"
+                                                                  : "post") +
+            ", at most " + std::to_string(f.max_inflight_all_gathers) + " all-gathers in flight";
+  }
+  if (!config.no_reshard_after_forward.empty()) {
+    std::string names;
+    for (const auto& name : units_kept_unsharded(sharded, config)) names += (names.empty() ? "" : ", ") + name;
+    line += "; kept unsharded from forward to backward: " + names;
+  }
+  if (f.gradient_divide_factor) {
+    char factor[32];
+    std::snprintf(factor, sizeof factor, "%g", *f.gradient_divide_factor);
+    line += "; gradients: the ranks' sum divided by " + std::string(factor);
+  }
   return line;
 }
 

@@ -1,5 +1,6 @@
 #include "core/train/trainer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -59,6 +60,23 @@ fsdp::WrapPolicy make_wrap_policy(const std::string& spec, const std::string& bl
   if (spec == "block") return fsdp::wrap_by_module_type({block_type});
   if (spec == "none") return fsdp::wrap_nothing();
   return fsdp::wrap_by_min_params(std::stoll(spec.substr(5)));  // "size:N", checked by validate()
+}
+
+// --no-reshard-after-forward and --explicit-prefetch on the units the wrap policy made.
+void apply_unit_controls(fsdp::ShardedModel& sharded, const TrainConfig& c) {
+  const auto modules = sharded.wrapped_modules();
+  std::map<std::string, const torch::nn::Module*> by_name(modules.begin(), modules.end());
+  for (const auto& name : units_kept_unsharded(sharded, c)) sharded.set_reshard_after_forward(*by_name[name], false);
+  if (c.explicit_prefetch == 0) return;
+  const auto units = static_cast<int64_t>(modules.size());
+  for (int64_t i = 0; i < units; ++i) {
+    std::vector<const torch::nn::Module*> next, previous;
+    for (int64_t j = i + 1; j < std::min(units, i + 1 + c.explicit_prefetch); ++j) next.push_back(modules[j].second);
+    for (int64_t j = i - 1; j >= std::max<int64_t>(0, i - c.explicit_prefetch); --j)
+      previous.push_back(modules[j].second);
+    sharded.set_forward_prefetch(*modules[i].second, next);
+    sharded.set_backward_prefetch(*modules[i].second, previous);
+  }
 }
 
 // Deferred initialisation: the model is built on the meta device and each rank
@@ -243,6 +261,7 @@ TrainResult train(comm::Communicator& comm, const TrainConfig& c, const RunInput
 
   auto sharded =
       fsdp::ShardedModel::create(lm.module, comm, fsdp_options, make_wrap_policy(c.wrap_policy, lm.block_type));
+  apply_unit_controls(*sharded, c);
   if (c.activation_checkpointing)
     fsdp::apply_activation_checkpointing(*lm.module, fsdp::CheckpointPolicy{{lm.block_type}, c.ac_freq});
   auto optimizer = optim::make_adamw(sharded->named_parameters(), c.adamw);

@@ -16,6 +16,28 @@
 
 namespace fsdpp::cli {
 
+namespace {
+
+// "0,2,-1": unit indices (negative from the end); "": none.
+std::vector<int64_t> parse_unit_indices(const std::string& spec, const std::string& flag) {
+  std::vector<int64_t> indices;
+  if (spec.empty()) return indices;
+  for (size_t start = 0;;) {
+    const size_t comma = spec.find(',', start);
+    const std::string item = spec.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    const size_t digits_from = !item.empty() && item[0] == '-' ? 1 : 0;
+    if (item.size() <= digits_from || item.size() > 10 ||
+        item.find_first_not_of("0123456789", digits_from) != std::string::npos)
+      throw std::invalid_argument(flag + " '" + spec +
+                                  "': expected comma-separated unit indices (0: the first unit, -1: the last)");
+    indices.push_back(std::stoll(item));
+    if (comma == std::string::npos) return indices;
+    start = comma + 1;
+  }
+}
+
+}  // namespace
+
 void TrainCommand::add_to(CLI::App& app) {
   auto* t = command_ = app.add_subcommand("train", "Train or fine-tune a causal LM with FSDP on N ranks");
   // A --config file's options come first on the command line; later flags win.
@@ -66,6 +88,15 @@ void TrainCommand::add_to(CLI::App& app) {
   t->add_flag("--activation-checkpointing", c.activation_checkpointing, "Recompute blocks' activations in backward");
   t->add_option("--ac-freq", c.ac_freq, "With --activation-checkpointing: every k-th block (1: all)");
   t->add_flag("--cpu-offload", c.cpu_offload, "Keep shards and optimizer state in host memory");
+  t->add_option("--no-reshard-after-forward", no_reshard_after_forward_,
+                "Units (comma-separated indices in module order, -1: the last) that stay unsharded from their "
+                "forward to their backward (FSDP2's per-unit reshard_after_forward=False)");
+  t->add_option("--explicit-prefetch", c.explicit_prefetch,
+                "Each unit prefetches the next N units in forward and the previous N in backward (FSDP2's "
+                "set_modules_to_forward_prefetch/_backward_prefetch; 0: implicit prefetch)");
+  divide_factor_option_ = t->add_option("--gradient-divide-factor", divide_factor_,
+                                        "Reduce gradients to the ranks' sum divided by this (FSDP2's "
+                                        "set_gradient_divide_factor; default: their average)");
   t->add_flag("--sync-module-states", c.sync_module_states,
               "Rank 0 loads the full model and broadcasts it (default: each rank reads only its rows)");
   device_option_ = t->add_option("--device", c.device,
@@ -136,6 +167,9 @@ const train::TrainConfig& TrainCommand::finish_config() {
   config_.lr_decay = optim::parse_lr_decay(lr_schedule_);
   config_.fsdp.strategy = fsdp::parse_strategy(strategy_);
   config_.fsdp.forward_prefetch = !no_forward_prefetch_;
+  config_.no_reshard_after_forward = parse_unit_indices(no_reshard_after_forward_, "--no-reshard-after-forward");
+  config_.fsdp.gradient_divide_factor.reset();
+  if (divide_factor_option_->count() > 0) config_.fsdp.gradient_divide_factor = divide_factor_;
   config_.fsdp.backward_prefetch = backward_prefetch_ == "none"   ? fsdp::BackwardPrefetch::None
                                    : backward_prefetch_ == "post" ? fsdp::BackwardPrefetch::Post
                                                                   : fsdp::BackwardPrefetch::Pre;

@@ -25,7 +25,7 @@ class TrainCommand final : public Command {
   std::vector<std::string> expand_config(const std::vector<std::string>& argv) const override;
 
   // The TrainConfig the parsed flags describe: the string flags (strategy, LR schedule,
-  // prefetch) turned into their enums; throws std::invalid_argument naming a bad value.
+  // prefetch, unit indices) turned into their types; throws std::invalid_argument naming a bad value.
   // Not yet validated (TrainConfig::validate) or checked against model and data
   // (train::preflight): run does both before it launches a rank.
   const train::TrainConfig& finish_config();
@@ -39,10 +39,13 @@ class TrainCommand final : public Command {
 
  private:
   CLI::App* command_ = nullptr;
-  CLI::Option* device_option_ = nullptr;  // unset: the machine's accelerator, else the CPU
+  CLI::Option* device_option_ = nullptr;         // unset: the machine's accelerator, else the CPU
+  CLI::Option* divide_factor_option_ = nullptr;  // unset: gradients averaged
   train::TrainConfig config_;
   DistributedFlags dist_;
   std::string config_file_, strategy_ = "full_shard", lr_schedule_ = "cosine", backward_prefetch_ = "pre";
+  std::string no_reshard_after_forward_;  // comma-separated unit indices
+  double divide_factor_ = 0;
   bool no_shuffle_ = false, no_forward_prefetch_ = false;
 };
 

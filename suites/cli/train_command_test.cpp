@@ -243,6 +243,121 @@ TEST(TrainCommand, NoSyncAccumReducesOncePerStepAndTrainsAsReducingEveryMicroSte
 
 // --- the documented data order and loss --------------------------------------------
 
+// FSDP2's per-unit controls from the command line, on GPT-2 mini's four blocks (2 ranks,
+// FULL_SHARD): a unit named in --no-reshard-after-forward keeps its parameters from forward
+// to backward, so a step all-gathers it once instead of twice. Naming every block sends
+// SHARD_GRAD_OP's all-gather bytes; resharding never changes the numbers.
+TEST(TrainCommand, NoReshardAfterForwardSkipsThoseUnitsBackwardAllGatherAndTrainsTheSameBits) {
+  TempDir dir;
+  const auto data = harness::write_markov_tokens(dir.path(), 4000, 64).string();
+  const std::string common =
+      "--from-scratch --model-type gpt2 --model-size mini --vocab-size 64 --seq-len 16 --nproc 2 --batch-size 1 "
+      "--max-steps 3 --log-freq 1 --lr 3e-3 --data " +
+      data;
+  auto full = train(dir, "full", common);
+  auto last = train(dir, "last", common + " --no-reshard-after-forward -1");
+  auto blocks = train(dir, "blocks", common + " --no-reshard-after-forward 0,1,2,3");
+  auto sgo = train(dir, "sgo", common + " --strategy shard_grad_op");
+  for (const TrainRun* r : {&full, &last, &blocks, &sgo}) {
+    ASSERT_EQ(r->code, 0) << r->output;
+    ASSERT_EQ(r->train.size(), 3u) << r->output;
+  }
+  // -1 is the last block in module order (ShardedModel creates the units children first).
+  EXPECT_THAT(last.output, ::testing::ContainsRegex("kept unsharded from forward to backward: [a-z.]*h\\.3\n"));
+  EXPECT_EQ(blocks.run["config"]["no_reshard_after_forward"], nlohmann::json({0, 1, 2, 3}));
+  for (size_t s = 0; s < 3; ++s) {
+    const auto gathered = [&](const TrainRun& r) { return r.train[s]["comm_bytes_sent"]["all_gather"].get<int64_t>(); };
+    EXPECT_EQ(gathered(blocks), gathered(sgo)) << "step " << s + 1;
+    const int64_t one_block = gathered(full) - gathered(last);
+    EXPECT_GT(one_block, 0) << "step " << s + 1;
+    EXPECT_EQ(gathered(full) - gathered(blocks), 4 * one_block) << "step " << s + 1;
+    EXPECT_EQ(last.losses()[s], full.losses()[s]) << "step " << s + 1;
+    EXPECT_EQ(blocks.losses()[s], full.losses()[s]) << "step " << s + 1;
+  }
+  auto not_resharding = train(dir, "refused", common + " --strategy shard_grad_op --no-reshard-after-forward -1");
+  EXPECT_EQ(not_resharding.code, 2);
+  EXPECT_THAT(not_resharding.output, HasSubstr("--no-reshard-after-forward: shard_grad_op never reshards"));
+  auto not_an_index = train(dir, "refused", common + " --no-reshard-after-forward 0,x");
+  EXPECT_EQ(not_an_index.code, 2);
+  EXPECT_THAT(not_an_index.output, HasSubstr("--no-reshard-after-forward '0,x': expected comma-separated unit"));
+  auto past_the_units = train(dir, "past", common + " --no-reshard-after-forward 4");
+  EXPECT_EQ(past_the_units.code, 1);
+  EXPECT_THAT(past_the_units.output,
+              HasSubstr("--no-reshard-after-forward 4: --wrap-policy block made 4 unit(s) besides the root"));
+}
+
+// --explicit-prefetch N: each unit issues the next N units' all-gathers in forward (the
+// previous N in backward), so with N = 2 one block more is unsharded at the peak than with
+// the implicit prefetch of one unit, which holds one more than no prefetch; each block is
+// still all-gathered once per pass (a list in the wrong order would gather a block that
+// already resharded again), and the numbers are the same bits whatever is prefetched.
+TEST(TrainCommand, ExplicitPrefetchOfTwoHoldsOneBlockMoreThanTheImplicitPrefetchAndTrainsTheSameBits) {
+  TempDir dir;
+  const auto data = harness::write_markov_tokens(dir.path(), 4000, 64).string();
+  const std::string common =
+      "--from-scratch --model-type gpt2 --model-size mini --vocab-size 64 --seq-len 16 --nproc 2 --batch-size 1 "
+      "--max-steps 2 --log-freq 1 --lr 3e-3 --data " +
+      data;
+  auto none = train(dir, "none", common + " --no-forward-prefetch --backward-prefetch none");
+  auto implicit = train(dir, "implicit", common);
+  auto two = train(dir, "two", common + " --explicit-prefetch 2");
+  for (const TrainRun* r : {&none, &implicit, &two}) {
+    ASSERT_EQ(r->code, 0) << r->output;
+    ASSERT_EQ(r->train.size(), 2u) << r->output;
+  }
+  EXPECT_THAT(two.output,
+              HasSubstr("prefetch: explicit, the next 2 unit(s) in forward and the previous 2 in backward"));
+  EXPECT_EQ(two.run["config"]["explicit_prefetch"], 2);
+  const auto peak = [](const TrainRun& r) { return r.train.back()["memory"]["peak_unsharded_bytes"].get<int64_t>(); };
+  const int64_t block = peak(implicit) - peak(none);
+  EXPECT_GT(block, 0);
+  EXPECT_EQ(peak(two) - peak(implicit), block);
+  for (size_t s = 0; s < 2; ++s) {
+    const auto gathered = [&](const TrainRun& r) { return r.train[s]["comm_bytes_sent"]["all_gather"].get<int64_t>(); };
+    EXPECT_EQ(gathered(two), gathered(none)) << "step " << s + 1;
+    EXPECT_EQ(gathered(implicit), gathered(none)) << "step " << s + 1;
+    EXPECT_EQ(two.losses()[s], none.losses()[s]) << "step " << s + 1;
+    EXPECT_EQ(implicit.losses()[s], none.losses()[s]) << "step " << s + 1;
+  }
+  auto refused = train(dir, "refused", common + " --explicit-prefetch 1 --no-forward-prefetch");
+  EXPECT_EQ(refused.code, 2);
+  EXPECT_THAT(refused.output, HasSubstr("--explicit-prefetch conflicts with --no-forward-prefetch"));
+}
+
+// --gradient-divide-factor F: gradients are the ranks' sum divided by F. On 2 ranks F = 2 is
+// the default average, bit for bit; F = 1 (here from a --config file) is the sum, whose
+// first gradient norm is twice the average's exactly (a power-of-two scale).
+TEST(TrainCommand, GradientDivideFactorOfTheWorldSizeIsTheAverageAndOneIsTheSum) {
+  TempDir dir;
+  const auto data = harness::write_markov_tokens(dir.path(), 4000, 64).string();
+  const std::string common =
+      "--from-scratch --model-type llama --model-size tiny --vocab-size 64 --seq-len 16 --nproc 2 --batch-size 1 "
+      "--max-steps 2 --log-freq 1 --lr 3e-3 --data " +
+      data;
+  std::ofstream(dir.path() / "sum.json") << R"({"gradient_divide_factor": 1})";
+  auto average = train(dir, "average", common);
+  auto two = train(dir, "two", common + " --gradient-divide-factor 2");
+  auto sum = train(dir, "sum", common + " --config " + (dir.path() / "sum.json").string());
+  for (const TrainRun* r : {&average, &two, &sum}) {
+    ASSERT_EQ(r->code, 0) << r->output;
+    ASSERT_EQ(r->train.size(), 2u) << r->output;
+  }
+  EXPECT_TRUE(average.run["config"]["gradient_divide_factor"].is_null());
+  EXPECT_EQ(sum.run["config"]["gradient_divide_factor"], 1.0);
+  EXPECT_THAT(sum.output, HasSubstr("gradients: the ranks' sum divided by 1"));
+  for (size_t s = 0; s < 2; ++s) {
+    EXPECT_EQ(two.losses()[s], average.losses()[s]) << "step " << s + 1;
+    EXPECT_EQ(two.train[s]["grad_norm"].get<double>(), average.train[s]["grad_norm"].get<double>());
+  }
+  EXPECT_EQ(sum.train[0]["grad_norm"].get<double>(), 2 * average.train[0]["grad_norm"].get<double>());
+  auto deterministic = train(dir, "refused", common + " --gradient-divide-factor 2 --deterministic");
+  EXPECT_EQ(deterministic.code, 2);
+  EXPECT_THAT(deterministic.output, HasSubstr("--gradient-divide-factor and --deterministic conflict"));
+  auto zero = train(dir, "refused", common + " --gradient-divide-factor 0");
+  EXPECT_EQ(zero.code, 2);
+  EXPECT_THAT(zero.output, HasSubstr("--gradient-divide-factor must be > 0"));
+}
+
 TEST(TrainCommand, FirstStepLossIsTheInitialModelsMeanLossOnTheSamplersFirstGlobalBatch) {
   TempDir dir;
   const auto data = harness::write_markov_tokens(dir.path(), 3000, 256);

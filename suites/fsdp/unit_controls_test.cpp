@@ -36,14 +36,14 @@ struct ControlledRun {
   const torch::nn::Module& module(const std::string& name) const { return *net->named_modules()[name]; }
 };
 
-// FULL_SHARD without implicit prefetch: every all-gather the listener sees is a unit's own
-// unshard or one the test asked for.
-ControlledRun make_run(const harness::EquivModel& model, comm::Communicator& comm) {
+// FULL_SHARD, by default without implicit prefetch: every all-gather the listener sees is a
+// unit's own unshard or one the test asked for.
+ControlledRun make_run(const harness::EquivModel& model, comm::Communicator& comm, bool implicit_prefetch = false) {
   ControlledRun r;
   r.net = model.build(1);
   fsdp::FsdpOptions o;
-  o.forward_prefetch = false;
-  o.backward_prefetch = fsdp::BackwardPrefetch::None;
+  o.forward_prefetch = implicit_prefetch;
+  o.backward_prefetch = implicit_prefetch ? fsdp::BackwardPrefetch::Pre : fsdp::BackwardPrefetch::None;
   r.sharded = fsdp::ShardedModel::create(r.net, comm, o, model.wrap);
   r.sharded->set_all_gather_listener([&all = r.all_gathers](const fsdp::FsdpUnit& u) { all.push_back(u.name()); });
   return r;
@@ -109,6 +109,41 @@ TEST(ExplicitPrefetch, AllGathersAreIssuedInTheListedOrderInForwardAndBackward) 
     listed.all_gathers.clear();
     model.loss(*listed.net, batch).backward();
     EXPECT_EQ(joined(listed.all_gathers), joined(plain.all_gathers));
+  });
+}
+
+// The lists `fsdpp train --explicit-prefetch 1` sets (PyTorch's FSDP2 example): each block
+// fetches the next in forward and the previous in backward. Every block is all-gathered once
+// in forward and once in backward, each right after the one before it, and no more than two
+// blocks are unsharded at once besides the root. The implicit prefetch stays on, as in
+// `fsdpp train` (the root's own prefetch is the implicit one).
+TEST(ExplicitPrefetch, NextAndPreviousBlockListsGatherEachBlockOncePerPassAndHoldTwoBlocks) {
+  harness::expect_ranks_pass(2, [](harness::RankContext& ctx) {
+    auto model = harness::tiny_transformer_case(four_blocks());
+    ControlledRun plain = make_run(model, ctx.comm);
+    ControlledRun listed = make_run(model, ctx.comm, /*implicit_prefetch=*/true);
+    for (int i = 0; i < 4; ++i) {
+      const auto block = [&](int j) { return &listed.module("blocks." + std::to_string(j)); };
+      listed.sharded->set_forward_prefetch(*block(i),
+                                           i < 3 ? std::vector{block(i + 1)} : std::vector<const torch::nn::Module*>{});
+      listed.sharded->set_backward_prefetch(
+          *block(i), i > 0 ? std::vector{block(i - 1)} : std::vector<const torch::nn::Module*>{});
+    }
+    auto batch = model.batch(0, ctx.rank);
+    for (int step = 0; step < 2; ++step) {
+      for (ControlledRun* r : {&plain, &listed}) {
+        r->all_gathers.clear();
+        model.loss(*r->net, batch).backward();
+      }
+      EXPECT_EQ(joined(listed.all_gathers),
+                "root blocks.0 blocks.1 blocks.2 blocks.3 blocks.3 blocks.2 blocks.1 blocks.0")
+          << "step " << step;
+    }
+    const int64_t block_bytes = listed.sharded->units().front()->full_param_bytes();
+    const int64_t root_bytes = listed.sharded->units().back()->full_param_bytes();
+    EXPECT_EQ(plain.sharded->memory().peak_unsharded_bytes, root_bytes + block_bytes);
+    EXPECT_EQ(listed.sharded->memory().peak_unsharded_bytes, root_bytes + 2 * block_bytes);
+    expect_same_gradients(*plain.sharded, *listed.sharded);
   });
 }
 
