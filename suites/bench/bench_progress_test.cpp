@@ -128,32 +128,37 @@ TEST_F(BenchProgressFile, KeepsOkAndUnavailableCellsAndRunsFailedOnesAgain) {
 }
 
 TEST_F(BenchProgressFile, AnotherCommitMachineOrUnknownFormatIsRefusedByName) {
+  // Every refusal is "<the progress file>: <what is wrong>".
+  auto refusal = [&](const nlohmann::json& current) {
+    const std::string error = resume_error(current);
+    EXPECT_EQ(error.rfind(path.string() + ": ", 0), 0u) << error;
+    return error;
+  };
   BenchProgress(path, header).record(outcome(a, "ok"));
   auto other_commit = header;
   other_commit["git"]["commit"] = "def5678";
-  EXPECT_NE(resume_error(other_commit).find(path.string() + ": was written by another commit"), std::string::npos);
+  EXPECT_NE(refusal(other_commit).find(path.string() + ": was written by another commit"), std::string::npos);
   auto other_machine = header;
   other_machine["machine"]["fingerprint"] = "beef";
-  EXPECT_NE(resume_error(other_machine).find("another machine"), std::string::npos);
+  EXPECT_NE(refusal(other_machine).find(path.string() + ": was written by another machine"), std::string::npos);
   EXPECT_EQ(resume_error(header), "(accepted)");
 
   write({{"format", "fsdpp.bench-progress"}, {"version", 2}, {"header", header}, {"cells", nlohmann::json::array()}});
-  EXPECT_NE(resume_error(header).find("version 2 is not understood"), std::string::npos);
+  EXPECT_NE(refusal(header).find("version 2 is not understood"), std::string::npos);
   write({{"format", "fsdpp.results"}});
-  EXPECT_NE(resume_error(header).find("not an fsdpp.bench-progress file"), std::string::npos);
+  EXPECT_NE(refusal(header).find("not an fsdpp.bench-progress file"), std::string::npos);
   write({{"format", "fsdpp.bench-progress"},
          {"version", 1},
          {"header", header},
          {"cells", {{{"id", "gpt2-tiny/no-such-cell"}, {"status", "ok"}}}}});
-  EXPECT_NE(resume_error(header).find("cell 'gpt2-tiny/no-such-cell' is not one this command selects"),
-            std::string::npos);
+  EXPECT_NE(refusal(header).find("cell 'gpt2-tiny/no-such-cell' is not one this command selects"), std::string::npos);
   write({{"format", "fsdpp.bench-progress"},
          {"version", 1},
          {"header", header},
          {"cells", {{{"id", a.id()}, {"status", "ok"}, {"reason", ""}, {"repetitions", nlohmann::json::array()}}}}});
-  EXPECT_NE(resume_error(header).find("ok without repetitions"), std::string::npos);
+  EXPECT_NE(refusal(header).find("ok without repetitions"), std::string::npos);
   std::ofstream(path) << "{ not json";
-  EXPECT_NE(resume_error(header).find(path.string() + ": not JSON"), std::string::npos);
+  EXPECT_NE(refusal(header).find(path.string() + ": not JSON"), std::string::npos);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <set>
 
+#include "core/models/presets.h"
 #include "core/runtime/capabilities.h"
 #include "core/runtime/threads.h"
 #include "harness/bench/cell_result.h"
@@ -53,6 +54,10 @@ TEST(MatrixIds, AreUniqueInEveryPreset) {
 }
 
 TEST(MatrixModels, TheReferenceIsGpt2FourLayersWidth256Vocab8192Seq128Batch8) {
+  EXPECT_EQ(ref().model_type, "gpt2");
+  const auto config = models::from_scratch_config(ref().model_type, ref().size, ref().vocab_size);
+  EXPECT_EQ(config["n_layer"], 4);
+  EXPECT_EQ(config["n_embd"], 256);
   EXPECT_EQ(ref().vocab_size, 8192);
   EXPECT_EQ(ref().seq_len, 128);
   EXPECT_EQ(ref().batch_per_rank, 8);
@@ -183,7 +188,7 @@ TEST(MatrixPresets, UnknownPresetIsAnErrorListingTheKnownOnes) {
     FAIL() << "no exception";
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("nightly"), std::string::npos);
-    EXPECT_NE(std::string(e.what()).find("smoke"), std::string::npos);
+    for (const auto& known : preset_names()) EXPECT_NE(std::string(e.what()).find(known), std::string::npos) << known;
   }
 }
 

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <regex>
 #include <set>
 
 #include "core/fsdp/sharded_model.h"
@@ -101,19 +102,29 @@ TEST(SmokeDocument, PeerCellsAreMeasuredOrUnavailableForAReason) {
 
 TEST(SmokeDocument, CpuCellsOfBothSystemsRanPinnedToTheirOwnCores) {
   REQUIRE_DOCUMENT();
+  int fsdpp_cpu = 0, peer_cpu = 0;
   for (const auto& c : doc["cells"]) {
     if (c["status"] != "ok") continue;
     SCOPED_TRACE(c["id"].get<std::string>());
     EXPECT_EQ(c["config"]["cpu_binding"], c["config"]["device"] == "cpu" ? "cores" : "none");
+    if (c["config"]["device"] == "cpu") ++(c["system"] == "fsdpp" ? fsdpp_cpu : peer_cpu);
+  }
+  // Both systems: a CPU document has ok cells of each (PeerCellsAreMeasuredOrUnavailableForAReason).
+  if (doc["cells"][0]["config"]["device"] == "cpu") {
+    EXPECT_GE(fsdpp_cpu, 1);
+    EXPECT_GE(peer_cpu, 1);
   }
 }
 
 TEST(SmokeDocument, FsdppRanksKeptFreedHostBlocksAndSaySo) {
   REQUIRE_DOCUMENT();
+  int checked = 0;
   for (const auto& c : doc["cells"]) {
     if (c["status"] != "ok" || c["system"] != "fsdpp") continue;
+    ++checked;
     EXPECT_EQ(c["config"].value("host_heap", std::string("absent")), "kept") << c["id"];
   }
+  EXPECT_GE(checked, 1);
 }
 
 TEST(SmokeDocument, EveryOkFsdppCellHasEveryMetric) {
@@ -283,6 +294,9 @@ TEST(SmokeDocument, TheBaselineTableHasTheFsdppRowsMeasured) {
     std::string line = table.substr(start, table.find('\n', start) - start);
     EXPECT_EQ(line.find("not in this document"), std::string::npos) << line;
     EXPECT_EQ(line.find("failed"), std::string::npos) << line;
+    // Measured: tokens/s and the step time are numbers (an unavailable cell's row holds its
+    // reason there instead).
+    EXPECT_TRUE(std::regex_search(line, std::regex("^\\| [^|]+ \\| [^|]+ \\| [0-9]+ \\| [0-9]+\\.[0-9]"))) << line;
   }
 }
 

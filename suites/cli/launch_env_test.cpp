@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <sched.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -80,17 +81,30 @@ TEST(LaunchEnvironment, TorchrunAndSlurmVariablesFormTheSameWorld) {
     return std::vector<std::pair<std::string, std::string>>{
         {"SLURM_PROCID", std::to_string(rank)},  {"SLURM_NTASKS", std::to_string(n)},
         {"SLURM_LOCALID", std::to_string(rank)}, {"SLURM_TASKS_PER_NODE", std::to_string(n)},
-        {"SLURM_JOB_NODELIST", "127.0.0.1"},     {"MASTER_PORT", std::to_string(port)}};
+        {"SLURM_JOB_NODELIST", "127.0.0.1"},     {"MASTER_PORT", std::to_string(port2)}};
   });
   ASSERT_TRUE(slurm.ok()) << slurm.summary();
-  (void)port2;
+  // Each run on its own port (read from MASTER_PORT in both); the same world otherwise.
+  const std::string torchrun_master = " master=127.0.0.1:" + std::to_string(port),
+                    slurm_master = " master=127.0.0.1:" + std::to_string(port2);
+  auto without_master = [](std::string line, const std::string& master) {
+    const auto at = line.find(master);
+    return at == std::string::npos ? line : line.erase(at, master.size());
+  };
   for (int r = 0; r < n; ++r) {
     EXPECT_THAT(torchrun.ranks[r].output_tail,
                 ::testing::Contains(HasSubstr("world: rank=" + std::to_string(r) + " world_size=3 local_rank=" +
                                               std::to_string(r) + " local_world_size=3")));
+    EXPECT_THAT(slurm.ranks[r].output_tail,
+                ::testing::Contains(HasSubstr("world: rank=" + std::to_string(r) + " world_size=3 local_rank=" +
+                                              std::to_string(r) + " local_world_size=3")));
     EXPECT_TRUE(printed(torchrun.ranks[r], "source=torchrun"));
     EXPECT_TRUE(printed(slurm.ranks[r], "source=slurm"));
-    EXPECT_EQ(world_line(torchrun.ranks[r]), world_line(slurm.ranks[r])) << "rank " << r;
+    EXPECT_THAT(world_line(torchrun.ranks[r]), HasSubstr(torchrun_master)) << "rank " << r;
+    EXPECT_THAT(world_line(slurm.ranks[r]), HasSubstr(slurm_master)) << "rank " << r;
+    EXPECT_EQ(without_master(world_line(torchrun.ranks[r]), torchrun_master),
+              without_master(world_line(slurm.ranks[r]), slurm_master))
+        << "rank " << r;
     EXPECT_EQ(world_line(torchrun.ranks[r]), world_line(torchrun.ranks[0]));
   }
   EXPECT_TRUE(printed(torchrun.ranks[0], "selfcheck: all 31 collectives correct on 3 ranks"));
@@ -329,10 +343,13 @@ TEST(LaunchCommand, SelfcheckWritesVersionedJson) {
   ASSERT_EQ(code, 0) << output;
   std::ifstream in(path);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  EXPECT_THAT(text, HasSubstr("\"format\": \"fsdpp.selfcheck\""));
-  EXPECT_THAT(text, HasSubstr("\"version\": 1"));
-  EXPECT_THAT(text, HasSubstr("\"all_correct\": true"));
   std::filesystem::remove(path);
+  // JSON (the whole file parses), versioned, and the run's verdict.
+  const auto doc = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  ASSERT_TRUE(doc.is_object()) << text;
+  EXPECT_EQ(doc["format"], "fsdpp.selfcheck");
+  EXPECT_EQ(doc["version"], 1);
+  EXPECT_EQ(doc["all_correct"], true);
 }
 
 // Minor page faults of allocating, touching and freeing one 64 MiB block (16384 pages).

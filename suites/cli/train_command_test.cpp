@@ -138,21 +138,35 @@ TEST(TrainCommand, FineTuningOnARealCorpusLowersHeldOutPerplexityAndExportsAnHfF
 // fp16 compute trains on the CPU (LibTorch 2.x has fp16 CPU kernels): FULL_SHARD on 2 ranks
 // with fp32 master weights and dynamic loss scaling (ShardedGradScaler). Every step records
 // its loss scale; an overflowing step is skipped (optimizer_step false) on every rank alike.
+// Dynamic: with --loss-scale-growth-interval 3 the scale doubles within the run, and each
+// step's recorded scale is the one GradScaler's rule gives from the steps before it (x2
+// after 3 clean steps in a row, x0.5 on a skipped step; 2^16 to start).
 TEST(TrainCommand, Fp16MixedPrecisionTrainsOnTheCpuWithDynamicLossScaling) {
   TempDir dir;
   const auto data = harness::write_markov_tokens(dir.path(), 4000, 32).string();
   auto run = train(dir, "fp16",
                    "--from-scratch --model-type gpt2 --model-size tiny --vocab-size 32 --seq-len 16 --batch-size 4 "
-                   "--max-steps 30 --lr 3e-3 --nproc 2 --strategy full_shard --mixed-precision fp16 --data " +
+                   "--max-steps 30 --lr 3e-3 --nproc 2 --strategy full_shard --mixed-precision fp16 "
+                   "--loss-scale-growth-interval 3 --data " +
                        data);
   ASSERT_EQ(run.code, 0) << run.output;
   ASSERT_EQ(run.train.size(), 30u) << run.output;
-  int stepped = 0;
+  int stepped = 0, clean_in_a_row = 0;
+  double scale = 65536.0, largest = scale;
   for (const auto& r : run.train) {
     EXPECT_TRUE(std::isfinite(r["loss"].get<double>())) << r.dump();
     EXPECT_GT(r["loss_scale"].get<double>(), 1.0) << r.dump();
-    stepped += r.value("optimizer_step", true) ? 1 : 0;
+    const bool step = r.value("optimizer_step", true);
+    stepped += step ? 1 : 0;
+    if (!step) {
+      scale *= 0.5, clean_in_a_row = 0;
+    } else if (++clean_in_a_row == 3) {
+      scale *= 2, clean_in_a_row = 0;
+    }
+    EXPECT_EQ(r["loss_scale"].get<double>(), scale) << r.dump();
+    largest = std::max(largest, r["loss_scale"].get<double>());
   }
+  EXPECT_GE(largest, 65536.0 * 2) << "the scale never grew";
   EXPECT_GT(stepped, 20) << "most steps update the weights";
   EXPECT_LT(run.losses().back(), 0.8 * run.losses().front());
 }
@@ -424,6 +438,14 @@ TEST(TrainCommand, AMixtureOfExpertsLogsCrossEntropyPlusItsWeightedLoadBalancing
   const double aux = lm.auxiliary_loss().item<double>();
   EXPECT_GT(aux, 0.5);  // 0.5 x (2, the top-k, for a balanced router; more for an unbalanced one)
   EXPECT_NEAR(r.losses().at(0), cross_entropy + aux, 1e-5);
+  // Weighted: the same weights with router_aux_loss_coef 1 give twice the auxiliary loss, so
+  // the logged loss holds 0.5 times the load-balancing loss, not the loss itself.
+  config["router_aux_loss_coef"] = 1.0;
+  auto unweighted_lm = models::build_causal_lm(config, "qwen3_moe");
+  models::init_from_scratch(unweighted_lm, 4);
+  unweighted_lm.logits(inputs);
+  const double unweighted = unweighted_lm.auxiliary_loss().item<double>();
+  EXPECT_NEAR(aux, 0.5 * unweighted, 1e-6 * unweighted);
 }
 
 // --- metrics.jsonl -----------------------------------------------------------------
@@ -752,6 +774,7 @@ TEST(TrainCommand, ResumingWithAnotherGlobalBatchSaysItIsNotTheUninterruptedRun)
   EXPECT_THAT(same.output, Not(HasSubstr("note:")));
   auto other = train(dir, "run", "--batch-size 2 --max-steps 4 " + common);
   ASSERT_EQ(other.code, 0) << other.output;
+  EXPECT_EQ(other.run["start_step"], 3) << other.output;  // it did resume, from the step-3 checkpoint
   EXPECT_THAT(other.output,
               HasSubstr("note: the checkpoint was trained with 4 windows per step (batch size 4 x 1 ranks x 1 "
                         "accumulation steps), this run uses 2 windows per step (batch size 2 x 1 ranks x 1 "
@@ -815,6 +838,12 @@ TEST(CheckpointCommands, ExportIsTheTrainedModelBitwiseAndValidSafetensors) {
   for (const auto& folder : {single, split}) {
     auto exported = io::load_checkpoint_dir(folder);
     EXPECT_EQ(exported.names(), trained.names()) << folder;
+    // --max-shard-bytes 20000 splits the tiny model (about 0.4 MB) into several files.
+    if (folder == split) {
+      EXPECT_GT(exported.shard_paths().size(), 1u);
+    } else {
+      EXPECT_EQ(exported.shard_paths().size(), 1u);
+    }
     for (const auto& name : trained.names())
       EXPECT_TRUE(torch::equal(exported.tensor(name), trained.tensor(name))) << folder << " " << name;
     for (const auto& shard : exported.shard_paths()) expect_valid_safetensors(shard);

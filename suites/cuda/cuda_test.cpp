@@ -97,7 +97,9 @@ TEST(CudaComm, NcclCollectivesAreCorrectOnTwoGpus) {
       2, [](harness::RankContext& ctx) { check_collectives_on_gpu(ctx); }, with_env({{"FSDPP_CUDA_COMM", "nccl"}}));
 }
 
-TEST(CudaComm, RanksSharingOneGpuGoThroughHostStagedGloo) {
+// FSDPP_CUDA_COMM=gloo forces the host-staged path: this checks that path's results for three
+// ranks on one GPU, not that the default (auto) picks it for them.
+TEST(CudaComm, ForcedHostStagedGlooIsCorrectForThreeRanksSharingOneGpu) {
   REQUIRE_GPUS(1);
   harness::expect_ranks_pass(
       3, [](harness::RankContext& ctx) { check_collectives_on_gpu(ctx); }, with_env({{"FSDPP_CUDA_COMM", "gloo"}}));

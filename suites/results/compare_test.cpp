@@ -195,9 +195,20 @@ TEST(Gate, ListsRegressionsFirstInTheTableAndTheJsonReport) {
 
 TEST(Gate, UnitOrDirectionChangesAreBadInput) {
   auto base = document({cell(100, 2000, 0.03, 26)}, 0);
-  auto now = document({cell(100, 2000, 0.03, 27)}, 1);
-  now.doc["cells"][0]["samples"]["step_ms"]["unit"] = "s";
-  EXPECT_THROW(compare_documents(now, {base}, {}), std::runtime_error);
+  auto error_of = [&](const SourcedDocument& now) -> std::string {
+    try {
+      compare_documents(now, {base}, {});
+    } catch (const std::runtime_error& e) {
+      return e.what();
+    }
+    return "(compared)";
+  };
+  auto unit = document({cell(100, 2000, 0.03, 27)}, 1);
+  unit.doc["cells"][0]["samples"]["step_ms"]["unit"] = "s";
+  EXPECT_THAT(error_of(unit), HasSubstr("samples.step_ms has unit 's'"));
+  auto direction = document({cell(100, 2000, 0.03, 27)}, 1);
+  direction.doc["cells"][0]["samples"]["step_ms"]["better"] = "higher";
+  EXPECT_THAT(error_of(direction), HasSubstr("samples.step_ms has unit 'ms', better 'higher'"));
 }
 
 TEST(Gate, HistoryWindowPoolsTheLastDocumentsOfThisMachineOnly) {

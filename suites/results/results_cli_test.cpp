@@ -66,6 +66,8 @@ TEST(ResultsCli, CompareExitsOneOnARegressionAndWritesBothReports) {
 TEST(ResultsCli, MinEffectAndAlphaFlagsChangeTheVerdict) {
   TempDir dir;
   auto base = write_run(dir, 0, 100), now = write_run(dir, 1, 115);
+  // Without either flag the same pair is a regression (exit 1): each flag below turns it into 0.
+  EXPECT_EQ(run_shell(kFsdpp + " results compare " + now.string() + " --baseline " + base.string()).first, 1);
   EXPECT_EQ(
       run_shell(kFsdpp + " results compare " + now.string() + " --baseline " + base.string() + " --min-effect 0.5")
           .first,
@@ -126,6 +128,7 @@ TEST(ResultsCli, ValidateReportsEachFile) {
   auto bad = run_shell(kFsdpp + " results validate " + good.string() + " " + (dir / "wrong.json").string());
   EXPECT_EQ(bad.first, 2) << bad.second;
   EXPECT_EQ(lines(bad.second), 2u) << bad.second;
+  EXPECT_THAT(bad.second, HasSubstr("OK " + good.string()));  // the good file is still reported
   EXPECT_THAT(bad.second, HasSubstr("fsdpp: error: " + (dir / "wrong.json").string()));
 }
 

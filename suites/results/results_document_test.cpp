@@ -414,6 +414,12 @@ TEST(NewDocument, BuiltFromAGitCheckoutRecordsItsHeadCommit) {
   const std::string commit = new_document({"fsdpp"}, "")["git"]["commit"];
   EXPECT_EQ(commit.size(), 40u) << commit;
   EXPECT_EQ(commit.find_first_not_of("0123456789abcdef"), std::string::npos) << commit;
+  // Its HEAD, as git resolves it (where git is installed: the document reads .git itself).
+  auto [code, head] =
+      harness::run_shell("(git -C '" + harness::source_tree_file("").string() + "' rev-parse HEAD 2>/dev/null)");
+  if (code == 0) {
+    EXPECT_EQ(commit + "\n", head);
+  }
 }
 
 TEST(ResultsSchema, SchemaFileIsJsonUsingOnlySupportedKeywordsAndMatchesTheEmbeddedCopy) {

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <stdexcept>
 
 #include "harness/testing/synthetic_results.h"
@@ -41,6 +42,8 @@ TEST(Stats, EmptyOrNonFiniteSamplesAreRejected) {
   EXPECT_THROW(median({}), std::invalid_argument);
   EXPECT_THROW(mann_whitney_u({}, {1}), std::invalid_argument);
   EXPECT_THROW(mann_whitney_u({1, std::nan("")}, {1}), std::invalid_argument);
+  EXPECT_THROW(mann_whitney_u({1}, {2, std::numeric_limits<double>::infinity()}), std::invalid_argument);
+  EXPECT_THROW(mann_whitney_u({-std::numeric_limits<double>::infinity()}, {1}), std::invalid_argument);
 }
 
 TEST(MannWhitney, ScipyDocumentedExampleExact) {
@@ -95,6 +98,9 @@ TEST(MannWhitney, AutoIsNormalFromEightPerSide) {
   EXPECT_FALSE(result.exact);
   EXPECT_DOUBLE_EQ(result.u_x, 19);
   EXPECT_NEAR(result.p, 0.11191088922137342, 1e-12);
+  // From eight: seven on the smaller side is still exact.
+  EXPECT_TRUE(mann_whitney_u({1.1, 2.2, 3.3, 4.4, 5.5, 6.6, 7.7}, {2, 3, 3, 9, 10, 11, 12, 13, 13}).exact);
+  EXPECT_TRUE(mann_whitney_u({2, 3, 3, 9, 10, 11, 12, 13, 13}, {1.1, 2.2, 3.3, 4.4, 5.5, 6.6, 7.7}).exact);
 }
 
 TEST(MannWhitney, SingleValueAgainstFourIsItsRankProbability) {
