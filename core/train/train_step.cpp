@@ -5,7 +5,6 @@
 #include <string>
 #include <utility>
 
-#include "core/compat/torch_compat.h"
 #include "core/kernels/cross_entropy.h"
 #include "core/optim/adamw.h"
 #include "core/optim/gradients.h"
@@ -41,19 +40,19 @@ at::Tensor training_loss(const models::CausalLm& lm, const at::Tensor& inputs, c
 }
 
 TrainStep::TrainStep(comm::Communicator& comm, const models::CausalLm& lm, fsdp::ShardedModel* sharded,
-                     torch::optim::Optimizer& optimizer, const TrainStepOptions& options)
+                     torch::optim::Optimizer& optimizer, const TrainStepOptions& options, StepObserver* observer)
     : TrainStep(
           comm, [&lm](const MicroBatch& batch) { return training_loss(lm, batch.inputs, batch.targets); }, sharded,
-          optimizer, options) {}
+          optimizer, options, observer) {}
 
 TrainStep::TrainStep(comm::Communicator& comm, LossFn loss, fsdp::ShardedModel* sharded,
-                     torch::optim::Optimizer& optimizer, const TrainStepOptions& options, TrainStepHooks hooks)
+                     torch::optim::Optimizer& optimizer, const TrainStepOptions& options, StepObserver* observer)
     : comm_(comm),
       loss_(std::move(loss)),
       sharded_(sharded),
       optimizer_(optimizer),
       options_(options),
-      hooks_(std::move(hooks)) {
+      observer_(observer) {
   if (options.rows_per_micro_batch < 1 || options.seq_len < 1 || options.grad_accum_steps < 1)
     throw std::invalid_argument("TrainStep: rows_per_micro_batch, seq_len and grad_accum_steps must be >= 1, got " +
                                 std::to_string(options.rows_per_micro_batch) + ", " + std::to_string(options.seq_len) +
@@ -61,8 +60,6 @@ TrainStep::TrainStep(comm::Communicator& comm, LossFn loss, fsdp::ShardedModel* 
   if (sharded == nullptr && comm.size() != 1)
     throw std::invalid_argument("TrainStep: the plain model (no FSDP) trains in one process, not " +
                                 std::to_string(comm.size()) + " ranks");
-  if (sharded != nullptr && options.autocast_dtype != at::kFloat)
-    throw std::invalid_argument("TrainStep: autocast is for the plain model; FSDP casts its parameters itself");
   parameters_ = sharded ? sharded->parameters() : optim::optimizer_parameters(optimizer);
   if (options.loss_scaling) {
     optim::GradScalerOptions scaler_options;
@@ -89,13 +86,7 @@ StepRecord TrainStep::run(double lr, const std::function<MicroBatch(int)>& micro
     if (sharded_ != nullptr && options_.accumulate_without_sync)
       sharded_->set_requires_gradient_sync(micro == options_.grad_accum_steps - 1);
     t = Clock::now();
-    at::Tensor loss;
-    {
-      std::optional<compat::AutocastGuard> autocast;
-      if (options_.autocast_dtype != at::kFloat)
-        autocast.emplace(compat::AutocastState::only(batch.inputs.device().type(), options_.autocast_dtype));
-      loss = loss_(batch);
-    }
+    const at::Tensor loss = loss_(batch);
     chunk_losses.push_back(loss.detach());
     record.forward_ms += ms_since(t);
     t = Clock::now();
@@ -109,9 +100,9 @@ StepRecord TrainStep::run(double lr, const std::function<MicroBatch(int)>& micro
     for (const auto& p : parameters_)
       if (p.grad().defined()) p.mutable_grad().div_(chunks);
   }
-  if (hooks_.before_unscale) hooks_.before_unscale();
+  if (observer_ != nullptr) observer_->after_backward();
   if (scaler_) scaler_->unscale(parameters_);  // clipping sees the true gradients
-  if (hooks_.after_unscale) hooks_.after_unscale();
+  if (observer_ != nullptr) observer_->before_clip();
   record.grad_norm = norm_and_clip();
   if (scaler_) {
     record.optimizer_stepped = scaler_->step(optimizer_, parameters_);  // every rank skips an overflow alike

@@ -34,6 +34,7 @@
 #include "core/fsdp/sharded_model.h"
 #include "core/models/causal_lm.h"
 #include "core/optim/grad_scaler.h"
+#include "core/train/step_observer.h"
 
 namespace fsdpp::train {
 
@@ -58,9 +59,6 @@ struct TrainStepOptions {
   bool loss_scaling = false;
   double init_loss_scale = 65536.0;
   int64_t loss_scale_growth_interval = 2000;
-  // The plain model without FSDP only (the benchmark's unsharded baseline): autocast its
-  // forward to this dtype, PyTorch's single-device mixed precision. kFloat: off.
-  at::ScalarType autocast_dtype = at::kFloat;
 };
 
 // What one step did, the same on every rank except the times.
@@ -92,23 +90,17 @@ at::Tensor training_loss(const models::CausalLm& lm, const at::Tensor& inputs, c
 // mean over its micro-batch goes with rows_per_micro_batch = seq_len = 1.
 using LossFn = std::function<at::Tensor(const MicroBatch&)>;
 
-// Callbacks inside a step, for the equivalence oracle and tests; each runs on every rank
-// at the same point (a collective inside one is allowed).
-struct TrainStepHooks {
-  std::function<void()> before_unscale;  // after the last backward (e.g. to inject an overflow)
-  std::function<void()> after_unscale;   // gradients as clipping will see them (e.g. to record them)
-};
-
 class TrainStep {
  public:
   // `sharded` is the model under FSDP, or null for the plain model in one process (its
-  // parameters are the optimizer's). The references must outlive the step.
+  // parameters are the optimizer's). The references must outlive the step; so must
+  // `observer` (if not null), called inside each step (step_observer.h).
   TrainStep(comm::Communicator& comm, const models::CausalLm& lm, fsdp::ShardedModel* sharded,
-            torch::optim::Optimizer& optimizer, const TrainStepOptions& options);
+            torch::optim::Optimizer& optimizer, const TrainStepOptions& options, StepObserver* observer = nullptr);
   // Any model: `loss` computes a micro-batch's loss (the model is the one `sharded` wraps,
-  // or the optimizer's). `hooks` run inside each step.
+  // or the optimizer's).
   TrainStep(comm::Communicator& comm, LossFn loss, fsdp::ShardedModel* sharded, torch::optim::Optimizer& optimizer,
-            const TrainStepOptions& options, TrainStepHooks hooks = {});
+            const TrainStepOptions& options, StepObserver* observer = nullptr);
 
   // One optimizer step at learning rate `lr` over the micro-batches micro_batch(0) ..
   // micro_batch(grad_accum_steps - 1). Throws what the model, FSDP or the communicator throw.
@@ -129,7 +121,7 @@ class TrainStep {
   fsdp::ShardedModel* sharded_;
   torch::optim::Optimizer& optimizer_;
   TrainStepOptions options_;
-  TrainStepHooks hooks_;
+  StepObserver* observer_;
   std::vector<at::Tensor> parameters_;  // FSDP's local shards, or the optimizer's (a tie once)
   std::optional<optim::ShardedGradScaler> scaler_;
   double backward_scale_ = 1;

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -241,7 +240,7 @@ void export_hf(comm::Communicator& comm, fsdp::ShardedModel& sharded, const mode
 }  // namespace
 
 TrainResult train(comm::Communicator& comm, const TrainConfig& c, const RunInputs& inputs, int local_rank,
-                  const TrainHooks& hooks) {
+                  StepObserver* observer) {
   // Set up once: the model on this rank's device under FSDP, the optimizer, the step, the
   // data order, the checkpoint to continue from.
   if (c.deterministic) at::globalContext().setDeterministicAlgorithms(true, false);
@@ -265,7 +264,7 @@ TrainResult train(comm::Communicator& comm, const TrainConfig& c, const RunInput
   if (c.activation_checkpointing)
     fsdp::apply_activation_checkpointing(*lm.module, fsdp::CheckpointPolicy{{lm.block_type}, c.ac_freq});
   auto optimizer = optim::make_adamw(sharded->named_parameters(), c.adamw);
-  TrainStep train_step(comm, lm, sharded.get(), *optimizer, step_options(c, seq_len));
+  TrainStep train_step(comm, lm, sharded.get(), *optimizer, step_options(c, seq_len), observer);
   const auto sampling = sampler_options(c, inputs, comm);
   data::DistributedSampler sampler(sampling);
   const TrainCheckpointParts checkpoint_parts{*sharded, *optimizer,          train_step.scaler(),
@@ -314,13 +313,11 @@ TrainResult train(comm::Communicator& comm, const TrainConfig& c, const RunInput
     if ((c.ckpt_freq > 0 && steps_done % c.ckpt_freq == 0) || steps_done == total_steps)
       checkpointer.save(steps_done, checkpoint_parts);
     logger.log_checkpoints(checkpointer.take_committed());
-    // The resume tests' crash (TrainHooks): every rank dies by SIGKILL right after this
-    // step, its checkpoint (if any) committed, asynchronous or not.
-    if (hooks.crash_after_step == steps_done) {
-      checkpointer.finish();
-      logger.log_checkpoints(checkpointer.take_committed());
-      ::raise(SIGKILL);
-    }
+    if (observer != nullptr)
+      observer->after_step(steps_done, [&] {
+        checkpointer.finish();
+        logger.log_checkpoints(checkpointer.take_committed());
+      });
   }
   checkpointer.finish();  // the last save commits while nothing else runs
   logger.log_checkpoints(checkpointer.take_committed());

@@ -28,6 +28,7 @@
 #include "core/comm/communicator.h"
 #include "core/train/evaluator.h"
 #include "core/train/run_inputs.h"
+#include "core/train/step_observer.h"
 #include "core/train/train_config.h"
 
 namespace fsdpp::train {
@@ -44,15 +45,6 @@ struct TrainResult {
   std::filesystem::path hf_dir;   // <run_dir>/hf
 };
 
-// Hooks for tests, set explicitly by the caller (the CLI sets them from the environment
-// only for the resume tests: harness/cli/train_command.cpp).
-struct TrainHooks {
-  // After this step (1-based) has finished and its checkpoint, if one was due, has
-  // committed (background saves included), every rank raises SIGKILL: a crash at a known
-  // point. 0: never.
-  int64_t crash_after_step = 0;
-};
-
 // Collective: every rank calls it with the same config and the inputs preflight(config)
 // resolved in its process (run_inputs.h; `config` may differ from the one resolved only in
 // fsdp.hybrid_shard_size). Set up once, then one TrainStep (train_step.h) per step, with
@@ -62,8 +54,9 @@ struct TrainHooks {
 // (train_checkpoint.h). Rank 0 writes the HF folder at the end. Throws
 // std::invalid_argument / std::runtime_error naming the flag or file at fault (an existing
 // run directory, a checkpoint of another model ...).
-// `local_rank` (the rank on this node) picks the GPU for --device cuda.
+// `local_rank` (the rank on this node) picks the GPU for --device cuda. `observer` (if not
+// null) is called in and after every step (step_observer.h).
 TrainResult train(comm::Communicator& comm, const TrainConfig& config, const RunInputs& inputs, int local_rank = 0,
-                  const TrainHooks& hooks = {});
+                  StepObserver* observer = nullptr);
 
 }  // namespace fsdpp::train

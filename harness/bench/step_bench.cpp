@@ -244,9 +244,17 @@ nlohmann::json run_step_bench(comm::Communicator& comm, int local_rank, const St
   step_options.seq_len = c.seq_len;
   step_options.grad_clip = 1.0;
   step_options.loss_scaling = compute_dtype == at::kHalf;
-  // The unsharded baseline's mixed precision is autocast (FSDP casts its parameters itself).
-  if (c.unsharded) step_options.autocast_dtype = compute_dtype;
-  train::TrainStep train_step(comm, lm, sharded.get(), *optimizer, step_options);
+  // The unsharded baseline's mixed precision is autocast around its forward, PyTorch's
+  // single-device mixed precision (FSDP casts its parameters itself).
+  train::LossFn loss = [&lm](const train::MicroBatch& batch) {
+    return train::training_loss(lm, batch.inputs, batch.targets);
+  };
+  if (c.unsharded && compute_dtype != at::kFloat)
+    loss = [&lm, compute_dtype](const train::MicroBatch& batch) {
+      compat::AutocastGuard autocast(compat::AutocastState::only(batch.inputs.device().type(), compute_dtype));
+      return train::training_loss(lm, batch.inputs, batch.targets);
+    };
+  train::TrainStep train_step(comm, loss, sharded.get(), *optimizer, step_options);
   memory_figures.record_allocated("persistent_after_setup", "rss_after_setup");
 
   // Batches: from --data as `fsdpp train` draws them, or one fixed random batch per rank.

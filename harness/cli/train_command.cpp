@@ -1,9 +1,12 @@
 #include "harness/cli/train_command.h"
 
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
+#include <optional>
 #include <stdexcept>
 
 #include "core/fsdp/sharding.h"
@@ -35,6 +38,21 @@ std::vector<int64_t> parse_unit_indices(const std::string& spec, const std::stri
     start = comma + 1;
   }
 }
+
+// The resume tests' crash (FSDPP_KILL_AFTER_STEP=N): after step N, its checkpoint (if one
+// was due) committed, asynchronous or not, every rank dies by SIGKILL, at a known point.
+class KillAfterStep final : public train::StepObserver {
+ public:
+  explicit KillAfterStep(int64_t step) : step_(step) {}
+  void after_step(int64_t steps_done, const std::function<void()>& settle) override {
+    if (steps_done != step_) return;
+    settle();
+    ::raise(SIGKILL);
+  }
+
+ private:
+  int64_t step_;
+};
 
 }  // namespace
 
@@ -201,9 +219,9 @@ int TrainCommand::run(const std::vector<std::string>& argv) {
       throw UsageError(e.what());
     }
   }();
-  // The resume tests' crash point, read here once (train::TrainHooks).
-  train::TrainHooks hooks;
-  if (const char* kill_after = std::getenv("FSDPP_KILL_AFTER_STEP")) hooks.crash_after_step = std::atoll(kill_after);
+  // The resume tests' crash point, read here once.
+  std::optional<KillAfterStep> kill;
+  if (const char* kill_after = std::getenv("FSDPP_KILL_AFTER_STEP")) kill.emplace(std::atoll(kill_after));
   return run_distributed(argv, dist_, [&](comm::Communicator& comm, const comm::WorldSpec& world) {
     train::TrainConfig config = config_;
     // On several nodes, hybrid strategies shard inside a node and replicate across nodes
@@ -214,7 +232,7 @@ int TrainCommand::run(const std::vector<std::string>& argv) {
     if (hybrid && config.fsdp.hybrid_shard_size == 0 && world.local_world_size < world.world_size &&
         world.world_size % world.local_world_size == 0)
       config.fsdp.hybrid_shard_size = world.local_world_size;
-    auto result = train::train(comm, config, inputs, world.local_rank, hooks);
+    auto result = train::train(comm, config, inputs, world.local_rank, kill ? &*kill : nullptr);
     if (comm.rank() == 0) {
       const auto steps = static_cast<long long>(result.steps), start = static_cast<long long>(result.start_step);
       if (start == 0)

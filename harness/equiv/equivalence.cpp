@@ -223,6 +223,14 @@ RunTrace run_reference(const EquivModel& model, const EquivConfig& c, int world)
   return trace;
 }
 
+// The oracle's points inside a sharded step: before the loss scaler inspects the gradients
+// (an overflow injected there) and with the gradients clipping sees (recorded there).
+struct OracleObserver final : train::StepObserver {
+  std::function<void()> on_after_backward, on_before_clip;
+  void after_backward() override { on_after_backward(); }
+  void before_clip() override { on_before_clip(); }
+};
+
 // The sharded run on this rank, one train::TrainStep per step (the step `fsdpp train`
 // runs): a micro-batch's loss is the model's mean loss, scaled by 1/grad_accum before
 // backward; gradients are recorded after unscaling, before clipping.
@@ -246,14 +254,14 @@ RunTrace run_sharded(comm::Communicator& comm, const EquivModel& model, const Eq
   options.loss_scale_growth_interval = scaling.growth_interval;
   int step = 0;
   double scale_used = 1.0;  // the scale this step's loss was multiplied by
-  train::TrainStepHooks hooks;
   train::TrainStep* running = nullptr;
-  hooks.before_unscale = [&] {
+  OracleObserver observer;
+  observer.on_after_backward = [&] {
     if (running->scaler() == nullptr) return;
     scale_used = running->scaler()->current_scale();
     if (step == scaling.overflow_step && comm.rank() == scaling.overflow_rank) inject_overflow(params);
   };
-  hooks.after_unscale = [&] {
+  observer.on_before_clip = [&] {
     if (contains(checked, step))
       for (auto& [name, g] : sharded->gather_full_gradients()) trace.grads[step][name] = on_cpu(g);
   };
@@ -262,7 +270,7 @@ RunTrace run_sharded(comm::Communicator& comm, const EquivModel& model, const Eq
       [&](const train::MicroBatch& batch) {
         return model.loss(*net, TrainBatch{batch.inputs, batch.targets});
       },
-      sharded.get(), opt, options, hooks);
+      sharded.get(), opt, options, &observer);
   running = &train_step;
   for (step = 0; step < c.steps; ++step) {
     const auto done = train_step.run(c.lr, [&](int micro) {

@@ -22,7 +22,7 @@ RunInputs preflight(const TrainConfig&) {
   std::abort();
 }
 
-TrainResult train(comm::Communicator&, const TrainConfig&, const RunInputs&, int, const TrainHooks&) {
+TrainResult train(comm::Communicator&, const TrainConfig&, const RunInputs&, int, StepObserver*) {
   std::fprintf(stderr, "fuzz harness: train::train reached\n");
   std::abort();
 }
