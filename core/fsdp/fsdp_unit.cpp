@@ -97,8 +97,9 @@ void FsdpUnit::protocol_error(const std::string& call, const std::string& why) c
 bool FsdpUnit::enter_pre_backward() {
   if (training_state_ == TrainingState::Idle)
     protocol_error("pre-backward", "backward before forward (the unit ran no forward this iteration)");
-  if (training_state_ != TrainingState::Forward) return false;
+  if (training_state_ == TrainingState::PreBackward) return false;
   training_state_ = TrainingState::PreBackward;
+  ++pre_backwards_;
   return true;
 }
 

@@ -77,12 +77,20 @@ class FsdpUnit {
 
   // The training-state transitions, called by ShardedModel's hooks.
   // Any state -> IDLE: a new iteration (the root's pre-forward) or the end of backward.
-  void enter_idle() { training_state_ = TrainingState::Idle; }
+  void enter_idle() {
+    training_state_ = TrainingState::Idle;
+    pre_backwards_ = 0;
+  }
   // Any state -> FORWARD (a unit may run forward more than once in an iteration).
   void enter_forward() { training_state_ = TrainingState::Forward; }
-  // FORWARD -> PRE_BACKWARD: true. Already PRE_BACKWARD or POST_BACKWARD this backward:
+  // FORWARD -> PRE_BACKWARD: true. POST_BACKWARD -> PRE_BACKWARD: true, the backward of an
+  // earlier run of a unit that ran forward more than once (each run's backward unshards,
+  // and its post-backward reduces what that run added, as FSDP2). Already PRE_BACKWARD:
   // false, nothing to do. IDLE: throws (backward before forward).
   bool enter_pre_backward();
+  // How many pre-backwards entered since the iteration began: the k-th is the backward of
+  // the unit's k-th run from the end.
+  int pre_backwards() const { return pre_backwards_; }
   // FORWARD or PRE_BACKWARD -> POST_BACKWARD: true. Already POST_BACKWARD: false. IDLE:
   // throws (backward before forward).
   bool enter_post_backward();
@@ -150,6 +158,7 @@ class FsdpUnit {
   bool replicated_;
   State state_ = State::Sharded;
   TrainingState training_state_ = TrainingState::Idle;
+  int pre_backwards_ = 0;
   int64_t shard_total_ = 0;                   // elements per rank in the flat shard buffer
   at::Device device_ = at::kCPU;              // where the module computes (the all-gather runs there)
   at::ScalarType master_dtype_ = at::kFloat;  // the shards' (optimizer's) dtype

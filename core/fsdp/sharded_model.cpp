@@ -98,22 +98,27 @@ struct ShardedModel::Hooks {
     throw std::logic_error("FSDP unit '" + u->name() + "' is not a unit of this model");
   }
 
-  // The unit after u in the previous iteration's forward order.
+  // The unit after this run of u in the previous iteration's forward order (the k-th run
+  // of a unit that runs k times follows its k-th place); on the first iteration, the unit
+  // after u in module order.
   static FsdpUnit* forward_successor(ShardedModel& m, FsdpUnit* u) {
-    auto& order = m.last_forward_order_;
+    const auto& order = m.last_forward_order_.empty() ? m.module_order_ : m.last_forward_order_;
+    auto run = std::count(m.forward_order_.begin(), m.forward_order_.end(), u) - 1;  // u's runs before this one
     for (size_t i = 0; i + 1 < order.size(); ++i)
-      if (order[i] == u) return order[i + 1];
+      if (order[i] == u && run-- == 0) return order[i + 1];
     return nullptr;
   }
 
   // The unit whose backward runs after u's: the one before u in forward order; after
   // the root's (first in forward, first in backward: its head) comes the last unit.
+  // A unit that ran k times: its j-th backward is that of its j-th run from the end.
   static FsdpUnit* backward_successor(ShardedModel& m, FsdpUnit* u) {
     auto& order = m.forward_order_;
     if (order.empty()) return nullptr;
     if (u == root(m)) return order.size() > 1 ? order.back() : nullptr;
-    for (size_t i = 1; i < order.size(); ++i)
-      if (order[i] == u) return i > 1 ? order[i - 1] : nullptr;
+    int later_runs = u->pre_backwards() - 1;  // u's runs whose backward came before this one
+    for (size_t i = order.size() - 1; i >= 1; --i)
+      if (order[i] == u && later_runs-- == 0) return i > 1 ? order[i - 1] : nullptr;
     return nullptr;
   }
 
@@ -381,6 +386,9 @@ std::shared_ptr<ShardedModel> ShardedModel::create(const std::shared_ptr<torch::
   }
   m->forward_prefetch_.resize(m->units_.size());
   m->backward_prefetch_.resize(m->units_.size());
+  m->module_order_.push_back(m->units_.back().get());
+  for (const auto& [name, module] : m->wrapped_modules())
+    m->module_order_.push_back(m->units_[m->unit_index(*module, "create")].get());
   Hooks::install(*m);
   return m;
 }

@@ -190,6 +190,9 @@ class ShardedModel {
   // Per-iteration protocol state.
   std::vector<FsdpUnit*> forward_order_;       // this iteration's pre-forward order
   std::vector<FsdpUnit*> last_forward_order_;  // the previous iteration's (for prefetch)
+  // The root, then the units in module order: the forward order the first iteration's
+  // prefetch assumes.
+  std::vector<FsdpUnit*> module_order_;
   bool callback_queued_ = false;
   // The unit whose gradient reduction was issued last and is not yet folded: at most one is
   // in flight (post_backward), as FSDP2's reduce_scatter_state, so the reduce buffers
