@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
@@ -138,9 +139,11 @@ TEST(ModelSizeCommand, WritesEachPresetsConfigThatReadsBackAsTheSameModel) {
     auto config = models::LlamaConfig::from_json(nlohmann::json::parse(in), name);
     EXPECT_EQ(config.parameter_count(), count) << name;
   }
-  auto [bad_code, bad_output] = run_shell(kFsdpp + " model-size tiny --config-dir /proc/no-such-dir 2>&1");
+  auto [bad_code, bad_output] =
+      run_shell("(" + kFsdpp + " model-size tiny --config-dir /proc/no-such-dir 2>&1 1>/dev/null)");  // stderr
   EXPECT_EQ(bad_code, 2);
-  EXPECT_THAT(bad_output, HasSubstr("fsdpp: error: --config-dir /proc/no-such-dir: cannot create"));
+  EXPECT_THAT(bad_output, StartsWith("fsdpp: error: --config-dir /proc/no-such-dir: cannot create"));
+  EXPECT_EQ(std::count(bad_output.begin(), bad_output.end(), '\n'), 1) << bad_output;  // one line
 }
 
 // ---- each bad input: exit 2 (bad input), one line "fsdpp: error: ..." naming the culprit ----
