@@ -409,6 +409,7 @@ size_t ShardedModel::unit_index(const torch::nn::Module& module, const char* cal
 void ShardedModel::set_forward_prefetch(const torch::nn::Module& unit,
                                         const std::vector<const torch::nn::Module*>& targets) {
   std::vector<FsdpUnit*> units;
+  units.reserve(targets.size());
   for (const auto* target : targets) units.push_back(units_[unit_index(*target, "set_forward_prefetch")].get());
   forward_prefetch_[unit_index(unit, "set_forward_prefetch")] = std::move(units);
 }
@@ -416,6 +417,7 @@ void ShardedModel::set_forward_prefetch(const torch::nn::Module& unit,
 void ShardedModel::set_backward_prefetch(const torch::nn::Module& unit,
                                          const std::vector<const torch::nn::Module*>& targets) {
   std::vector<FsdpUnit*> units;
+  units.reserve(targets.size());
   for (const auto* target : targets) units.push_back(units_[unit_index(*target, "set_backward_prefetch")].get());
   backward_prefetch_[unit_index(unit, "set_backward_prefetch")] = std::move(units);
 }

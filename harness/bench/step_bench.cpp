@@ -176,6 +176,18 @@ class BatchSource {
   std::optional<data::DistributedSampler> sampler_;
 };
 
+// The step's loss: the causal LM's, with autocast to `autocast` around it unless that is
+// fp32 (the unsharded baseline's mixed precision: PyTorch's single-device autocast, where FSDP
+// casts its parameters itself).
+train::LossFn step_loss(const models::CausalLm& lm, at::ScalarType autocast) {
+  if (autocast == at::kFloat)
+    return [&lm](const train::MicroBatch& batch) { return train::training_loss(lm, batch.inputs, batch.targets); };
+  return [&lm, autocast](const train::MicroBatch& batch) {
+    compat::AutocastGuard guard(compat::AutocastState::only(batch.inputs.device().type(), autocast));
+    return train::training_loss(lm, batch.inputs, batch.targets);
+  };
+}
+
 }  // namespace
 
 nlohmann::json run_step_bench(comm::Communicator& comm, int local_rank, const StepBenchConfig& c) {
@@ -244,17 +256,8 @@ nlohmann::json run_step_bench(comm::Communicator& comm, int local_rank, const St
   step_options.seq_len = c.seq_len;
   step_options.grad_clip = 1.0;
   step_options.loss_scaling = compute_dtype == at::kHalf;
-  // The unsharded baseline's mixed precision is autocast around its forward, PyTorch's
-  // single-device mixed precision (FSDP casts its parameters itself).
-  train::LossFn loss = [&lm](const train::MicroBatch& batch) {
-    return train::training_loss(lm, batch.inputs, batch.targets);
-  };
-  if (c.unsharded && compute_dtype != at::kFloat)
-    loss = [&lm, compute_dtype](const train::MicroBatch& batch) {
-      compat::AutocastGuard autocast(compat::AutocastState::only(batch.inputs.device().type(), compute_dtype));
-      return train::training_loss(lm, batch.inputs, batch.targets);
-    };
-  train::TrainStep train_step(comm, loss, sharded.get(), *optimizer, step_options);
+  train::TrainStep train_step(comm, step_loss(lm, c.unsharded ? compute_dtype : at::kFloat), sharded.get(), *optimizer,
+                              step_options);
   memory_figures.record_allocated("persistent_after_setup", "rss_after_setup");
 
   // Batches: from --data as `fsdpp train` draws them, or one fixed random batch per rank.

@@ -187,6 +187,7 @@ RunTrace run_reference(const EquivModel& model, const EquivConfig& c, int world)
           params[i].mutable_grad() = emulated_reduction(per_rank[i], reduce, shard_group_size(c.fsdp, world));
     } else {
       std::vector<TrainBatch> parts;
+      parts.reserve(static_cast<size_t>(world) * c.grad_accum);
       for (int i = 0; i < world * c.grad_accum; ++i) parts.push_back(model.batch(step, i));
       auto loss = model.loss(*compute, on_device(model.concat(parts), c.device));
       loss_value = loss.item<double>();

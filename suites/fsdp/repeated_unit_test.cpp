@@ -35,7 +35,8 @@ struct AbaImpl : torch::nn::Module {
 TORCH_MODULE(Aba);
 
 fsdp::WrapPolicy wrap_a_and_b() {
-  return fsdp::wrap_by_predicate([](const fsdp::WrapCandidate& c) { return c.qualified_name == "a" || c.qualified_name == "b"; });
+  return fsdp::wrap_by_predicate(
+      [](const fsdp::WrapCandidate& c) { return c.qualified_name == "a" || c.qualified_name == "b"; });
 }
 
 at::Tensor input() {
@@ -74,7 +75,9 @@ void expect_gradients_of_every_run(fsdp::ShardingStrategy strategy, bool implici
   });
 }
 
-TEST(RepeatedUnit, GradientsSumEveryRunInFullShard) { expect_gradients_of_every_run(fsdp::ShardingStrategy::FullShard, false); }
+TEST(RepeatedUnit, GradientsSumEveryRunInFullShard) {
+  expect_gradients_of_every_run(fsdp::ShardingStrategy::FullShard, false);
+}
 
 TEST(RepeatedUnit, GradientsSumEveryRunInShardGradOp) {
   expect_gradients_of_every_run(fsdp::ShardingStrategy::ShardGradOp, false);
@@ -104,7 +107,8 @@ TEST(RepeatedUnit, PrefetchFollowsEachRunOnTheFirstStepAndInBackward) {
       issued.push_back(unit.name() + ":" + std::to_string(held));
     });
     auto forward = nn::call(net, input());
-    EXPECT_EQ(testing::PrintToString(issued), testing::PrintToString(std::vector<std::string>{"root:0", "a:1", "b:2", "a:1"}));
+    EXPECT_EQ(testing::PrintToString(issued),
+              testing::PrintToString(std::vector<std::string>{"root:0", "a:1", "b:2", "a:1"}));
     issued.clear();
     forward.backward();
     EXPECT_EQ(testing::PrintToString(issued), testing::PrintToString(std::vector<std::string>{"a:1", "b:2", "a:2"}));
