@@ -1,8 +1,14 @@
 // The checkpoints folder: commit, keep_last, finding the newest complete checkpoint, and
 // what the index records.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <set>
 
 #include "core/checkpoint/checkpoint_reader.h"
@@ -72,6 +78,64 @@ TEST(Commit, KeepLastRemovesOlderCompleteCheckpointsAndNeverTheNewest) {
   EXPECT_EQ(folder_names(tmp.path()), (std::set<std::string>{"step-000004"}));
   save_step(tmp.path(), 5, /*keep_last=*/0);  // 0 keeps everything
   EXPECT_EQ(folder_names(tmp.path()), (std::set<std::string>{"step-000004", "step-000005"}));
+}
+
+// What keep_last removed comes back in the save's result: the retired checkpoints and a torn
+// save's leftover folder (at a step no newer than the one kept), and no warning.
+TEST(Commit, KeepLastReportsEachFolderItRemovedAndNoWarning) {
+  harness::TempDir tmp("ckpt-keep-report");
+  save_step(tmp.path(), 1);
+  save_step(tmp.path(), 2);
+  const fs::path torn = tmp / "step-000002.tmp-torn";
+  fs::create_directories(torn);
+  testing::write_text(torn / "rank-00000.safetensors", "half a file");
+  SaveOptions options;
+  options.keep_last = 1;
+  const auto saved =
+      write_checkpoint(tmp / step_dir_name(3), testing::split_like_fsdp(tensors_at(3), 2), {{"step", 3}}, options);
+  EXPECT_TRUE(saved.warnings.empty()) << saved.warnings.front();
+  std::set<std::string> removed;
+  for (const auto& path : saved.removed) removed.insert(path.filename().string());
+  EXPECT_EQ(removed, (std::set<std::string>{"step-000001", "step-000002", "step-000002.tmp-torn"}));
+  EXPECT_EQ(folder_names(tmp.path()), (std::set<std::string>{"step-000003"}));
+}
+
+// Sets or clears a file's immutable flag (FS_IMMUTABLE_FL, what `chattr +i` sets), which
+// makes even root's removal fail. False where the filesystem or the user cannot.
+bool set_immutable(const fs::path& path, bool on) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) return false;
+  int flags = 0;
+  bool ok = ::ioctl(fd, FS_IOC_GETFLAGS, &flags) == 0;
+  if (ok) {
+    flags = on ? (flags | FS_IMMUTABLE_FL) : (flags & ~FS_IMMUTABLE_FL);
+    ok = ::ioctl(fd, FS_IOC_SETFLAGS, &flags) == 0;
+  }
+  ::close(fd);
+  return ok;
+}
+
+// An older checkpoint keep_last cannot remove is a warning of the save, naming it; the new
+// checkpoint stands and nothing is reported removed.
+TEST(Commit, AnOldCheckpointThatCannotBeRemovedIsAWarningOfTheSaveAndTheNewOneStands) {
+  harness::TempDir tmp("ckpt-keep-stuck");
+  save_step(tmp.path(), 1);
+  const fs::path stuck = tmp / "step-000001" / "rank-00000.safetensors";
+  if (!set_immutable(stuck, true))
+    GTEST_SKIP() << "cannot set the immutable flag here (FS_IOC_SETFLAGS needs root and ext2/3/4, xfs or btrfs): "
+                 << std::strerror(errno);
+  SaveOptions options;
+  options.keep_last = 1;
+  const auto saved =
+      write_checkpoint(tmp / step_dir_name(2), testing::split_like_fsdp(tensors_at(2), 2), {{"step", 2}}, options);
+  // The flag off again wherever the file went (the prune renames the folder before removing it).
+  for (const auto& entry : fs::recursive_directory_iterator(tmp.path()))
+    if (entry.path().filename() == "rank-00000.safetensors") set_immutable(entry.path(), false);
+  ASSERT_EQ(saved.warnings.size(), 1u);
+  EXPECT_EQ(saved.warnings[0].rfind("could not remove old checkpoint " + (tmp / "step-000001").string(), 0), 0u)
+      << saved.warnings[0];
+  EXPECT_TRUE(saved.removed.empty());
+  EXPECT_TRUE(load_checkpoint(tmp / "step-000002").index().train_state == nlohmann::json({{"step", 2}}));
 }
 
 TEST(Commit, IncompleteFoldersAreNeitherCountedNorRemovedByKeepLast) {

@@ -4,11 +4,14 @@
 #include <torch/torch.h>
 
 #include <cstring>
+#include <functional>
+#include <vector>
 
 #include "core/checkpoint/checkpoint_reader.h"
 #include "core/checkpoint/checkpoint_scan.h"
 #include "core/checkpoint/checkpoint_writer.h"
 #include "core/checkpoint/fsdp_state.h"
+#include "core/checkpoint/hf_export.h"
 #include "core/checkpoint/sha256.h"
 #include "harness/testing/multirank.h"
 #include "harness/testing/temp_dir.h"
@@ -84,9 +87,12 @@ TEST_F(BrokenCheckpoint, AnIndexOfAnotherFormatIsRejected) {
 }
 
 TEST_F(BrokenCheckpoint, AnIndexOfAnotherVersionIsRejected) {
-  edit_index([](nlohmann::json& j) { j["version"] = 3; });
-  EXPECT_EQ(error_of([&] { load_checkpoint(dir); }),
-            "checkpoint index " + (dir / "index.json").string() + ": version is 3, this reader knows versions 1 to 2");
+  for (int version : {3, 0}) {
+    edit_index([version](nlohmann::json& j) { j["version"] = version; });
+    EXPECT_EQ(error_of([&] { load_checkpoint(dir); }), "checkpoint index " + (dir / "index.json").string() +
+                                                           ": version is " + std::to_string(version) +
+                                                           ", this reader knows versions 1 to 2");
+  }
 }
 
 TEST_F(BrokenCheckpoint, AnIndexWithAnUnknownFieldIsRejected) {
@@ -223,6 +229,51 @@ TEST(RestoreErrors, AModelWhoseShapesDifferIsRejectedBeforeAnythingChanges) {
     EXPECT_EQ(error_of([&] { restore_sharded_state(load_checkpoint(dir), *model, nullptr); }),
               "checkpoint " + dir.string() + ": model has 'fc.weight' of shape [7, 5], checkpoint has [7, 4]");
     EXPECT_TRUE(testing::bitwise_equal(net->fc->bias, bias_before));
+  });
+}
+
+// `fsdpp checkpoint export` builds the model that train_state's model_config describes
+// before it writes anything: a model_config fsdpp cannot build (here an unknown model_type)
+// is refused naming it, with nothing written.
+TEST(ExportErrors, AModelConfigThatBuildsNoModelIsRefusedBeforeAnythingIsWritten) {
+  harness::TempDir tmp("ckpt-export-config");
+  const nlohmann::json config = {{"model_type", "not_a_model"}, {"vocab_size", 8}};
+  write_checkpoint(tmp / "step-000001", testing::split_like_fsdp({{"model/w", torch::randn({4, 2})}}, 1),
+                   {{"step", 1}, {"model_config", config}});
+  const auto out = tmp / "export";
+  const std::string error = error_of([&] { export_hf_folder(load_checkpoint(tmp / "step-000001"), out); });
+  EXPECT_NE(error.find("train_state model_config"), std::string::npos) << error;
+  EXPECT_NE(error.find("not_a_model"), std::string::npos) << error;
+  EXPECT_FALSE(fs::exists(out)) << "nothing is written";
+}
+
+// AdamW state is restored only with its step count: an index whose optimizer has no
+// integer `step` for a parameter with state (none at all, or not a whole number) is refused
+// naming the parameter, before anything changes.
+TEST(RestoreErrors, AdamWStateWithoutAnIntegerStepIsRejectedNamingTheParameter) {
+  harness::TempDir tmp("ckpt-optim-step");
+  const fs::path dir = tmp / "step-000001";
+  harness::expect_ranks_pass(1, [&](harness::RankContext& ctx) {
+    auto net = std::make_shared<Net>(4);
+    auto model = fsdp::ShardedModel::create(net, ctx.comm, {}, fsdp::wrap_nothing());
+    torch::optim::AdamW adamw(model->parameters());
+    for (auto& p : model->parameters()) p.mutable_grad() = torch::ones_like(p);
+    adamw.step();
+    save_checkpoint(ctx.comm, dir, sharded_state(*model, &adamw), {});
+    const auto index_text = testing::read_text(dir / "index.json");
+    const std::vector<std::function<void(nlohmann::json&)>> spoils = {
+        [](nlohmann::json& optim) { optim.erase("step"); },
+        [](nlohmann::json& optim) { optim["step"]["fc.bias"] = 1.5; }};
+    for (const auto& spoil : spoils) {
+      auto index = nlohmann::json::parse(index_text);
+      ASSERT_TRUE(index["optimizer"].contains("step")) << index["optimizer"].dump();
+      spoil(index["optimizer"]);
+      index.erase("index_sha256");
+      index["index_sha256"] = sha256_hex(index.dump());
+      testing::write_text(dir / "index.json", index.dump());
+      EXPECT_EQ(error_of([&] { restore_sharded_state(load_checkpoint(dir), *model, &adamw); }),
+                "checkpoint " + dir.string() + ": holds AdamW state of 'fc.bias' but no integer optimizer.step for it");
+    }
   });
 }
 
