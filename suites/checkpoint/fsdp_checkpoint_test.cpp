@@ -228,5 +228,45 @@ TEST(ResumeOnTheSameMesh, TheNextStepIsBitwiseTheUninterruptedOne) {
   });
 }
 
+// AdamW with amsgrad keeps max_exp_avg_sq: a checkpoint holds it and a restore puts it back,
+// so the step after a resume is bitwise the uninterrupted one. beta2 = 0.5 lets exp_avg_sq
+// fall below its running maximum, so a maximum that were lost or zeroed would change the step.
+TEST(AmsgradCheckpoint, MaxExpAvgSqIsSavedAndRestoredSoTheNextStepIsBitwiseTheUninterruptedOne) {
+  harness::TempDir tmp("ckpt-amsgrad");
+  const fs::path dir = tmp / "step-000002";
+  harness::expect_ranks_pass(2, [&](harness::RankContext& ctx) {
+    auto model = harness::toy_mlp_case();
+    auto amsgrad = [](fsdp::ShardedModel& m) {
+      return std::make_unique<torch::optim::AdamW>(m.parameters(),
+                                                   torch::optim::AdamWOptions(1e-2).betas({0.9, 0.5}).amsgrad(true));
+    };
+    auto net = model.build(1);
+    auto sharded = fsdp::ShardedModel::create(net, ctx.comm, {}, model.wrap);
+    auto opt = amsgrad(*sharded);
+    for (int step = 0; step < 2; ++step) train_step(model, *net, *opt, step, ctx.rank);
+    save_checkpoint(ctx.comm, dir, sharded_state(*sharded, opt.get()), {});
+    train_step(model, *net, *opt, 2, ctx.rank);
+    const auto uninterrupted = sharded->gather_full_parameters();
+
+    auto resumed_net = model.build(99);
+    auto resumed = fsdp::ShardedModel::create(resumed_net, ctx.comm, {}, model.wrap);
+    auto resumed_opt = amsgrad(*resumed);
+    const auto reader = load_checkpoint(dir);
+    int maxima = 0, second_moments = 0;  // one maximum beside every exp_avg_sq
+    for (const auto& [name, entry] : reader.index().tensors) {
+      maxima += name.find("/max_exp_avg_sq") != std::string::npos;
+      second_moments += name.size() > 11 && name.compare(name.size() - 11, 11, "/exp_avg_sq") == 0;
+    }
+    EXPECT_GT(second_moments, 0);
+    EXPECT_EQ(maxima, second_moments);
+    restore_sharded_state(reader, *resumed, resumed_opt.get());
+    train_step(model, *resumed_net, *resumed_opt, 2, ctx.rank);
+    const auto params = resumed->gather_full_parameters();
+    ASSERT_EQ(params.size(), uninterrupted.size());
+    for (size_t i = 0; i < params.size(); ++i)
+      EXPECT_TRUE(bitwise_equal(params[i].second, uninterrupted[i].second)) << params[i].first;
+  });
+}
+
 }  // namespace
 }  // namespace fsdpp::checkpoint
