@@ -248,6 +248,34 @@ TEST(RankFailures, AfterATimeoutTheGroupRefusesFurtherWork) {
       options_with(std::chrono::seconds(60), std::chrono::seconds(2), /*kill_all=*/false));
 }
 
+// abort() (a process about to exit after a failure) shuts the group: work issued after it
+// fails at once, saying it came after shutdown, instead of queueing behind a collective that
+// is stuck on a peer that never joins (the communication thread is still inside that one).
+TEST(RankFailures, AfterAbortNewWorkFailsAtOnceWithoutQueueingBehindAStuckCollective) {
+  harness::expect_ranks_pass(
+      2,
+      [](RankContext& ctx) {
+        const auto done = ctx.shared_dir / "rank0-aborted";
+        if (ctx.rank == 1) {  // never joins rank 0's all_reduce; stays until rank 0 is done
+          harness::wait_for_file(done, std::chrono::seconds(60));
+          return;
+        }
+        auto stuck = ctx.comm.all_reduce_async(at::ones({4}), comm::ReduceOp::Sum);
+        ctx.comm.abort("the test gives up");
+        auto after = ctx.comm.all_reduce_async(at::ones({4}), comm::ReduceOp::Sum);
+        EXPECT_TRUE(after.completed()) << "queued behind the stuck all_reduce";
+        try {
+          after.wait();
+          ADD_FAILURE() << "work after abort() must fail";
+        } catch (const std::exception& e) {
+          EXPECT_THAT(e.what(), HasSubstr("issued after shutdown()"));
+        }
+        EXPECT_FALSE(stuck.completed());  // abandoned inside the communication thread
+        std::ofstream(done) << "aborted\n";
+      },
+      options_with(std::chrono::seconds(90), std::chrono::seconds(30), /*kill_all=*/false));
+}
+
 // The connect phase (core/comm/connect.h): a rank that never arrives, or dies while the
 // others connect, is named by them within about twice the collective timeout. Before,
 // a rank killed while the others connected left them in Gloo's connectFullMesh for five
