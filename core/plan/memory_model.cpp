@@ -20,6 +20,27 @@ bool reshards_after_forward(ShardingStrategy s) {
   return s == ShardingStrategy::FullShard || s == ShardingStrategy::HybridShard;
 }
 
+// Which of model.units (children first, the root last, as ShardedModel creates them) stay
+// unsharded from forward to backward: --no-reshard-after-forward's indices count the units
+// but the root in module order, the reverse of that. Throws std::invalid_argument naming the
+// flag for an index past them or a strategy that never reshards after forward.
+std::vector<bool> kept_unsharded(const ModelShape& model, const PlanConfig& c) {
+  std::vector<bool> kept(model.units.size(), false);
+  if (c.no_reshard_after_forward.empty()) return kept;
+  if (!reshards_after_forward(c.strategy))
+    throw std::invalid_argument("--no-reshard-after-forward: " + fsdp::to_string(c.strategy) +
+                                " never reshards after forward (only full_shard and hybrid_shard do)");
+  const auto units = static_cast<int64_t>(model.units.size()) - 1;
+  for (int64_t index : c.no_reshard_after_forward) {
+    const int64_t i = index < 0 ? units + index : index;
+    if (i < 0 || i >= units)
+      throw std::invalid_argument("--no-reshard-after-forward " + std::to_string(index) + ": the plan's wrap makes " +
+                                  std::to_string(units) + " unit(s) besides the root");
+    kept[static_cast<size_t>(units - 1 - i)] = true;
+  }
+  return kept;
+}
+
 // Elements autograd saves per token in one transformer block (compute dtype), by family:
 // the inputs of the two norms and of every matmul, the attention's q, k, v and output
 // (the flash kernel's; k and v at the query width after GQA's repeat_interleave), and the
@@ -68,6 +89,7 @@ MemoryEstimate estimate_memory(const ModelShape& model, const PlanConfig& c) {
   if (c.ac_freq < 1) throw std::invalid_argument("--ac-freq must be >= 1");
   const int replicas = world / shard;
   const int64_t cbytes = compute_element_size(c.mixed_precision);
+  const std::vector<bool> kept = kept_unsharded(model, c);
   const bool mixed = cbytes != kMasterBytes;
   // FsdpUnit: a group of one with no mixed precision and no offload uses the module's own
   // tensors (no flat buffer, no unsharded copy).
@@ -82,7 +104,9 @@ MemoryEstimate estimate_memory(const ModelShape& model, const PlanConfig& c) {
   int64_t shard_allocated = 0;
   CollectiveBytes& comm = e.comm;
   const int64_t micro = c.grad_accum_steps;
-  for (const auto& unit : model.units) {
+  int64_t kept_numel = 0;
+  for (size_t u = 0; u < model.units.size(); ++u) {
+    const auto& unit = model.units[u];
     int64_t unit_shard = 0, unit_pad = 0;
     for (const auto& p : unit.params) {
       auto layout = fsdp::ShardLayout::of(p.shape, shard);
@@ -99,6 +123,7 @@ MemoryEstimate estimate_memory(const ModelShape& model, const PlanConfig& c) {
     }
     e.padding_bytes += unit_pad * kMasterBytes;
     all_numel += unit.numel();
+    if (kept[u]) kept_numel += unit.numel();
     if (unit.is_root) {
       root_numel = unit.numel();
     } else {
@@ -116,7 +141,7 @@ MemoryEstimate estimate_memory(const ModelShape& model, const PlanConfig& c) {
       continue;
     }
     if (shard > 1) {
-      const int gathers = reshards_after_forward(c.strategy) && !unit.is_root ? 2 : 1;
+      const int gathers = reshards_after_forward(c.strategy) && !unit.is_root && !kept[u] ? 2 : 1;
       comm.all_gather += micro * gathers * (shard - 1) * unit_shard * cbytes;
       comm.reduce_scatter += micro * (shard - 1) * unit_shard * kReduceBytes;
     }
@@ -144,7 +169,8 @@ MemoryEstimate estimate_memory(const ModelShape& model, const PlanConfig& c) {
   e.unsharded_unit_bytes = replicated ? 0 : largest_block_numel * cbytes;
   e.unsharded_root_bytes = replicated ? 0 : root_numel * cbytes;
   const bool keeps_all = !reshards_after_forward(c.strategy);  // SHARD_GRAD_OP, NO_SHARD, hybrid zero2
-  e.unsharded_in_flight_bytes = replicated ? 0 : (keeps_all ? all_numel * cbytes : e.unsharded_root_bytes);
+  e.unsharded_in_flight_bytes =
+      replicated ? 0 : (keeps_all ? all_numel * cbytes : e.unsharded_root_bytes + kept_numel * cbytes);
   e.all_gather_buffer_bytes =
       replicated || shard == 1 ? 0 : (largest_block_padded / shard + largest_block_padded) * cbytes;
   // The reduce-scatter's input and output; on the CPU, Gloo's receive buffer of the input's
@@ -191,7 +217,7 @@ MemoryEstimate estimate_memory(const ModelShape& model, const PlanConfig& c) {
   const int64_t running_grads = replicated ? largest_block_numel * kMasterBytes : e.unsharded_unit_bytes;
   const int64_t root_grads = replicated ? root_numel * kMasterBytes : e.unsharded_root_bytes;
   const int64_t blocks_unsharded =
-      keeps_all ? e.unsharded_in_flight_bytes : e.unsharded_root_bytes + e.prefetch_depth * e.unsharded_unit_bytes;
+      keeps_all ? e.unsharded_in_flight_bytes : e.unsharded_in_flight_bytes + e.prefetch_depth * e.unsharded_unit_bytes;
   const int64_t layers = std::max<int64_t>(1, model.layers);
   const int64_t block_activations = (e.activation_bytes - root_bytes) / layers;
   for (int64_t k = 0; k < layers; ++k) {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/fsdp/sharding.h"
 
@@ -45,7 +46,10 @@ struct PlanConfig {
   bool activation_checkpointing = false;
   int ac_freq = 1;  // every k-th block is checkpointed
   bool cpu_offload = false;
-  bool prefetch = true;                // forward and backward prefetch (2 all-gathers in flight)
+  bool prefetch = true;  // forward and backward prefetch (2 all-gathers in flight)
+  // `fsdpp train --no-reshard-after-forward`: these units (indices in module order, the root
+  // excluded; negative from the end) stay unsharded from forward to backward.
+  std::vector<int64_t> no_reshard_after_forward;
   bool fused_cross_entropy = false;    // the loss: fsdpp's CUDA kernel (core/kernels/cross_entropy.h), else
                                        // torch's cross_entropy on an fp32 copy of the logits
   bool recompute_skips_summed = true;  // with AC: each block's last projection is not recomputed

@@ -43,6 +43,10 @@ std::string train_flags(const std::string& model_flags, const PlanConfig& c) {
   s << " --mixed-precision " << c.mixed_precision;
   if (c.activation_checkpointing) s << " --activation-checkpointing --ac-freq " << c.ac_freq;
   if (c.cpu_offload) s << " --cpu-offload";
+  if (!c.no_reshard_after_forward.empty()) {
+    s << " --no-reshard-after-forward ";
+    for (size_t i = 0; i < c.no_reshard_after_forward.size(); ++i) s << (i ? "," : "") << c.no_reshard_after_forward[i];
+  }
   s << " --batch-size " << c.batch_size << " --seq-len " << c.seq_len << " --grad-accum-steps " << c.grad_accum_steps;
   if (c.nodes > 1) s << "   (on each of " << c.nodes << " nodes)";
   return s.str();
@@ -74,6 +78,7 @@ nlohmann::json plan_json(const Plan& p) {
         {"ac_freq", c.ac_freq},
         {"cpu_offload", c.cpu_offload},
         {"prefetch", c.prefetch},
+        {"no_reshard_after_forward", c.no_reshard_after_forward},
         {"cross_entropy", c.fused_cross_entropy ? "fused" : "composite"},
         {"recompute", c.recompute_skips_summed ? "skips-summed" : "full"},
         {"batch_size", c.batch_size},

@@ -57,6 +57,9 @@ void PlanCommand::add_to(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   c->add_flag("--cpu-offload", cpu_offload_, "Shards, gradients and optimizer state in host memory");
   c->add_flag("--no-prefetch", no_prefetch_, "Without forward and backward prefetching");
+  c->add_option("--no-reshard-after-forward", no_reshard_after_forward_,
+                "Units (comma-separated indices in module order, -1: the last) kept unsharded from forward to "
+                "backward, as fsdpp train's flag");
   c->add_option("--batch-size", batch_size_, "Windows per rank per micro-step")->check(CLI::PositiveNumber);
   c->add_option("--seq-len", seq_len_, "Tokens per window (default: the model's positions)")
       ->check(CLI::NonNegativeNumber);
@@ -88,6 +91,7 @@ void PlanCommand::check() {
   if (!link_bandwidth_.empty()) plan::parse_bandwidth(link_bandwidth_, "--link-bandwidth");
   if (fit_ && gpu_memory_.empty()) throw UsageError("--fit needs --gpu-memory (the memory to fit in)");
   if (!activation_checkpointing_ && ac_freq_ != 1) throw UsageError("--ac-freq needs --activation-checkpointing");
+  parse_unit_indices(no_reshard_after_forward_, "--no-reshard-after-forward");  // throws naming the flag
 }
 
 int PlanCommand::run(const std::vector<std::string>& /*argv*/) {
@@ -115,6 +119,7 @@ int PlanCommand::run(const std::vector<std::string>& /*argv*/) {
     c.ac_freq = ac_freq_;
     c.cpu_offload = cpu_offload_;
     c.prefetch = !no_prefetch_;
+    c.no_reshard_after_forward = parse_unit_indices(no_reshard_after_forward_, "--no-reshard-after-forward");
     c.batch_size = batch_size_;
     c.seq_len = seq_len_ > 0 ? seq_len_ : r.shape.max_positions;
     c.grad_accum_steps = grad_accum_steps_;

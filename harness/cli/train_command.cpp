@@ -19,9 +19,6 @@
 
 namespace fsdpp::cli {
 
-namespace {
-
-// "0,2,-1": unit indices (negative from the end); "": none.
 std::vector<int64_t> parse_unit_indices(const std::string& spec, const std::string& flag) {
   std::vector<int64_t> indices;
   if (spec.empty()) return indices;
@@ -38,6 +35,8 @@ std::vector<int64_t> parse_unit_indices(const std::string& spec, const std::stri
     start = comma + 1;
   }
 }
+
+namespace {
 
 // The resume tests' crash (FSDPP_KILL_AFTER_STEP=N): after step N, its checkpoint (if one
 // was due) committed, asynchronous or not, every rank dies by SIGKILL, at a known point.

@@ -13,6 +13,10 @@
 
 namespace fsdpp::cli {
 
+// --no-reshard-after-forward's value: "0,2,-1" are unit indices in module order (negative
+// from the end), "" none. Throws std::invalid_argument naming `flag` for anything else.
+std::vector<int64_t> parse_unit_indices(const std::string& spec, const std::string& flag);
+
 class TrainCommand final : public Command {
  public:
   void add_to(CLI::App& app) override;

@@ -17,6 +17,40 @@
 namespace fsdpp {
 namespace {
 
+// --no-reshard-after-forward in the plan: the all-gather bytes it predicts for a step are
+// those ShardedModel sends with the same units (module order, negative from the end) set to
+// reshard_after_forward = false, fewer than with every unit resharding; the kept units'
+// unsharded bytes join the bytes in flight at the loss.
+TEST(PlanKeptUnits, AllGatherBytesAreThoseShardedModelSendsWithTheSameUnitsKept) {
+  auto config = models::from_scratch_config("gpt2", "mini", 250);
+  const auto shape = plan::ModelShape::of_config(config, "gpt2");
+  plan::PlanConfig every;
+  every.nproc = 2;
+  every.seq_len = 16;
+  plan::PlanConfig kept = every;
+  kept.no_reshard_after_forward = {0, -1};
+  const auto planned = plan::estimate_memory(shape, kept);
+  const auto planned_every = plan::estimate_memory(shape, every);
+  EXPECT_LT(planned.comm.all_gather, planned_every.comm.all_gather);
+  EXPECT_GT(planned.unsharded_in_flight_bytes, planned_every.unsharded_in_flight_bytes);
+  harness::expect_ranks_pass(2, [&](harness::RankContext& ctx) {
+    auto lm = models::build_causal_lm(config, "gpt2");
+    auto sharded = fsdp::ShardedModel::create(lm.module, ctx.comm, {}, fsdp::wrap_by_module_type({lm.block_type}));
+    const auto modules = sharded->wrapped_modules();
+    ASSERT_EQ(modules.size() + 1, shape.units.size());
+    sharded->set_reshard_after_forward(*modules.front().second, false);
+    sharded->set_reshard_after_forward(*modules.back().second, false);
+    sharded->reset_comm_stats();
+    lm.logits(torch::randint(0, 250, {1, 16})).sum().backward();
+    EXPECT_EQ(sharded->comm_stats(comm::CollectiveKind::AllGather).bytes_sent, planned.comm.all_gather);
+  });
+  kept.strategy = fsdp::ShardingStrategy::ShardGradOp;
+  EXPECT_THROW(plan::estimate_memory(shape, kept), std::invalid_argument);
+  kept.strategy = fsdp::ShardingStrategy::FullShard;
+  kept.no_reshard_after_forward = {4};  // mini has 4 blocks: 0 to 3
+  EXPECT_THROW(plan::estimate_memory(shape, kept), std::invalid_argument);
+}
+
 TEST(PlanModelShape, UnitsAndShardBytesAreThoseShardedModelMakes) {
   for (const char* type : {"gpt2", "opt", "llama"}) {
     auto config = models::from_scratch_config(type, "tiny", 250);  // 250 rows: padding on 3 ranks
