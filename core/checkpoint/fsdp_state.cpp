@@ -104,10 +104,15 @@ void restore_sharded_state(const CheckpointReader& reader, fsdp::ShardedModel& m
 
   // 1. Everything checked before anything changes.
   const auto all = places(model);
-  std::set<std::string> params;
+  std::unordered_set<const c10::TensorImpl*> optimized;  // the shards the optimizer steps
+  if (optimizer != nullptr)
+    for (const auto& group : optimizer->param_groups())
+      for (const auto& t : group.params()) optimized.insert(t.unsafeGetTensorImpl());
+  std::set<std::string> params, stepped;  // stepped: the parameters whose shard the optimizer steps
   for (const Place& place : all) {
     const fsdp::FsdpParam& p = *place.param;
     params.insert(p.name());
+    if (optimized.count(p.sharded().unsafeGetTensorImpl())) stepped.insert(p.name());
     if (!reader.contains(model_name(p.name())))
       fail("model has '" + p.name() + "' " + shape_string(p.shape()) + ", checkpoint has no '" + model_name(p.name()) +
            "'");
@@ -127,6 +132,8 @@ void restore_sharded_state(const CheckpointReader& reader, fsdp::ShardedModel& m
       const auto slash = name.rfind('/');
       const std::string param = name.substr(6, slash - 6), key = name.substr(slash + 1);
       if (slash < 6 || !params.count(param)) fail("has '" + name + "', state of a parameter the model does not have");
+      if (optimizer != nullptr && !stepped.count(param))
+        fail("has '" + name + "', AdamW state of '" + param + "', which the optimizer restored into does not step");
       if (key != "exp_avg" && key != "exp_avg_sq" && key != "max_exp_avg_sq")
         fail("has '" + name + "', which is not AdamW state (exp_avg, exp_avg_sq, max_exp_avg_sq)");
       if (entry.shape != reader.tensor(model_name(param)).shape)
@@ -149,9 +156,6 @@ void restore_sharded_state(const CheckpointReader& reader, fsdp::ShardedModel& m
     reader.read_rows(model_name(p.name()), place.first_row, p.sharded().detach());
   }
   if (optimizer == nullptr) return;
-  std::unordered_set<const c10::TensorImpl*> optimized;
-  for (const auto& group : optimizer->param_groups())
-    for (const auto& t : group.params()) optimized.insert(t.unsafeGetTensorImpl());
   auto& states = optimizer->state();
   for (const Place& place : all) {
     fsdp::FsdpParam& p = *place.param;

@@ -9,6 +9,7 @@
 #include "core/models/presets.h"
 #include "core/plan/fit_search.h"
 #include "core/plan/plan_document.h"
+#include "harness/cli/train_command.h"
 #include "harness/cli/usage_error.h"
 
 namespace fsdpp::cli {

@@ -27,7 +27,7 @@ using testing::folder_names;
 
 std::vector<std::pair<std::string, at::Tensor>> tensors_at(int64_t step) {
   return {{"model/w", torch::arange(12, at::kFloat).reshape({4, 3}) * step},
-          {"model/scale", torch::tensor(0.5 * step)}};
+          {"model/scale", torch::tensor(0.5 * static_cast<double>(step))}};
 }
 
 fs::path save_step(const fs::path& checkpoints, int64_t step, int keep_last = 0) {

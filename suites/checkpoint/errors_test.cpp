@@ -247,6 +247,31 @@ TEST(ExportErrors, AModelConfigThatBuildsNoModelIsRefusedBeforeAnythingIsWritten
   EXPECT_FALSE(fs::exists(out)) << "nothing is written";
 }
 
+// Every tensor of a checkpoint is read or refused: AdamW state of a parameter the optimizer
+// restored into does not step (here one over fc.weight only) is refused naming it, not
+// dropped.
+TEST(RestoreErrors, AdamWStateOfAParameterTheOptimizerDoesNotStepIsRefusedNamingIt) {
+  harness::TempDir tmp("ckpt-optim-subset");
+  const fs::path dir = tmp / "step-000001";
+  harness::expect_ranks_pass(1, [&](harness::RankContext& ctx) {
+    auto net = std::make_shared<Net>(4);
+    auto model = fsdp::ShardedModel::create(net, ctx.comm, {}, fsdp::wrap_nothing());
+    torch::optim::AdamW adamw(model->parameters());
+    for (auto& p : model->parameters()) p.mutable_grad() = torch::ones_like(p);
+    adamw.step();
+    save_checkpoint(ctx.comm, dir, sharded_state(*model, &adamw), {});
+    std::vector<at::Tensor> weight_only;
+    for (const auto& [name, shard] : model->named_parameters())
+      if (name == "fc.weight") weight_only.push_back(shard);
+    ASSERT_EQ(weight_only.size(), 1u);
+    torch::optim::AdamW partial(weight_only);
+    EXPECT_EQ(error_of([&] { restore_sharded_state(load_checkpoint(dir), *model, &partial); }),
+              "checkpoint " + dir.string() +
+                  ": has 'optim/fc.bias/exp_avg', AdamW state of 'fc.bias', which the optimizer restored into does "
+                  "not step");
+  });
+}
+
 // AdamW state is restored only with its step count: an index whose optimizer has no
 // integer `step` for a parameter with state (none at all, or not a whole number) is refused
 // naming the parameter, before anything changes.
