@@ -247,6 +247,25 @@ TEST(ExportErrors, AModelConfigThatBuildsNoModelIsRefusedBeforeAnythingIsWritten
   EXPECT_FALSE(fs::exists(out)) << "nothing is written";
 }
 
+// Net(4) under FSDP on one rank with AdamW state from one step (gradients of ones), saved
+// to `dir`.
+struct SteppedNet {
+  std::shared_ptr<Net> net;
+  std::shared_ptr<fsdp::ShardedModel> model;
+  std::unique_ptr<torch::optim::AdamW> adamw;
+};
+
+SteppedNet save_stepped_net(comm::Communicator& comm, const fs::path& dir) {
+  SteppedNet s;
+  s.net = std::make_shared<Net>(4);
+  s.model = fsdp::ShardedModel::create(s.net, comm, {}, fsdp::wrap_nothing());
+  s.adamw = std::make_unique<torch::optim::AdamW>(s.model->parameters());
+  for (auto& p : s.model->parameters()) p.mutable_grad() = torch::ones_like(p);
+  s.adamw->step();
+  save_checkpoint(comm, dir, sharded_state(*s.model, s.adamw.get()), {});
+  return s;
+}
+
 // Every tensor of a checkpoint is read or refused: AdamW state of a parameter the optimizer
 // restored into does not step (here one over fc.weight only) is refused naming it, not
 // dropped.
@@ -254,12 +273,8 @@ TEST(RestoreErrors, AdamWStateOfAParameterTheOptimizerDoesNotStepIsRefusedNaming
   harness::TempDir tmp("ckpt-optim-subset");
   const fs::path dir = tmp / "step-000001";
   harness::expect_ranks_pass(1, [&](harness::RankContext& ctx) {
-    auto net = std::make_shared<Net>(4);
-    auto model = fsdp::ShardedModel::create(net, ctx.comm, {}, fsdp::wrap_nothing());
-    torch::optim::AdamW adamw(model->parameters());
-    for (auto& p : model->parameters()) p.mutable_grad() = torch::ones_like(p);
-    adamw.step();
-    save_checkpoint(ctx.comm, dir, sharded_state(*model, &adamw), {});
+    const auto stepped = save_stepped_net(ctx.comm, dir);
+    auto& model = stepped.model;
     std::vector<at::Tensor> weight_only;
     for (const auto& [name, shard] : model->named_parameters())
       if (name == "fc.weight") weight_only.push_back(shard);
@@ -279,12 +294,8 @@ TEST(RestoreErrors, AdamWStateWithoutAnIntegerStepIsRejectedNamingTheParameter) 
   harness::TempDir tmp("ckpt-optim-step");
   const fs::path dir = tmp / "step-000001";
   harness::expect_ranks_pass(1, [&](harness::RankContext& ctx) {
-    auto net = std::make_shared<Net>(4);
-    auto model = fsdp::ShardedModel::create(net, ctx.comm, {}, fsdp::wrap_nothing());
-    torch::optim::AdamW adamw(model->parameters());
-    for (auto& p : model->parameters()) p.mutable_grad() = torch::ones_like(p);
-    adamw.step();
-    save_checkpoint(ctx.comm, dir, sharded_state(*model, &adamw), {});
+    const auto stepped = save_stepped_net(ctx.comm, dir);
+    auto& model = stepped.model;
     const auto index_text = testing::read_text(dir / "index.json");
     const std::vector<std::function<void(nlohmann::json&)>> spoils = {
         [](nlohmann::json& optim) { optim.erase("step"); },
@@ -296,7 +307,7 @@ TEST(RestoreErrors, AdamWStateWithoutAnIntegerStepIsRejectedNamingTheParameter) 
       index.erase("index_sha256");
       index["index_sha256"] = sha256_hex(index.dump());
       testing::write_text(dir / "index.json", index.dump());
-      EXPECT_EQ(error_of([&] { restore_sharded_state(load_checkpoint(dir), *model, &adamw); }),
+      EXPECT_EQ(error_of([&] { restore_sharded_state(load_checkpoint(dir), *model, stepped.adamw.get()); }),
                 "checkpoint " + dir.string() + ": holds AdamW state of 'fc.bias' but no integer optimizer.step for it");
     }
   });
