@@ -373,8 +373,7 @@ std::shared_ptr<ShardedModel> ShardedModel::create(const std::shared_ptr<torch::
   m->root_ = root;
   m->options_ = options;
   m->comms_ = make_unit_comms(world, options, tag);
-  const bool reshard_after_forward =
-      options.strategy == ShardingStrategy::FullShard || options.strategy == ShardingStrategy::HybridShard;
+  const bool reshard_after_forward = reshards_after_forward(options.strategy);
   const UnitPrecision precision{options.mixed_precision.param_dtype, options.mixed_precision.reduce_dtype,
                                 options.cpu_offload, options.materialize,
                                 options.device.value_or(at::Device(at::kCPU))};

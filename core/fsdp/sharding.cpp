@@ -13,6 +13,16 @@ const std::vector<ShardingStrategy>& all_strategies() {
   return all;
 }
 
+bool reshards_after_forward(ShardingStrategy strategy) {
+  return strategy == ShardingStrategy::FullShard || strategy == ShardingStrategy::HybridShard;
+}
+
+std::optional<int64_t> unit_position(int64_t index, int64_t units) {
+  const int64_t i = index < 0 ? units + index : index;
+  if (i < 0 || i >= units) return std::nullopt;
+  return i;
+}
+
 std::string to_string(ShardingStrategy strategy) {
   switch (strategy) {
     case ShardingStrategy::FullShard: return "full_shard";

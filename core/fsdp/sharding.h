@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,12 @@ enum class ShardingStrategy {
 ShardingStrategy parse_strategy(const std::string& name);
 std::string to_string(ShardingStrategy strategy);
 const std::vector<ShardingStrategy>& all_strategies();
+// Whether the strategy frees a unit's gathered parameters after its forward (FULL_SHARD and
+// HYBRID_SHARD; the root never does): the default of a unit's reshard_after_forward.
+bool reshards_after_forward(ShardingStrategy strategy);
+// A unit index as --no-reshard-after-forward gives it: `index` among `units` wrapped units in
+// module order, negative from the end (-1: the last). nullopt when past them.
+std::optional<int64_t> unit_position(int64_t index, int64_t units);
 
 struct ShardLayout {
   int64_t dim0 = 1;        // rows of the full parameter

@@ -16,10 +16,6 @@ constexpr int64_t kReduceBytes = 4;  // gradient reduction in fp32 (reduce_dtype
 
 using fsdp::ShardingStrategy;
 
-bool reshards_after_forward(ShardingStrategy s) {
-  return s == ShardingStrategy::FullShard || s == ShardingStrategy::HybridShard;
-}
-
 // Which of model.units (children first, the root last, as ShardedModel creates them) stay
 // unsharded from forward to backward: --no-reshard-after-forward's indices count the units
 // but the root in module order, the reverse of that. Throws std::invalid_argument naming the
@@ -27,16 +23,16 @@ bool reshards_after_forward(ShardingStrategy s) {
 std::vector<bool> kept_unsharded(const ModelShape& model, const PlanConfig& c) {
   std::vector<bool> kept(model.units.size(), false);
   if (c.no_reshard_after_forward.empty()) return kept;
-  if (!reshards_after_forward(c.strategy))
+  if (!fsdp::reshards_after_forward(c.strategy))
     throw std::invalid_argument("--no-reshard-after-forward: " + fsdp::to_string(c.strategy) +
                                 " never reshards after forward (only full_shard and hybrid_shard do)");
   const auto units = static_cast<int64_t>(model.units.size()) - 1;
   for (int64_t index : c.no_reshard_after_forward) {
-    const int64_t i = index < 0 ? units + index : index;
-    if (i < 0 || i >= units)
+    const auto i = fsdp::unit_position(index, units);
+    if (!i)
       throw std::invalid_argument("--no-reshard-after-forward " + std::to_string(index) + ": the plan's wrap makes " +
                                   std::to_string(units) + " unit(s) besides the root");
-    kept[static_cast<size_t>(units - 1 - i)] = true;
+    kept[static_cast<size_t>(units - 1 - *i)] = true;
   }
   return kept;
 }
@@ -141,7 +137,7 @@ MemoryEstimate estimate_memory(const ModelShape& model, const PlanConfig& c) {
       continue;
     }
     if (shard > 1) {
-      const int gathers = reshards_after_forward(c.strategy) && !unit.is_root && !kept[u] ? 2 : 1;
+      const int gathers = fsdp::reshards_after_forward(c.strategy) && !unit.is_root && !kept[u] ? 2 : 1;
       comm.all_gather += micro * gathers * (shard - 1) * unit_shard * cbytes;
       comm.reduce_scatter += micro * (shard - 1) * unit_shard * kReduceBytes;
     }
@@ -168,7 +164,7 @@ MemoryEstimate estimate_memory(const ModelShape& model, const PlanConfig& c) {
   e.prefetch_depth = c.prefetch ? 2 : 1;
   e.unsharded_unit_bytes = replicated ? 0 : largest_block_numel * cbytes;
   e.unsharded_root_bytes = replicated ? 0 : root_numel * cbytes;
-  const bool keeps_all = !reshards_after_forward(c.strategy);  // SHARD_GRAD_OP, NO_SHARD, hybrid zero2
+  const bool keeps_all = !fsdp::reshards_after_forward(c.strategy);  // SHARD_GRAD_OP, NO_SHARD, hybrid zero2
   e.unsharded_in_flight_bytes =
       replicated ? 0 : (keeps_all ? all_numel * cbytes : e.unsharded_root_bytes + kept_numel * cbytes);
   e.all_gather_buffer_bytes =
