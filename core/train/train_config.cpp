@@ -45,9 +45,7 @@ void TrainConfig::validate() const {
   require(mixed_precision == "fp32" || mixed_precision == "bf16" || mixed_precision == "fp16",
           "--mixed-precision '" + mixed_precision + "': expected fp32, bf16 or fp16");
   require(device == "cpu" || device.rfind("cuda", 0) == 0, "--device '" + device + "': expected cpu, cuda or cuda:N");
-  const bool reshards =
-      fsdp.strategy == fsdp::ShardingStrategy::FullShard || fsdp.strategy == fsdp::ShardingStrategy::HybridShard;
-  require(no_reshard_after_forward.empty() || reshards,
+  require(no_reshard_after_forward.empty() || fsdp::reshards_after_forward(fsdp.strategy),
           "--no-reshard-after-forward: " + fsdp::to_string(fsdp.strategy) +
               " never reshards after forward (only full_shard and hybrid_shard do)");
   require(explicit_prefetch >= 0, "--explicit-prefetch must be >= 0 (0: implicit prefetch)");
@@ -71,21 +69,22 @@ void TrainConfig::validate() const {
           "--ckpt-freq and --eval-freq must be >= 0, --log-freq >= 1");
 }
 
-std::vector<std::string> units_kept_unsharded(const fsdp::ShardedModel& sharded, const TrainConfig& c) {
+std::vector<std::pair<std::string, const torch::nn::Module*>> units_kept_unsharded(const fsdp::ShardedModel& sharded,
+                                                                                   const TrainConfig& c) {
   const auto modules = sharded.wrapped_modules();
   const auto units = static_cast<int64_t>(modules.size());
-  std::vector<std::string> names;
+  std::vector<std::pair<std::string, const torch::nn::Module*>> kept;
   for (int64_t index : c.no_reshard_after_forward) {
-    const int64_t i = index < 0 ? units + index : index;
-    if (i < 0 || i >= units)
+    const auto i = fsdp::unit_position(index, units);
+    if (!i)
       throw std::invalid_argument(
           "--no-reshard-after-forward " + std::to_string(index) + ": --wrap-policy " + c.wrap_policy + " made " +
           (units == 0 ? std::string("no unit besides the root")
                       : std::to_string(units) + " unit(s) besides the root (indices 0 to " + std::to_string(units - 1) +
                             ", or -1 to -" + std::to_string(units) + " from the end)"));
-    names.push_back(modules[i].first);
+    kept.push_back(modules[static_cast<size_t>(*i)]);
   }
-  return names;
+  return kept;
 }
 
 nlohmann::json TrainConfig::to_json() const {

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/fsdp/sharded_model.h"
@@ -86,8 +87,9 @@ struct TrainConfig {
   nlohmann::json to_json() const;
 };
 
-// The names of the units --no-reshard-after-forward selects, in its order. Throws
+// The wrapped modules (name, module) --no-reshard-after-forward selects, in its order. Throws
 // std::invalid_argument naming the flag for an index past the units the wrap policy made.
-std::vector<std::string> units_kept_unsharded(const fsdp::ShardedModel& sharded, const TrainConfig& config);
+std::vector<std::pair<std::string, const torch::nn::Module*>> units_kept_unsharded(const fsdp::ShardedModel& sharded,
+                                                                                   const TrainConfig& config);
 
 }  // namespace fsdpp::train

@@ -80,7 +80,8 @@ std::string setup_line(const TrainConfig& config, const fsdp::ShardedModel& shar
   }
   if (!config.no_reshard_after_forward.empty()) {
     std::string names;
-    for (const auto& name : units_kept_unsharded(sharded, config)) names += (names.empty() ? "" : ", ") + name;
+    for (const auto& [name, module] : units_kept_unsharded(sharded, config))
+      names += (names.empty() ? "" : ", ") + name;
     line += "; kept unsharded from forward to backward: " + names;
   }
   if (f.gradient_divide_factor) {

@@ -63,10 +63,9 @@ fsdp::WrapPolicy make_wrap_policy(const std::string& spec, const std::string& bl
 
 // --no-reshard-after-forward and --explicit-prefetch on the units the wrap policy made.
 void apply_unit_controls(fsdp::ShardedModel& sharded, const TrainConfig& c) {
-  const auto modules = sharded.wrapped_modules();
-  std::map<std::string, const torch::nn::Module*> by_name(modules.begin(), modules.end());
-  for (const auto& name : units_kept_unsharded(sharded, c)) sharded.set_reshard_after_forward(*by_name[name], false);
+  for (const auto& [name, module] : units_kept_unsharded(sharded, c)) sharded.set_reshard_after_forward(*module, false);
   if (c.explicit_prefetch == 0) return;
+  const auto modules = sharded.wrapped_modules();
   const auto units = static_cast<int64_t>(modules.size());
   for (int64_t i = 0; i < units; ++i) {
     std::vector<const torch::nn::Module*> next, previous;
