@@ -11,18 +11,22 @@ ci/mutation/MUTATION.md. Subcommands, each reading and writing the work folder (
            reaches which mutant (the coverage) and which tests fail unmutated
   run      each mutant on (FSDPP_MUTANT=ID) against the tests that reach it, cheapest first,
            until one fails (killed) or all pass (survived)
+  confirm  the tests added to kill survivors (ci/mutation/kills.json), run against their mutants
+           carried into a build of this tree: each must fail with its mutant on, pass with it off
   report   the versioned JSON document and a table per directory
 
   python3 ci/mutation/mutate.py plan --work /tmp/fsdpp-mutants --per-dir 6 --seed 1
   python3 ci/mutation/mutate.py build --work /tmp/fsdpp-mutants
   python3 ci/mutation/mutate.py trace --work /tmp/fsdpp-mutants -j 2
   python3 ci/mutation/mutate.py run --work /tmp/fsdpp-mutants -j 2
+  python3 ci/mutation/mutate.py confirm --work /tmp/fsdpp-mutants
   python3 ci/mutation/mutate.py report --work /tmp/fsdpp-mutants --out results/mutation/DATE-pilot.json
 """
 
 from __future__ import annotations
 
 import argparse
+import filecmp
 import hashlib
 import json
 import os
@@ -149,14 +153,15 @@ def record_mutant(r: dict) -> sites.Mutant:
     return m
 
 
-def copy_tree(src: Path, dst: Path) -> None:
-    """The tracked and untracked-but-not-ignored files of the repository, mtimes kept."""
+def copy_tree(src: Path, dst: Path, refresh: bool = False) -> None:
+    """The tracked and untracked-but-not-ignored files of the repository, mtimes kept; with
+    refresh, a file already there is copied again where its content differs."""
     listing = subprocess.run(
         ["git", "-C", str(src), "ls-files", "-co", "--exclude-standard", "-z"], capture_output=True, check=True
     ).stdout.decode()
     for rel in filter(None, listing.split("\0")):
         source, target = src / rel, dst / rel
-        if source.is_file() and not target.exists():
+        if source.is_file() and (not target.exists() or (refresh and not filecmp.cmp(source, target, False))):
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target)
     for link in (".venv", ".cache"):
@@ -172,13 +177,13 @@ def write_if_changed(path: Path, text: str) -> None:
 RUNTIME_HOSTS = ["core/CMakeLists.txt", "CMakeLists.txt", "harness/testing/test_main.cpp"]
 
 
-def snapshot(work: Path) -> Path:
+def snapshot(work: Path, refresh: bool = False) -> Path:
     """WORK/orig: the mutated directories' sources and the files install_runtime patches, copied
     from the tree at the first build and read from there by every round after: the tree is a
     working tree, and an edit made while a campaign builds must not reach its copy."""
     orig = work / "orig"
     for rel in [*built_sources(REPO, DIRS), *RUNTIME_HOSTS]:
-        if not (orig / rel).exists():
+        if refresh or not (orig / rel).exists():
             (orig / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(REPO / rel, orig / rel)
     return orig
@@ -477,6 +482,94 @@ def cmd_run(args) -> None:
     print(f"run: {time.monotonic() - start:.0f} s")
 
 
+def load_kills(path: Path) -> list[dict]:
+    """ci/mutation/kills.json's `kills`: the tests added to kill survivors, each mutant by its
+    campaign key."""
+    if not path.exists():
+        return []
+    doc = load(path)
+    if doc.get("version") != DOC_VERSION:
+        raise SystemExit(f"mutate.py: {path}: version {doc.get('version')!r}, expected {DOC_VERSION}")
+    for e in doc["kills"]:
+        if not e.get("tests") or any(":" not in t for t in e["tests"]):
+            raise SystemExit(f"mutate.py: {path}: {e.get('key')}: 'tests' must list 'binary:Suite.Name' entries")
+    return doc["kills"]
+
+
+def cannot_kill(path: Path) -> dict[str, str]:
+    """kills.json's `cannot`: survivors no test here can kill, each with why (not equivalent)."""
+    return {e["key"]: e["reason"] for e in load(path).get("cannot", [])} if path.exists() else {}
+
+
+def cmd_confirm(args) -> None:
+    """Each test of kills.json against its mutant, in a build of this tree (where the test lives):
+    the mutant is carried from the campaign's commit to this tree's file (sites.relocate), written
+    in as a schema, and the tests must fail with it on and pass with it off."""
+    work = Path(args.work)
+    plan = load(work / "plan.json")
+    by_key = {m["key"]: m for m in plan["mutants"]}
+    kills = load_kills(Path(args.kills))
+    unknown = [e["key"] for e in kills if e["key"] not in by_key]
+    if unknown:
+        raise SystemExit(f"mutate.py: {args.kills}: not mutants of this campaign: {', '.join(unknown)}")
+    mutants = []
+    for e in kills:
+        m = record_mutant(by_key[e["key"]])
+        old = subprocess.run(["git", "-C", str(REPO), "show", f"{plan['commit']}:{m.file}"],
+                             capture_output=True, text=True, check=True).stdout  # fmt: skip
+        try:
+            mutants.append(sites.relocate(m, old, (REPO / m.file).read_text()))
+        except ValueError as err:
+            raise SystemExit(f"mutate.py: {args.kills}: {err}") from None
+    root = work / "confirm"
+    src = root / "src"
+    copy_tree(REPO, src, refresh=True)
+    orig = snapshot(root, refresh=True)
+    install_runtime(src, orig)
+    write_mutants(src, orig, mutants)
+    binaries = sorted({t.split(":", 1)[0] for e in kills for t in e["tests"]})
+    env = dict(build_env(root, args.jobs, binaries), CCACHE_BASEDIR=str(src))
+    print(f"confirm: building {' '.join(binaries)} with {len(mutants)} mutants", flush=True)
+    proc = subprocess.run(["bash", str(src / "ci/build.sh")], env=env, capture_output=True, text=True, cwd=src)
+    (root / "build.log").write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        raise SystemExit(f"mutate.py: the confirm build failed (log: {root}/build.log)")
+    entries = {Path(e["argv"][0]).name: e for e in gtest_entries(src / "build", r"^$")}
+    commit = git_commit(REPO)
+    records = []
+    for e, m in zip(kills, mutants, strict=True):
+        record = {"key": e["key"], "id": m.id, "now": m.key, "commit": commit, "tests": e["tests"], "runs": []}
+        for binary in sorted({t.split(":", 1)[0] for t in e["tests"]}):
+            entry = entries[binary]
+            names = [t.split(":", 1)[1] for t in e["tests"] if t.startswith(binary + ":")]
+            argv = [entry["argv"][0], "--gtest_filter=" + ":".join(names)]
+            for switch in (str(m.id), "0"):
+                report = root / f"{m.id}-{binary}-{switch}.xml"
+                run_env = dict(os.environ, **entry["env"], FSDPP_MUTANT=switch)
+                for shard in ("GTEST_TOTAL_SHARDS", "GTEST_SHARD_INDEX"):  # a sharded entry's: all named tests run
+                    run_env.pop(shard, None)
+                rc, seconds, timed_out, _ = run_process(argv + [f"--gtest_output=xml:{report}"], run_env,
+                                                        entry["cwd"], entry["timeout"])  # fmt: skip
+                tests = parse_report(report, binary)
+                record["runs"].append({
+                    "binary": binary, "mutant": switch != "0", "rc": rc, "seconds": round(seconds, 2),
+                    "timed_out": timed_out, "ran": len(tests),
+                    "failed_tests": sorted(k for k, t in tests.items() if t["status"] == "failed"),
+                })  # fmt: skip
+        on = [r for r in record["runs"] if r["mutant"]]
+        off = [r for r in record["runs"] if not r["mutant"]]
+        record["confirmed"] = any(r["rc"] != 0 or r["timed_out"] for r in on) and all(
+            r["rc"] == 0 and r["ran"] == len([t for t in e["tests"] if t.startswith(r["binary"] + ":")]) for r in off
+        )
+        records.append(record)
+        print(f"  #{m.id} {e['key']} (now {m.key}): {'killed' if record['confirmed'] else 'NOT confirmed'}",
+              flush=True)  # fmt: skip
+    save(work / "kills.json", {"version": DOC_VERSION, "commit": commit, "kills": records})
+    failed = [r["key"] for r in records if not r["confirmed"]]
+    if failed:
+        raise SystemExit(f"mutate.py: not confirmed: {', '.join(failed)}")
+
+
 STATUSES = ["killed", "survived", "inconclusive", "equivalent", "not_covered", "did_not_compile"]
 
 
@@ -527,6 +620,19 @@ def cmd_report(args) -> None:
             results[r["id"]] = r
     equivalent = judgements(Path(args.equivalent))
     mutants = [mutant_status(m, results, dropped, equivalent) for m in plan["mutants"]]
+    confirmed = load(work / "kills.json")["kills"] if (work / "kills.json").exists() else []
+    by_key = {m["key"]: m for m in mutants}
+    for k in confirmed:
+        m = by_key[k["key"]]
+        if m["status"] not in ("survived", "not_covered", "inconclusive"):
+            raise SystemExit(f"mutate.py: {k['key']} has a test added to kill it but is {m['status']}")
+        m["added_test"] = {f: k[f] for f in ("tests", "commit", "now", "confirmed", "runs")}
+    for key, reason in cannot_kill(Path(args.kills)).items():
+        m = by_key[key]
+        if m["status"] not in ("survived", "not_covered", "inconclusive") or "added_test" in m:
+            raise SystemExit(f"mutate.py: {key} is said to be unkillable but is {m['status']} or has a test")
+        m["why_not_killed"] = reason
+    later = [dict(m, status="killed") if m.get("added_test", {}).get("confirmed") else m for m in mutants]
     doc = {
         "version": DOC_VERSION,
         "kind": "fsdpp-mutation-score",
@@ -553,10 +659,14 @@ def cmd_report(args) -> None:
         },
         "run_seconds": round(sum(r.get("seconds", 0) for r in results.values()), 1),
         "figures": {d: figures([m for m in mutants if m["dir"] == d]) for d in sorted({m["dir"] for m in mutants})},
+        "figures_with_added_tests": {
+            d: figures([m for m in later if m["dir"] == d]) for d in sorted({m["dir"] for m in later})
+        },
         "notes": args.note,
         "mutants": mutants,
     }
     doc["figures"]["all"] = figures(mutants)
+    doc["figures_with_added_tests"]["all"] = figures(later)
     doc["figures_by_operator"] = {
         op: figures([m for m in mutants if m["operator"] == op]) for op in sorted({m["operator"] for m in mutants})
     }
@@ -565,6 +675,8 @@ def cmd_report(args) -> None:
     save(out, doc)
     print(table(doc["figures"]))
     print(table(doc["figures_by_operator"]))
+    print("with the tests added for survivors (confirmed):")
+    print(table(doc["figures_with_added_tests"]))
     print(f"report: {out}")
 
 
@@ -581,7 +693,7 @@ def table(figs: dict) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    for name in ("plan", "build", "trace", "run", "report"):
+    for name in ("plan", "build", "trace", "run", "confirm", "report"):
         p = sub.add_parser(name)
         p.add_argument("--work", default="/tmp/fsdpp-mutants")
         p.add_argument("-j", "--jobs", type=int, default=1)
@@ -599,12 +711,21 @@ def main() -> None:
     sub.choices["trace"].add_argument("--suites", default="", help="comma-separated suite binaries (default: all)")
     sub.choices["trace"].add_argument("--binaries", default="", help="run the suite binaries of this folder")
     sub.choices["run"].add_argument("--only", default="", help="comma-separated mutant ids")
+    sub.choices["confirm"].add_argument("--kills", default=str(HERE / "kills.json"))
     sub.choices["report"].add_argument("--out", required=True)
     sub.choices["report"].add_argument("--equivalent", default=str(HERE / "equivalent.json"))
+    sub.choices["report"].add_argument("--kills", default=str(HERE / "kills.json"))
     sub.choices["report"].add_argument("--machine", default=os.uname().nodename)
     sub.choices["report"].add_argument("--note", action="append", default=[], help="a line for the document's notes")
     args = parser.parse_args()
-    {"plan": cmd_plan, "build": cmd_build, "trace": cmd_trace, "run": cmd_run, "report": cmd_report}[args.command](args)
+    {
+        "plan": cmd_plan,
+        "build": cmd_build,
+        "trace": cmd_trace,
+        "run": cmd_run,
+        "confirm": cmd_confirm,
+        "report": cmd_report,
+    }[args.command](args)
 
 
 if __name__ == "__main__":

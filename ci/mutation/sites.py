@@ -9,6 +9,7 @@ body; a file's mutants are written into it as schemata, all of them in one copy,
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass, field
 
@@ -409,3 +410,38 @@ def apply_schemata(text: str, mutants: list[Mutant]) -> tuple[str, dict[int, tup
         pos = end
     out.append(text[pos:])
     return "".join(out), spans
+
+
+def relocate(m: Mutant, old_text: str, new_text: str) -> Mutant:
+    """The same mutant in a later version of its file. Its line is followed through a line diff
+    of the two versions, indentation aside, as a patch would carry it; a line the diff lost (a
+    block moved) is the new file's one line that reads as it did. On that line, the site at the
+    same place with the same operator and change. Raises ValueError when the line was changed,
+    removed, or moved and now written twice, or holds no such site: a kill would then be
+    checked against nothing, or against a guess."""
+    old_lines, new_lines = old_text.splitlines(), new_text.splitlines()
+    old_line = old_lines[m.line - 1]
+    new_no = None
+    matcher = difflib.SequenceMatcher(
+        None, [x.strip() for x in old_lines], [x.strip() for x in new_lines], autojunk=False
+    )
+    for tag, i1, i2, j1, _ in matcher.get_opcodes():
+        if tag == "equal" and i1 <= m.line - 1 < i2:
+            new_no = j1 + (m.line - 1 - i1) + 1
+    same = [j + 1 for j, x in enumerate(new_lines) if x.strip() == old_line.strip()]
+    if new_no is None and len(same) == 1:  # moved (a block lifted out of a scope): the one such line
+        new_no = same[0]
+    if new_no is None:
+        raise ValueError(f"{m.key}: its line '{old_line.strip()}' was changed or removed since")
+    line = new_lines[new_no - 1]
+    column = m.column + len(line) - len(old_line)  # the same line, re-indented at most
+    found = [
+        c
+        for c in find_mutants(m.file, new_text)
+        if (c.line, c.column, c.operator, c.original, c.replacement, c.kind)
+        == (new_no, column, m.operator, m.original, m.replacement, m.kind)
+    ]
+    if len(found) != 1:
+        raise ValueError(f"{m.key}: line {new_no} now, but no such site on it")
+    found[0].id = m.id
+    return found[0]

@@ -68,12 +68,31 @@ def check_sites(mutants: list[sites.Mutant]) -> None:
             fail(f"a site on a declaration, a string or a macro: {m.key}")
 
 
+def check_relocate(text: str, mutants: list[sites.Mutant]) -> None:
+    """Every mutant carried to a version with a line added above it is the same site a line
+    lower; one whose line was edited is refused, not matched to a guess."""
+    later = "// a line added at the top\n" + text
+    for m in mutants:
+        moved = sites.relocate(m, text, later)
+        if (moved.line, moved.column, moved.text, moved.id) != (m.line + 1, m.column, m.text, m.id):
+            fail(f"relocate: {m.key} became {moved.key} ({moved.text!r})")
+    m = mutants[0]
+    lines = text.splitlines()
+    lines[m.line - 1] += " + 0"
+    try:
+        sites.relocate(m, text, "\n".join(lines) + "\n")
+    except ValueError:
+        return
+    fail(f"relocate: {m.key}'s line was edited, yet it was matched")
+
+
 def main() -> None:
     text = FIXTURE.read_text()
     mutants = sites.find_mutants("fixture.cpp", text)
     for i, m in enumerate(mutants, 1):
         m.id = i
     check_sites(mutants)
+    check_relocate(text, mutants)
     by = {m.id: m for m in mutants}
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)

@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <string>
@@ -224,6 +225,48 @@ TEST(CollectiveArguments, ATensorOnADeviceNoBackendMovesIsRefusedNamingTheOpAndT
   expect_refused([&] { c->all_gather_into(at::empty({4}), meta()); }, "all_gather_into(4 x Float)");
   expect_refused([&] { c->reduce_scatter(meta(), at::empty({4}), ReduceOp::Sum); }, "reduce_scatter[sum](4 x Float)");
   expect_refused([&] { c->all_to_all_single(at::empty({4}), meta()); }, "all_to_all_single(4 x Float)");
+}
+
+// A collective whose own work throws on one rank (here ATen refuses an in-place copy into a
+// leaf that requires grad) fails its wait with a CommError naming the op and ATen's reason:
+// never a wait that returns as if the output had been written.
+TEST(CollectiveFailuresOnOneRank, AnErrorInsideTheCollectiveFailsItsWaitNamingTheOpAndTheCause) {
+  auto c = solo();
+  auto output = at::zeros({4}).requires_grad_(true);
+  try {
+    c->all_gather_into(output, at::ones({4}));
+    FAIL() << "expected CommError";
+  } catch (const comm::CommError& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("all_gather_into(4 x Float)"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("requires grad"));
+  }
+  EXPECT_TRUE(at::equal(output.detach(), at::zeros({4})));
+}
+
+// The sockets one rank holds (a count of /proc/self/fd entries that are sockets).
+int open_sockets() {
+  int n = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    const auto target = std::filesystem::read_symlink(entry.path(), ec);
+    if (!ec && target.string().rfind("socket:", 0) == 0) ++n;
+  }
+  return n;
+}
+
+// shutdown() releases the Gloo mesh's connections to the peers at once, not when the last
+// reference to the communicator goes (a rank that keeps its Communicator after shutdown
+// would hold a socket per peer).
+TEST(Shutdown, ClosesThePeerConnectionsBeforeTheCommunicatorIsDestroyed) {
+  harness::expect_ranks_pass(3, [](RankContext& ctx) {
+    auto t = at::ones({8});
+    ctx.comm.all_reduce(t, ReduceOp::Sum);  // the mesh is connected
+    const int before = open_sockets();
+    ctx.comm.shutdown();
+    const int after = open_sockets();
+    // Gloo connects every pair: at least one socket per peer goes.
+    EXPECT_LE(after, before - (ctx.world_size - 1)) << before << " sockets before shutdown, " << after << " after";
+  });
 }
 
 }  // namespace

@@ -43,6 +43,15 @@ TEST(Rendezvous, SlurmVariablesDescribeTheSameWorld) {
   EXPECT_EQ(w.source, "slurm");
 }
 
+// Older SLURM releases set only SLURM_NODELIST; SLURM_JOB_NODELIST wins where both are set.
+TEST(Rendezvous, SlurmsOlderNodelistVariableNamesTheMasterToo) {
+  std::map<std::string, std::string> vars = {
+      {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_NODELIST", "cn[12-13]"}, {"MASTER_PORT", "29400"}};
+  EXPECT_EQ(resolve_world(env_from_map(vars)).master_addr, "cn12");
+  vars["SLURM_JOB_NODELIST"] = "gpu[3-4]";
+  EXPECT_EQ(resolve_world(env_from_map(vars)).master_addr, "gpu3");
+}
+
 TEST(Rendezvous, TorchrunsAgentStoreIsUsedOnlyWhenItSaysSoAndNotUnderAnOwnMasterPort) {
   std::map<std::string, std::string> vars = {{"RANK", "1"},
                                              {"WORLD_SIZE", "2"},
@@ -95,6 +104,11 @@ TEST(Rendezvous, BadValuesAreRejectedNamingTheVariableOrItsValue) {
   EXPECT_THAT(error_of({{"RANK", "0"}}), HasSubstr("RANK and WORLD_SIZE"));
   EXPECT_THAT(error_of({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_PORT", "70000"}}), HasSubstr("master port 70000"));
   EXPECT_THAT(error_of({{"SLURM_PROCID", "0"}}), HasSubstr("SLURM_NTASKS"));
+  // Below each variable's least value, and past int's range.
+  EXPECT_THAT(error_of({{"RANK", "0"}, {"WORLD_SIZE", "0"}}), HasSubstr("WORLD_SIZE='0': expected an integer >= 1"));
+  EXPECT_THAT(error_of({{"RANK", "-1"}, {"WORLD_SIZE", "2"}}), HasSubstr("RANK='-1': expected an integer >= 0"));
+  EXPECT_THAT(error_of({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_PORT", "0"}}), HasSubstr("MASTER_PORT='0'"));
+  EXPECT_THAT(error_of({{"RANK", "0"}, {"WORLD_SIZE", "99999999999"}}), HasSubstr("WORLD_SIZE='99999999999'"));
   EXPECT_THAT(error_of({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}, {"SLURM_JOB_NODELIST", "a[1-"}}),
               HasSubstr("'a[1-': unbalanced"));
 }

@@ -156,6 +156,28 @@ TEST(MixedPrecision, AShardGroupOfOneRunsNoAllGatherAndUnshardsTheBf16CastOfItsM
   });
 }
 
+// FSDP2's output_dtype: the root's floating output is cast to it (the bf16 compute's own
+// result, widened), and left as computed where it is unset.
+TEST(MixedPrecision, OutputDtypeCastsTheRootsOutputAndUnsetLeavesTheComputeDtype) {
+  harness::expect_ranks_pass(2, [](harness::RankContext& ctx) {
+    for (bool set : {true, false}) {
+      torch::manual_seed(4);
+      auto linear = torch::nn::Linear(8, 4);
+      fsdp::FsdpOptions o;
+      o.mixed_precision.param_dtype = at::kBFloat16;
+      if (set) o.mixed_precision.output_dtype = at::kFloat;
+      auto sharded = fsdp::ShardedModel::create(linear.ptr(), ctx.comm, o, fsdp::wrap_nothing());
+      torch::manual_seed(9);
+      const auto x = torch::randn({2, 8});
+      auto out = nn::call(linear, x);
+      EXPECT_EQ(out.scalar_type(), set ? at::kFloat : at::kBFloat16) << "output_dtype set: " << set;
+      const auto compute = torch::nn::functional::linear(x.to(at::kBFloat16), linear->weight, linear->bias);
+      EXPECT_TRUE(torch::equal(out, compute.to(out.scalar_type()))) << "output_dtype set: " << set;
+      out.sum().backward();
+    }
+  });
+}
+
 // A world of one through the flat-buffer path (a separate fp32 master): the all-gather is
 // the shard cast into the module's tensors, the reduce-scatter the packed input, each
 // gradient cast to fp32 as it is packed. The same bits as the reference, also with offload

@@ -3,14 +3,18 @@
 // reshard_after_forward, which change when all-gathers run and never what is computed; and
 // the gradient divide factor (set_gradient_divide_factor).
 #include <gtest/gtest.h>
+#include <torch/torch.h>
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "core/fsdp/sharded_model.h"
+#include "core/nn/module_hooks.h"
 #include "harness/equiv/equivalence.h"
+#include "harness/oracle/tolerance.h"
 #include "harness/testing/multirank.h"
 
 namespace fsdpp {
@@ -64,6 +68,82 @@ void expect_same_gradients(fsdp::ShardedModel& a, fsdp::ShardedModel& b) {
     ASSERT_TRUE(ga[i].second.defined()) << ga[i].first;
     EXPECT_TRUE(torch::equal(ga[i].second, gb[i].second)) << ga[i].first;
   }
+}
+
+// a, then b on a's output (discarded: b never runs backward), then c on a's output, then a head.
+struct DeadBranchImpl : torch::nn::Module {
+  torch::nn::Linear a{nullptr}, b{nullptr}, c{nullptr}, head{nullptr};
+  DeadBranchImpl() {
+    torch::manual_seed(2);
+    a = register_module("a", torch::nn::Linear(8, 8));
+    b = register_module("b", torch::nn::Linear(8, 8));
+    c = register_module("c", torch::nn::Linear(8, 8));
+    head = register_module("head", torch::nn::Linear(8, 1));
+  }
+  at::Tensor forward(at::Tensor x) {
+    x = nn::call(a, x).tanh();
+    aux_input = x.detach();
+    aux = nn::call(b, x).detach();  // an auxiliary output nobody uses
+    return head->forward(nn::call(c, x).tanh()).sum();
+  }
+  at::Tensor aux_input, aux;
+};
+TORCH_MODULE(DeadBranch);
+
+fsdp::WrapPolicy wrap_a_b_c() {
+  return fsdp::wrap_by_predicate([](const fsdp::WrapCandidate& w) {
+    return w.qualified_name == "a" || w.qualified_name == "b" || w.qualified_name == "c";
+  });
+}
+
+// BackwardPrefetch::None: a unit is all-gathered in backward only when its own backward
+// runs, so b, which runs forward but never backward, is not gathered after c's backward
+// (c's successor in reverse forward order). Pre prefetches it there, as FSDP2 does.
+TEST(ImplicitPrefetch, WithoutBackwardPrefetchOnlyUnitsThatRunBackwardAreGatheredInBackward) {
+  harness::expect_ranks_pass(2, [](harness::RankContext& ctx) {
+    for (auto mode : {fsdp::BackwardPrefetch::None, fsdp::BackwardPrefetch::Pre}) {
+      DeadBranch net;
+      fsdp::FsdpOptions o;
+      o.forward_prefetch = false;
+      o.backward_prefetch = mode;
+      auto sharded = fsdp::ShardedModel::create(net.ptr(), ctx.comm, o, wrap_a_b_c());
+      std::vector<std::string> gathers;
+      sharded->set_all_gather_listener([&gathers](const fsdp::FsdpUnit& u) { gathers.push_back(u.name()); });
+      torch::manual_seed(7);
+      nn::call(net, torch::randn({4, 8})).backward();
+      const std::string backward = mode == fsdp::BackwardPrefetch::None ? "c a" : "c b a";
+      EXPECT_EQ(joined(gathers), "root a b c " + backward) << (mode == fsdp::BackwardPrefetch::None ? "None" : "Pre");
+    }
+  });
+}
+
+// Pre prefetches b in backward, but b's backward never runs: its all-gather is dropped at the
+// end of backward, so the next forward gathers b again from the shards the optimizer changed
+// (and never computes with the weights from before the step).
+TEST(ImplicitPrefetch, APrefetchNoBackwardUsedIsDroppedSoTheNextForwardSeesTheStep) {
+  harness::expect_ranks_pass(2, [](harness::RankContext& ctx) {
+    DeadBranch net;
+    fsdp::FsdpOptions o;
+    o.backward_prefetch = fsdp::BackwardPrefetch::Pre;
+    auto sharded = fsdp::ShardedModel::create(net.ptr(), ctx.comm, o, wrap_a_b_c());
+    torch::optim::SGD opt(sharded->parameters(), torch::optim::SGDOptions(0.5));
+    torch::manual_seed(7);
+    const auto x = torch::randn({4, 8});
+    for (int step = 0; step < 3; ++step) {
+      opt.zero_grad();
+      const auto loss = nn::call(net, x);
+      std::map<std::string, at::Tensor> full;
+      for (auto& [name, value] : sharded->gather_full_parameters()) full[name] = value;
+      const auto expected = torch::nn::functional::linear(net->aux_input, full.at("b.weight"), full.at("b.bias"));
+      const auto verdict = harness::compare(net->aux, expected);
+      EXPECT_TRUE(verdict.ok) << "step " << step << ": b computed with other weights: " << verdict.describe();
+      loss.backward();
+      // b gets no gradient, so give it one: the step must change its shard.
+      for (auto& p : sharded->parameters())
+        if (!p.grad().defined()) p.mutable_grad() = torch::ones_like(p);
+      opt.step();
+    }
+  });
 }
 
 TEST(ExplicitPrefetch, AllGathersAreIssuedInTheListedOrderInForwardAndBackward) {

@@ -4,11 +4,15 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <sched.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <csignal>
 #include <fstream>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "harness/testing/multirank.h"
 
@@ -343,6 +347,105 @@ TEST(ConnectFailures, UnderTorchrunsAgentStoreWithoutRankZeroTheOthersSayItNever
   }
   // It does not hang: an error well within ctest's limit, however loaded the machine (20x the timeout).
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 30.0);
+}
+
+// The same agent store with both ranks there: rank 0 hosts fsdpp's own store on a port of its
+// own (the agent's is taken) and publishes it, rank 1 finds it, and the world works. The two
+// ranks are threads of this process, each with its own Communicator.
+TEST(ConnectUnderTorchrun, BothRanksMeetThroughTheAgentStoreAndReduce) {
+  c10d::TCPStoreOptions agent_options;
+  agent_options.port = 0;
+  agent_options.isServer = true;
+  agent_options.waitWorkers = false;
+  auto agent = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", agent_options);
+  std::vector<float> sums(2, 0.0f);
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.emplace_back([&, r] {
+      try {
+        comm::WorldSpec world;
+        world.rank = r;
+        world.world_size = 2;
+        world.master_port = static_cast<int>(agent->getPort());
+        world.agent_store = true;
+        comm::CommOptions options;
+        options.timeout = std::chrono::seconds(30);
+        auto c = comm::Communicator::connect(world, options);
+        auto t = at::full({4}, static_cast<float>(r + 1));
+        c->all_reduce(t, comm::ReduceOp::Sum);
+        sums[r] = t[3].item<float>();
+        c->shutdown();
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto& t : ranks) t.join();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(errors[r], "") << "rank " << r;
+    EXPECT_EQ(sums[r], 3.0f) << "rank " << r;
+  }
+}
+
+// Two ranks: after one all-reduce, rank 1 stays alive but never enters the second, until
+// rank 0 has given up on it (rank 0's collective timeout).
+LaunchReport rank_one_stalls(const harness::RunOptions& options) {
+  return harness::run_ranks(
+      2,
+      [](RankContext& ctx) {
+        all_reduce_ones(ctx);
+        const auto done = ctx.shared_dir / "rank0-gave-up";
+        if (ctx.rank == 1) {
+          harness::wait_for_file(done, std::chrono::seconds(120));
+          return;
+        }
+        try {
+          all_reduce_ones(ctx);  // rank 1 never joins
+        } catch (...) {
+          std::ofstream(done) << "";
+          throw;
+        }
+      },
+      options);
+}
+
+// A peer that is alive but never enters the collective: after the timeout the waiting rank
+// says no rank failed and every rank (all on this machine) is still running, and does not
+// claim that a local rank cannot be checked.
+TEST(RankFailures, APeerThatIsAliveButStallsIsReportedAsStillRunning) {
+  auto report = rank_one_stalls(options_with(std::chrono::seconds(150), std::chrono::seconds(3), /*kill_all=*/false));
+  const auto& waiting = report.ranks[0];
+  EXPECT_EQ(waiting.status, RankStatus::Failed) << report.summary();
+  EXPECT_THAT(waiting.message, HasSubstr("no rank has reported a failure and every rank is still running; here "
+                                         "all_reduce[sum](1000 x Float)"));
+  EXPECT_THAT(waiting.message, ::testing::Not(HasSubstr("cannot be checked")));
+}
+
+// Whether this process may enter a UTS namespace of its own (CAP_SYS_ADMIN), tried in a child.
+bool can_own_a_host_name() {
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(::unshare(CLONE_NEWUTS) == 0 ? 0 : 1);
+  int status = 0;
+  return child > 0 && ::waitpid(child, &status, 0) == child && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+// The same stall with the peer on another machine (its own host name, in a UTS namespace:
+// the failure board tells machines apart by boot id and host name): its pid cannot be
+// checked from here, so the waiting rank names it and its host as unknown, not as running.
+TEST(RankFailures, AStalledPeerOnAnotherMachineIsNamedWithItsHostAsNotCheckable) {
+  if (!can_own_a_host_name()) GTEST_SKIP() << "needs CAP_SYS_ADMIN to give a rank a host name of its own (unshare)";
+  harness::RunOptions options = options_with(std::chrono::seconds(150), std::chrono::seconds(3), /*kill_all=*/false);
+  options.before_connect = [](int rank) {
+    const std::string name = "fsdpp-other-host";
+    if (rank == 1 && (::unshare(CLONE_NEWUTS) != 0 || ::sethostname(name.c_str(), name.size()) != 0))
+      throw std::runtime_error("rank 1 could not take a host name of its own");
+  };
+  auto report = rank_one_stalls(options);
+  const auto& waiting = report.ranks[0];
+  EXPECT_EQ(waiting.status, RankStatus::Failed) << report.summary();
+  EXPECT_THAT(waiting.message, HasSubstr("no rank has reported a failure and every rank on this machine is still "
+                                         "running; rank 1 on fsdpp-other-host cannot be checked from here; here "
+                                         "all_reduce[sum](1000 x Float)"));
 }
 
 // Rank 2 is SIGKILLed after the given delay from the start of its connect: at any moment
