@@ -588,6 +588,48 @@ TEST(TrainCommand, MetricsRecordEveryStepAndEvalWithTheDocumentedKeys) {
   EXPECT_NEAR(r.eval[2]["eval_perplexity"].get<double>(), std::exp(r.eval[2]["eval_loss"].get<double>()), 1e-9);
 }
 
+// A log line at step 1, at every multiple of --log-freq and at the last step, and no other.
+// An evaluation set of one window on 2 ranks (rank 1 has nothing to score) with
+// --eval-max-windows 0 (all): every evaluation scores that window's 16 tokens.
+TEST(TrainCommand, LogLinesComeAtTheFirstEveryLogFreqAndTheLastStepAndEvalScoresAllWindowsWithAnIdleRank) {
+  TempDir dir;
+  const auto data = harness::write_markov_tokens(dir.path(), 3000, 256).string();
+  std::filesystem::create_directories(dir.path() / "eval");
+  const auto eval = harness::write_markov_tokens(dir.path() / "eval", 17, 256).string();  // 16 targets: 1 window
+  auto r = train(dir, "l",
+                 "--nproc 2 --from-scratch --model-size tiny --vocab-size 256 --seq-len 16 --batch-size 2 "
+                 "--max-steps 7 --log-freq 3 --eval-freq 3 --eval-max-windows 0 --data " +
+                     data + " --eval-data " + eval);
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::vector<std::string> logged;
+  std::istringstream lines(r.output);
+  const std::string prefix = "[rank 0] step ";  // the launcher prefixes each rank's lines
+  for (std::string line; std::getline(lines, line);)
+    if (line.rfind(prefix, 0) == 0) logged.push_back(line.substr(9, line.find(' ', prefix.size()) - 9));
+  EXPECT_EQ(logged, (std::vector<std::string>{"step 1/7", "step 3/7", "step 6/7", "step 7/7"})) << r.output;
+  ASSERT_EQ(r.eval.size(), 4u);  // before training, after steps 3 and 6, after the last
+  for (const auto& e : r.eval) {
+    EXPECT_EQ(e["eval_tokens"], 16) << e.dump();
+    EXPECT_TRUE(std::isfinite(e["eval_loss"].get<double>())) << e.dump();
+  }
+}
+
+// The export at the end is collective: when rank 0 cannot write the model folder (a file
+// stands where it goes), rank 1 does not report success; every rank exits with an error.
+TEST(TrainCommand, AnExportThatFailsOnRankZeroFailsEveryRank) {
+  TempDir dir;
+  const auto data = harness::write_markov_tokens(dir.path(), 3000, 256).string();
+  std::filesystem::create_directories(dir.path() / "x");
+  std::ofstream(dir.path() / "x" / "hf") << "in the way";
+  auto r = train(dir, "x",
+                 "--nproc 2 --from-scratch --model-size tiny --vocab-size 256 --seq-len 16 --batch-size 2 "
+                 "--max-steps 2 --data " +
+                     data);
+  EXPECT_NE(r.code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("rank 1 failed (exit 1)")) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("rank 0 failed: filesystem error: cannot create directories")) << r.output;
+}
+
 TEST(TrainCommand, NumEpochsSetsTheStepsAndCkptFreqKeepsTheLastCheckpoints) {
   TempDir dir;
   const auto data = harness::write_markov_tokens(dir.path(), 1000, 256).string();  // 999 targets: 62 windows of 16

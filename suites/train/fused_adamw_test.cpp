@@ -103,6 +103,34 @@ TEST(HostFusedAdamW, GivesTheSameBitsOnOneTwoAndThreeThreads) {
   }
 }
 
+// The name of the kernel steps run through: the vector one exactly when the CPU has AVX2
+// (asked of the CPU through the compiler's builtin).
+TEST(HostFusedAdamW, TheKernelIsTheVectorOneExactlyWhenTheCpuHasAvx2) {
+#if defined(__x86_64__)
+  EXPECT_EQ(std::string(adamw_kernel_isa()), __builtin_cpu_supports("avx2") ? "avx2" : "generic");
+#else
+  EXPECT_EQ(std::string(adamw_kernel_isa()), "generic");
+#endif
+}
+
+// Both paths step exactly their n elements: the element after the range, in every buffer,
+// keeps its bits (n with a vector tail and without).
+TEST(HostFusedAdamW, BothPathsWriteOnlyTheirRange) {
+  const auto c = adamw_step_constants(3e-3, 0.9, 0.999, 1e-8, 0.1, 2);
+  for (bool generic : {true, false})
+    for (int64_t n : {8, 11}) {
+      torch::manual_seed(6);
+      auto p = torch::randn({n + 1}), g = torch::randn({n + 1}), m = torch::randn({n + 1}), v = torch::rand({n + 1});
+      const auto p0 = p.clone(), m0 = m.clone(), v0 = v.clone();
+      adamw_step_range(p.data_ptr<float>(), g.data_ptr<float>(), m.data_ptr<float>(), v.data_ptr<float>(), n, c,
+                       generic);
+      EXPECT_TRUE(torch::equal(p[n], p0[n])) << "generic " << generic << " n " << n;
+      EXPECT_TRUE(torch::equal(m[n], m0[n])) << "generic " << generic << " n " << n;
+      EXPECT_TRUE(torch::equal(v[n], v0[n])) << "generic " << generic << " n " << n;
+      EXPECT_FALSE(torch::equal(p.narrow(0, 0, n), p0.narrow(0, 0, n))) << "the range itself was stepped";
+    }
+}
+
 TEST(HostFusedAdamW, VectorAndPortablePathsGiveTheSameBits) {
   // Without AVX2 both calls below run the portable path: the comparison would hold trivially.
   if (std::string(adamw_kernel_isa()) != "avx2") GTEST_SKIP() << "no vector path on this CPU";

@@ -368,6 +368,30 @@ TEST(ShardedGradScaler, StateRoundTripsThroughJsonText) {
   EXPECT_EQ(restored.state(), saved.state());
 }
 
+// The ends of growth_tracker's range [0, growth_interval) load: 0 (a fresh scaler's, or one
+// just after a growth or a backoff) and growth_interval - 1 (one clean step from growing).
+TEST(ShardedGradScaler, StatesAtBothEndsOfTheGrowthTrackersRangeLoad) {
+  for (int64_t tracker : {int64_t{0}, int64_t{4}}) {
+    auto state = scaler_with_history().state();
+    state["growth_tracker"] = tracker;
+    ShardedGradScaler restored(GradScalerOptions{}, nullptr);
+    restored.load_state(state);
+    EXPECT_EQ(restored.growth_tracker(), tracker);
+  }
+}
+
+// found_inf() is the inf check of the step in progress: update() ends that step, so after an
+// overflow's update it reads false until the next unscale.
+TEST(ShardedGradScaler, UpdateClearsTheFoundInfOfTheStepItEnds) {
+  ShardedGradScaler scaler(GradScalerOptions{}, nullptr);
+  auto p = torch::zeros({2}, torch::requires_grad());
+  p.mutable_grad() = torch::tensor({1.0f, std::numeric_limits<float>::infinity()});
+  scaler.unscale({p});
+  ASSERT_TRUE(scaler.found_inf());
+  scaler.update();
+  EXPECT_FALSE(scaler.found_inf());
+}
+
 TEST(ShardedGradScaler, MalformedStateIsRejectedNamingWhatIsWrong) {
   const auto good = scaler_with_history().state();
   auto with = [&](auto&& edit) {
