@@ -108,9 +108,11 @@ TEST(ParseOnlyMode, KeepsEveryOtherCheckAsOneErrorLineAndExit2) {
       {" eval --model x --data y --seq-len 0", "--seq-len"},                                         // a validator
       {" train --from-scratch --model-size tiny --max-steps 2", "--data is required"},               // TrainConfig
       {" train --from-scratch --model-size tiny --data x --max-steps 2 --strategy fsdp", "'fsdp'"},  // finish_config
-      {" train --from-scratch --model-size tiny --data x --max-steps 2 --adam-beta1 1", "--adam-beta1 must be in [0, 1)"},
-      {" train --from-scratch --model-size tiny --data x --max-steps 2 --adam-beta2 1", "--adam-beta2 must be in [0, 1)"},
-      {" data prepare --input x --output y", "--tokenizer is required"},                             // check()
+      {" train --from-scratch --model-size tiny --data x --max-steps 2 --adam-beta1 1",
+       "--adam-beta1 must be in [0, 1)"},
+      {" train --from-scratch --model-size tiny --data x --max-steps 2 --adam-beta2 1",
+       "--adam-beta2 must be in [0, 1)"},
+      {" data prepare --input x --output y", "--tokenizer is required"},  // check()
       {" bench --preset smoke", "--out FILE is required"},
       {" nosuchcommand", "A subcommand is required"}};
   for (const auto& [args, expected] : cases) {

@@ -1,7 +1,5 @@
 // train::ProgressBar on a terminal: stderr is made a pseudo-terminal's replica for the test,
 // and what the bar wrote is read from the primary side.
-#include "core/train/metrics_log.h"
-
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -9,6 +7,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+
+#include "core/train/metrics_log.h"
 
 namespace fsdpp::train {
 namespace {
