@@ -496,9 +496,9 @@ def load_kills(path: Path) -> list[dict]:
     return doc["kills"]
 
 
-def cannot_kill(path: Path) -> dict[str, str]:
-    """kills.json's `cannot`: survivors no test here can kill, each with why (not equivalent)."""
-    return {e["key"]: e["reason"] for e in load(path).get("cannot", [])} if path.exists() else {}
+def not_killed(path: Path) -> dict[str, str]:
+    """kills.json's `not_killed`: survivors left without a test, each with why (not equivalent)."""
+    return {e["key"]: e["reason"] for e in load(path).get("not_killed", [])} if path.exists() else {}
 
 
 def cmd_confirm(args) -> None:
@@ -627,10 +627,10 @@ def cmd_report(args) -> None:
         if m["status"] not in ("survived", "not_covered", "inconclusive"):
             raise SystemExit(f"mutate.py: {k['key']} has a test added to kill it but is {m['status']}")
         m["added_test"] = {f: k[f] for f in ("tests", "commit", "now", "confirmed", "runs")}
-    for key, reason in cannot_kill(Path(args.kills)).items():
+    for key, reason in not_killed(Path(args.kills)).items():
         m = by_key[key]
         if m["status"] not in ("survived", "not_covered", "inconclusive") or "added_test" in m:
-            raise SystemExit(f"mutate.py: {key} is said to be unkillable but is {m['status']} or has a test")
+            raise SystemExit(f"mutate.py: {key} is listed as not killed but is {m['status']} or has a test")
         m["why_not_killed"] = reason
     later = [dict(m, status="killed") if m.get("added_test", {}).get("confirmed") else m for m in mutants]
     doc = {

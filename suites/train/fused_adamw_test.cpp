@@ -163,6 +163,32 @@ TEST(HostFusedAdamW, OneElementFollowsTheFormulaWithBiasCorrection) {
   EXPECT_NEAR(p, p_ref, 2e-6);
 }
 
+// A parameter whose state holds one tensor the kernel cannot read (exp_avg in fp64, as a
+// checkpoint of another optimizer might leave it) takes torch's own step, bit for bit,
+// however dense its other state tensor is.
+TEST(HostFusedAdamW, AParameterWithOneStateTensorNoRouteTakesStepsAsTorchDoes) {
+  const auto init = make_params();
+  auto fused = trained(init, true, 1), reference = trained(init, false, 1);
+  auto& f = const_cast<torch::optim::AdamWParamState&>(state_of(*fused.optimizer, fused.params.w));
+  auto& r = const_cast<torch::optim::AdamWParamState&>(state_of(*reference.optimizer, reference.params.w));
+  {
+    torch::NoGradGuard no_grad;
+    reference.params.w.copy_(fused.params.w);
+  }
+  f.exp_avg(f.exp_avg().to(at::kDouble));
+  r.exp_avg(f.exp_avg().clone());
+  r.exp_avg_sq(f.exp_avg_sq().clone());
+  ASSERT_EQ(f.step(), r.step());
+  torch::manual_seed(13);
+  const auto g = torch::randn(init.w.sizes());
+  for (auto* t : {&fused, &reference}) {
+    t->params.w.mutable_grad() = g.clone();
+    t->params.b.mutable_grad() = at::Tensor();  // b is not stepped
+    t->optimizer->step();
+  }
+  EXPECT_TRUE(torch::equal(fused.params.w, reference.params.w));
+}
+
 TEST(HostFusedAdamW, ATensorNeitherRouteTakesMakesTheWholeStepTorchsOwnBitForBit) {
   // fp64 parameters: no fused route; the step must be torch::optim::AdamW's exactly.
   const auto init = make_params(at::kDouble);
