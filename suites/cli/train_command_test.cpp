@@ -3,9 +3,12 @@
 // number of ranks; the data order and the logged loss are the documented ones; the
 // metrics file has its documented keys; bad input is one error line, and so is a
 // run-time failure without --nproc.
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -628,6 +631,51 @@ TEST(TrainCommand, AnExportThatFailsOnRankZeroFailsEveryRank) {
   EXPECT_NE(r.code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("rank 1 failed (exit 1)")) << r.output;
   EXPECT_THAT(r.output, HasSubstr("rank 0 failed: filesystem error: cannot create directories")) << r.output;
+}
+
+// Runs `command` (through sh) in a new session whose controlling terminal is a fresh
+// pseudo-terminal, on its stdin, stdout and stderr; returns what reached the terminal.
+std::string on_a_terminal(const std::string& command) {
+  const int primary = ::posix_openpt(O_RDWR | O_NOCTTY);
+  if (primary < 0 || ::grantpt(primary) != 0 || ::unlockpt(primary) != 0) return "no pseudo-terminal";
+  const std::string replica_path = ::ptsname(primary);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::setsid();
+    const int replica = ::open(replica_path.c_str(), O_RDWR);  // the session's controlling terminal
+    for (int fd : {STDIN_FILENO, STDOUT_FILENO, STDERR_FILENO}) ::dup2(replica, fd);
+    ::close(primary);
+    ::execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  std::string out;
+  char buffer[4096];
+  for (ssize_t n; (n = ::read(primary, buffer, sizeof(buffer))) > 0;) out.append(buffer, static_cast<size_t>(n));
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ::close(primary);
+  return out;
+}
+
+// On a terminal, rank 0 draws the progress bar after every step (straight to the terminal,
+// the launcher having said the user is attached to one) and clears it before each line: 4
+// draws (each begins with a clear), the log lines of steps 1, 2 and 4, the two checkpoints'
+// lines, and the clears of the end of the steps and of the bar's end: 11 line clears.
+TEST(TrainCommand, OnATerminalTheBarIsDrawnEveryStepAndClearedBeforeEachLine) {
+  TempDir dir;
+  const auto data = harness::write_markov_tokens(dir.path(), 3000, 256).string();
+  const std::string shown =
+      on_a_terminal("unset FSDPP_ATTACHED_TTY; " + kFsdpp + " train --save-dir " + dir.path().string() +
+                    " --experiment-name t --nproc 2 --from-scratch --model-size tiny --vocab-size 256 --seq-len 16 "
+                    "--batch-size 2 --max-steps 4 --ckpt-freq 2 --log-freq 2 --data " +
+                    data);
+  if (shown == "no pseudo-terminal") GTEST_SKIP() << "this machine gives no pseudo-terminal (posix_openpt)";
+  ASSERT_THAT(shown, HasSubstr("summary: 4 steps")) << shown;
+  for (int step = 1; step <= 4; ++step) EXPECT_THAT(shown, HasSubstr("] " + std::to_string(step) + "/4  loss "));
+  const std::string clear_line = "\r\033[K";
+  int clears = 0;
+  for (size_t at = shown.find(clear_line); at != std::string::npos; at = shown.find(clear_line, at + 1)) ++clears;
+  EXPECT_EQ(clears, 11) << shown;
 }
 
 TEST(TrainCommand, NumEpochsSetsTheStepsAndCkptFreqKeepsTheLastCheckpoints) {
