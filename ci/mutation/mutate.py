@@ -155,15 +155,20 @@ def record_mutant(r: dict) -> sites.Mutant:
 
 def copy_tree(src: Path, dst: Path, refresh: bool = False) -> None:
     """The tracked and untracked-but-not-ignored files of the repository, mtimes kept; with
-    refresh, a file already there is copied again where its content differs."""
+    refresh, a file already there is copied again where its content differs, stamped now so
+    that the build sees it as newer than what it built from the old copy."""
     listing = subprocess.run(
         ["git", "-C", str(src), "ls-files", "-co", "--exclude-standard", "-z"], capture_output=True, check=True
     ).stdout.decode()
     for rel in filter(None, listing.split("\0")):
         source, target = src / rel, dst / rel
-        if source.is_file() and (not target.exists() or (refresh and not filecmp.cmp(source, target, False))):
+        if not source.is_file():
+            continue
+        if not target.exists():
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target)
+        elif refresh and not filecmp.cmp(source, target, False):
+            shutil.copy(source, target)  # a new mtime: the source's may be older than the copy's objects
     for link in (".venv", ".cache"):
         if (src / link).exists() and not (dst / link).exists():
             (dst / link).symlink_to((src / link).resolve())
