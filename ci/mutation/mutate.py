@@ -675,6 +675,12 @@ def cmd_report(args) -> None:
     doc["figures_by_operator"] = {
         op: figures([m for m in mutants if m["operator"] == op]) for op in sorted({m["operator"] for m in mutants})
     }
+    # Issue 42's rule: each surviving non-equivalent mutant has a killing test or a reason.
+    doc["unjudged"] = [
+        m["key"]
+        for m in later
+        if m["status"] in ("survived", "not_covered", "inconclusive") and "why_not_killed" not in m
+    ]
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     save(out, doc)
@@ -682,6 +688,7 @@ def cmd_report(args) -> None:
     print(table(doc["figures_by_operator"]))
     print("with the tests added for survivors (confirmed):")
     print(table(doc["figures_with_added_tests"]))
+    print(f"survivors with neither a confirmed test nor a reason: {len(doc['unjudged'])}")
     print(f"report: {out}")
 
 
