@@ -331,14 +331,19 @@ TEST(ConnectFailures, WithoutRankZeroTheOthersSayItNeverAnswered) {
   expect_the_others_name(report, 0, "rank 0 never answered: no TCPStore at 127\\.0\\.0\\.1:[0-9]+ within 3000 ms");
 }
 
+// A store as torchrun's agent hosts it (MASTER_ADDR:MASTER_PORT, here a free port).
+c10::intrusive_ptr<c10d::TCPStore> torchrun_agent_store() {
+  c10d::TCPStoreOptions options;
+  options.port = 0;
+  options.isServer = true;
+  options.waitWorkers = false;
+  return c10::make_intrusive<c10d::TCPStore>("127.0.0.1", options);
+}
+
 // Under torchrun the agent hosts the store at MASTER_ADDR:MASTER_PORT and rank 0 publishes
 // where it hosts fsdpp's: without rank 0 the others say it never published, in time.
 TEST(ConnectFailures, UnderTorchrunsAgentStoreWithoutRankZeroTheOthersSayItNeverPublished) {
-  c10d::TCPStoreOptions agent_options;
-  agent_options.port = 0;
-  agent_options.isServer = true;
-  agent_options.waitWorkers = false;
-  auto agent = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", agent_options);
+  auto agent = torchrun_agent_store();
   comm::WorldSpec world;
   world.rank = 1;
   world.world_size = 2;
@@ -363,11 +368,7 @@ TEST(ConnectFailures, UnderTorchrunsAgentStoreWithoutRankZeroTheOthersSayItNever
 // own (the agent's is taken) and publishes it, rank 1 finds it, and the world works. The two
 // ranks are threads of this process, each with its own Communicator.
 TEST(ConnectUnderTorchrun, BothRanksMeetThroughTheAgentStoreAndReduce) {
-  c10d::TCPStoreOptions agent_options;
-  agent_options.port = 0;
-  agent_options.isServer = true;
-  agent_options.waitWorkers = false;
-  auto agent = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", agent_options);
+  auto agent = torchrun_agent_store();
   std::vector<float> sums(2, 0.0f);
   std::vector<std::string> errors(2);
   std::vector<std::thread> ranks;
