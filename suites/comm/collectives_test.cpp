@@ -106,6 +106,7 @@ TEST_P(Collectives, AllToAllSingleDeliversUnevenSplits) {
     }
     for (auto dt : kAllDtypes) {
       std::vector<at::Tensor> inputs;
+      inputs.reserve(n);
       for (int j = 0; j < n; ++j) inputs.push_back(harness::rank_input(j, sent_by[j], dt, 19));
       auto expected = harness::reference_all_to_all(inputs, splits, ctx.rank);
       auto out = at::empty({expected.numel()}, dt);

@@ -372,6 +372,7 @@ TEST(ConnectUnderTorchrun, BothRanksMeetThroughTheAgentStoreAndReduce) {
   std::vector<float> sums(2, 0.0f);
   std::vector<std::string> errors(2);
   std::vector<std::thread> ranks;
+  ranks.reserve(2);
   for (int r = 0; r < 2; ++r)
     ranks.emplace_back([&, r] {
       try {

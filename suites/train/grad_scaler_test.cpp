@@ -201,6 +201,7 @@ TEST(ShardedGradScaler, UnscaledGradsAreTheUnscaledLossGradsBitwiseForPowerOfTwo
     auto params = net->parameters();
     if (scaler) scaler->unscale(params);
     std::vector<at::Tensor> grads;
+    grads.reserve(params.size());
     for (auto& p : params) grads.push_back(p.grad().defined() ? p.grad().clone() : at::Tensor());
     return grads;
   };
@@ -415,8 +416,9 @@ TEST(ShardedGradScaler, MalformedStateIsRejectedNamingWhatIsWrong) {
       {Json::array(), "expected an object"},
   };
   ShardedGradScaler target(GradScalerOptions{}, nullptr);
-  for (const auto& [state, expected] : cases) {
-    EXPECT_THAT(error_of([&] { target.load_state(state); }), ::testing::HasSubstr(expected)) << state.dump();
+  for (const auto& entry : cases) {
+    const Json& state = entry.first;  // a lambda cannot capture a structured binding in C++17
+    EXPECT_THAT(error_of([&] { target.load_state(state); }), ::testing::HasSubstr(entry.second)) << state.dump();
     EXPECT_EQ(target.current_scale(), 65536.0) << "a rejected state changes nothing";
   }
 }
