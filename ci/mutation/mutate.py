@@ -544,9 +544,13 @@ def cmd_confirm(args) -> None:
     records = []
     for e, m in zip(kills, mutants, strict=True):
         record = {"key": e["key"], "id": m.id, "now": m.key, "commit": commit, "tests": e["tests"], "runs": []}
-        for binary in sorted({t.split(":", 1)[0] for t in e["tests"]}):
+        by_binary: dict[str, list[str]] = {}
+        for t in e["tests"]:
+            binary, name = t.split(":", 1)
+            by_binary.setdefault(binary, []).append(name)
+        failed_on, passed_off = False, True
+        for binary, names in sorted(by_binary.items()):
             entry = entries[binary]
-            names = [t.split(":", 1)[1] for t in e["tests"] if t.startswith(binary + ":")]
             argv = [entry["argv"][0], "--gtest_filter=" + ":".join(names)]
             for switch in (str(m.id), "0"):
                 report = root / f"{m.id}-{binary}-{switch}.xml"
@@ -561,11 +565,11 @@ def cmd_confirm(args) -> None:
                     "timed_out": timed_out, "ran": len(tests),
                     "failed_tests": sorted(k for k, t in tests.items() if t["status"] == "failed"),
                 })  # fmt: skip
-        on = [r for r in record["runs"] if r["mutant"]]
-        off = [r for r in record["runs"] if not r["mutant"]]
-        record["confirmed"] = any(r["rc"] != 0 or r["timed_out"] for r in on) and all(
-            r["rc"] == 0 and r["ran"] == len([t for t in e["tests"] if t.startswith(r["binary"] + ":")]) for r in off
-        )
+                if switch != "0":
+                    failed_on = failed_on or rc != 0 or timed_out
+                else:
+                    passed_off = passed_off and rc == 0 and len(tests) == len(names)
+        record["confirmed"] = failed_on and passed_off
         records.append(record)
         print(f"  #{m.id} {e['key']} (now {m.key}): {'killed' if record['confirmed'] else 'NOT confirmed'}",
               flush=True)  # fmt: skip
@@ -576,6 +580,7 @@ def cmd_confirm(args) -> None:
 
 
 STATUSES = ["killed", "survived", "inconclusive", "equivalent", "not_covered", "did_not_compile"]
+MISSED = ("survived", "not_covered", "inconclusive")  # what the tests did not catch
 
 
 def judgements(path: Path) -> dict[str, str]:
@@ -625,16 +630,23 @@ def cmd_report(args) -> None:
             results[r["id"]] = r
     equivalent = judgements(Path(args.equivalent))
     mutants = [mutant_status(m, results, dropped, equivalent) for m in plan["mutants"]]
-    confirmed = load(work / "kills.json")["kills"] if (work / "kills.json").exists() else []
+    # confirm's outcomes (WORK/kills.json), for exactly the tests kills.json names now: an entry
+    # added or changed since the last confirm is not counted, it is an error.
+    wanted = {e["key"]: e["tests"] for e in load_kills(Path(args.kills))}
+    outcomes = load(work / "kills.json")["kills"] if (work / "kills.json").exists() else []
+    changed = {k["key"] for k in outcomes if k["tests"] != wanted.get(k["key"])}
+    stale = sorted((set(wanted) ^ {k["key"] for k in outcomes}) | changed)
+    if stale:
+        raise SystemExit(f"mutate.py: {args.kills} and the last confirm differ at {', '.join(stale)}: run confirm")
     by_key = {m["key"]: m for m in mutants}
-    for k in confirmed:
+    for k in outcomes:
         m = by_key[k["key"]]
-        if m["status"] not in ("survived", "not_covered", "inconclusive"):
+        if m["status"] not in MISSED:
             raise SystemExit(f"mutate.py: {k['key']} has a test added to kill it but is {m['status']}")
         m["added_test"] = {f: k[f] for f in ("tests", "commit", "now", "confirmed", "runs")}
     for key, reason in not_killed(Path(args.kills)).items():
         m = by_key[key]
-        if m["status"] not in ("survived", "not_covered", "inconclusive") or "added_test" in m:
+        if m["status"] not in MISSED or "added_test" in m:
             raise SystemExit(f"mutate.py: {key} is listed as not killed but is {m['status']} or has a test")
         m["why_not_killed"] = reason
     later = [dict(m, status="killed") if m.get("added_test", {}).get("confirmed") else m for m in mutants]
@@ -676,11 +688,7 @@ def cmd_report(args) -> None:
         op: figures([m for m in mutants if m["operator"] == op]) for op in sorted({m["operator"] for m in mutants})
     }
     # Issue 42's rule: each surviving non-equivalent mutant has a killing test or a reason.
-    doc["unjudged"] = [
-        m["key"]
-        for m in later
-        if m["status"] in ("survived", "not_covered", "inconclusive") and "why_not_killed" not in m
-    ]
+    doc["unjudged"] = [m["key"] for m in later if m["status"] in MISSED and "why_not_killed" not in m]
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     save(out, doc)
