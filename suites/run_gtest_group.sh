@@ -18,8 +18,12 @@ for arg in "${@:2}"; do
   case "$arg" in --gtest_filter=* | --gtest_shard_index=*) label="$label ${arg#--gtest_}" ;; esac
 done
 [ -n "${GTEST_SHARD_INDEX:-}" ] && label="$label shard $GTEST_SHARD_INDEX/${GTEST_TOTAL_SHARDS:-?}"
+# The report needs only the standard library: ci/setup.sh's venv Python starts directly, where
+# `python3` on PATH may be a version manager's shim that costs more than the report itself.
+python=$(dirname "$0")/../.venv/bin/python
+[ -x "$python" ] || python=python3
 if [ -s "$report" ]; then
-  python3 "$(dirname "$0")/gtest_group_report.py" "$report" "$label"
+  "$python" "$(dirname "$0")/gtest_group_report.py" "$report" "$label"
   reported=$?
   [ "$status" = 0 ] && [ "$reported" != 0 ] && status=$reported
 elif [ "$status" = 0 ]; then

@@ -3,10 +3,11 @@
 
 fsdpp is a unity build (CMakeLists.txt: FSDPP_UNITY_BUILD), so the build's
 compile_commands.json names generated unity_<n>_cxx.cxx files, each of which #includes a
-few of a target's sources. Every source of one unity file is compiled with that unity
-file's command, so each gets an entry with the same command, its own path in place of the
-unity file's, and the same working directory. Entries for sources outside any batch are
-kept as they are; CMake's precompiled-header stub (cmake_pch.hxx.cxx) is dropped.
+few of a target's sources, as does the fuzz driver's generated fuzz_brief_all.cpp. Every
+source of one such file is compiled with that file's command, so each gets an entry with the
+same command, its own path in place of the file's, and the same working directory. Entries
+for sources outside any batch are kept as they are; CMake's precompiled-header stub
+(cmake_pch.hxx.cxx) is dropped.
 
 The build precompiles its shared header with GCC (`-include .../cmake_pch.hxx`, beside a
 .gch that clang cannot read): each entry includes the header that stub names instead, which
@@ -56,13 +57,21 @@ def entry_for(entry: dict, unity_file: str, source: str) -> dict:
     return {"directory": entry["directory"], "arguments": without_gcc_pch(args), "file": source}
 
 
+def is_batch(path: Path) -> bool:
+    """A CMake unity file, or a generated file of the build that includes sources the same way
+    (suites/CMakeLists.txt's fuzz_brief_all.cpp)."""
+    if path.parent.name == "Unity" and path.name.startswith("unity_"):
+        return True
+    return path.suffix == ".cpp" and path.is_file() and path.read_text().startswith("// GENERATED")
+
+
 def derive(entries: list[dict]) -> list[dict]:
     out = []
     for entry in entries:
         path = Path(entry["file"])
         if path.name.endswith("cmake_pch.hxx.cxx"):
             continue
-        if path.parent.name == "Unity" and path.name.startswith("unity_"):
+        if is_batch(path):
             out.extend(entry_for(entry, entry["file"], s) for s in sources_of_unity(path))
         else:
             out.append(entry_for(entry, entry["file"], entry["file"]))

@@ -6,6 +6,7 @@
 
 #include "core/models/presets.h"
 #include "harness/bench/matrix.h"
+#include "harness/results/printf_text.h"
 
 namespace fsdpp::results {
 
@@ -48,19 +49,13 @@ std::optional<double> metric_value(const json* cell, const std::string& name) {
   return metrics[name]["value"].get<double>();
 }
 
-std::string format(const char* fmt, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), fmt, v);
-  return buf;
-}
-
 std::string ratio(std::optional<double> a, std::optional<double> b) {
   if (!a || !b || *b == 0) return "–";
-  return format("%.2f", *a / *b);
+  return printf_text("%.2f", *a / *b);
 }
 
 std::string cell_text(std::optional<double> v, const char* fmt, double scale = 1) {
-  return v ? format(fmt, *v / scale) : "–";
+  return v ? printf_text(fmt, *v / scale) : "–";
 }
 
 }  // namespace
@@ -134,8 +129,8 @@ std::string baseline_table(const json& doc, const BaselineTableSpec& spec) {
     auto iqr = metric_value(cell, "step_ms_iqr");
     auto peak = metric_value(cell, "peak_bytes_per_rank");
     out += cell_text(tokens, "%.0f") + " | " + cell_text(median, "%.1f") +
-           (iqr ? " (" + format("%.1f", *iqr) + ")" : "") + " | " + cell_text(peak, "%.0f", 1024.0 * 1024.0) + " | " +
-           ratio(tokens, metric_value(ddp, "tokens_per_s")) + " | " +
+           (iqr ? " (" + printf_text("%.1f", *iqr) + ")" : "") + " | " + cell_text(peak, "%.0f", 1024.0 * 1024.0) +
+           " | " + ratio(tokens, metric_value(ddp, "tokens_per_s")) + " | " +
            ratio(tokens, metric_value(fsdp2, "tokens_per_s")) + " | " +
            ratio(tokens, metric_value(single, "tokens_per_s")) + " | " +
            ratio(peak, metric_value(ddp, "peak_bytes_per_rank")) + " | " +

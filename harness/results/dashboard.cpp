@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <tuple>
 
+#include "harness/results/printf_text.h"
 #include "harness/results/results_document.h"
 #include "harness/results/stats.h"
 
@@ -18,16 +19,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-std::string format(const char* pattern, ...) __attribute__((format(printf, 1, 2)));
-std::string format(const char* pattern, ...) {
-  char buf[512];
-  va_list args;
-  va_start(args, pattern);
-  std::vsnprintf(buf, sizeof buf, pattern, args);
-  va_end(args);
-  return buf;
-}
 
 // doc["cells"] by reference (pointers into it outlive the loop), or an empty array.
 const json& cells_of(const json& doc) {
@@ -67,9 +58,9 @@ std::optional<double> cell_value(const json& cell, const char* sample, const cha
 std::string value_text(const std::optional<double>& v) {
   if (!v) return "&ndash;";
   const double a = std::fabs(*v);
-  if (a >= 1000) return format("%.0f", *v);
-  if (a >= 10) return format("%.1f", *v);
-  return format("%.3g", *v);
+  if (a >= 1000) return printf_text("%.0f", *v);
+  if (a >= 10) return printf_text("%.1f", *v);
+  return printf_text("%.3g", *v);
 }
 
 // ---- Trend charts (inline SVG) ----
@@ -99,7 +90,7 @@ std::string tick_text(double v, double step) {
     v /= 1e3, step /= 1e3, suffix = "k";
   const int decimals = step >= 1 ? 0 : static_cast<int>(std::ceil(-std::log10(step) - 1e-9));
   if (std::fabs(v) < step * 1e-9) v = 0;  // no "-0"
-  return format("%.*f%s", decimals, v, suffix);
+  return printf_text("%.*f%s", decimals, v, suffix);
 }
 
 // "2026-11-22T19:00:00Z" -> "11-22 19:00"; anything else as it is.
@@ -117,34 +108,36 @@ std::string trend_chart(const std::string& title, const std::string& unit, const
                         const char* stroke, bool latest_regressed) {
   constexpr double W = 560, H = 210, ml = 72, mr = 36, mt = 28, mb = 42;  // mr: room for the last x label
   const double pw = W - ml - mr, ph = H - mt - mb;
-  std::string svg = format(
+  std::string svg = printf_text(
       "<svg class=\"chart\" xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f "
       "%.0f\" role=\"img\" aria-label=\"",
       W, H, W, H);
   svg += e(title) + "\">";
-  svg += format("<text class=\"chart-title\" x=\"%.0f\" y=\"18\">", ml) + e(title) + "</text>";
-  svg += format("<rect class=\"plot\" x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" fill=\"%s\"/>", ml, mt, pw,
-                ph, kChartPlotFill);
+  svg += printf_text("<text class=\"chart-title\" x=\"%.0f\" y=\"18\">", ml) + e(title) + "</text>";
+  svg += printf_text("<rect class=\"plot\" x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" fill=\"%s\"/>", ml, mt,
+                     pw, ph, kChartPlotFill);
 
   std::vector<double> ys;
   for (const auto& p : points)
     if (p.y) ys.push_back(*p.y);
   if (ys.empty()) {
-    svg += format("<text class=\"no-data\" x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">no data</text>", ml + pw / 2,
-                  mt + ph / 2);
+    svg += printf_text("<text class=\"no-data\" x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">no data</text>",
+                       ml + pw / 2, mt + ph / 2);
     return svg + "</svg>";
   }
   const Axis axis = nice_axis(*std::min_element(ys.begin(), ys.end()), *std::max_element(ys.begin(), ys.end()));
   const size_t n = points.size();
-  auto x_of = [&](size_t i) { return n == 1 ? ml + pw / 2 : ml + 10 + (pw - 20) * static_cast<double>(i) / (n - 1); };
+  auto x_of = [&](size_t i) {
+    return n == 1 ? ml + pw / 2 : ml + 10 + (pw - 20) * static_cast<double>(i) / static_cast<double>(n - 1);
+  };
   auto y_of = [&](double v) { return mt + ph - ph * (v - axis.lo) / (axis.hi - axis.lo); };
 
   // y grid and ticks
   for (double t = axis.lo; t <= axis.hi + axis.step * 1e-6; t += axis.step) {
     const double y = y_of(t);
-    svg += format("<line class=\"grid\" x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>", ml, y, ml + pw, y);
-    svg += format("<text class=\"tick\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%s</text>", ml - 6, y + 4,
-                  tick_text(t, axis.step).c_str());
+    svg += printf_text("<line class=\"grid\" x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>", ml, y, ml + pw, y);
+    svg += printf_text("<text class=\"tick\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%s</text>", ml - 6, y + 4,
+                       tick_text(t, axis.step).c_str());
   }
   // x ticks: at most six labelled runs, always the first and the last
   const size_t label_every = std::max<size_t>(1, (n + 5) / 6);
@@ -158,27 +151,30 @@ std::string trend_chart(const std::string& title, const std::string& unit, const
   }
   for (size_t i : labelled) {
     const double x = x_of(i);
-    svg += format("<line class=\"axis\" x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>", x, mt + ph, x, mt + ph + 4);
-    svg += format("<text class=\"tick\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">", x, mt + ph + 16) +
+    svg += printf_text("<line class=\"axis\" x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>", x, mt + ph, x,
+                       mt + ph + 4);
+    svg += printf_text("<text class=\"tick\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">", x, mt + ph + 16) +
            e(points[i].label) + "</text>";
   }
   // axes and their titles
-  svg += format("<line class=\"axis\" x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\"/>", ml, mt, ml, mt + ph);
-  svg +=
-      format("<line class=\"axis\" x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\"/>", ml, mt + ph, ml + pw, mt + ph);
-  svg += format("<text class=\"axis-title\" transform=\"translate(14 %.0f) rotate(-90)\" text-anchor=\"middle\">",
-                mt + ph / 2) +
+  svg += printf_text("<line class=\"axis\" x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\"/>", ml, mt, ml, mt + ph);
+  svg += printf_text("<line class=\"axis\" x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\"/>", ml, mt + ph, ml + pw,
+                     mt + ph);
+  svg += printf_text("<text class=\"axis-title\" transform=\"translate(14 %.0f) rotate(-90)\" text-anchor=\"middle\">",
+                     mt + ph / 2) +
          e(unit) + "</text>";
-  svg += format("<text class=\"axis-title\" x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">run (oldest to newest)</text>",
-                ml + pw / 2, H - 6);
+  svg += printf_text(
+      "<text class=\"axis-title\" x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">run (oldest to newest)</text>",
+      ml + pw / 2, H - 6);
 
   // the line, broken where a run has no value
   std::string segment;
   size_t segment_points = 0;
   auto flush = [&] {
     if (segment_points >= 2)
-      svg += format("<polyline class=\"trend\" fill=\"none\" stroke=\"%s\" stroke-width=\"2.5\" points=\"", stroke) +
-             segment + "\"/>";
+      svg +=
+          printf_text("<polyline class=\"trend\" fill=\"none\" stroke=\"%s\" stroke-width=\"2.5\" points=\"", stroke) +
+          segment + "\"/>";
     segment.clear();
     segment_points = 0;
   };
@@ -187,16 +183,16 @@ std::string trend_chart(const std::string& title, const std::string& unit, const
       flush();
       continue;
     }
-    segment += format("%s%.1f,%.1f", segment.empty() ? "" : " ", x_of(i), y_of(*points[i].y));
+    segment += printf_text("%s%.1f,%.1f", segment.empty() ? "" : " ", x_of(i), y_of(*points[i].y));
     ++segment_points;
   }
   flush();
   for (size_t i = 0; i < n; ++i) {
     if (!points[i].y) continue;
     const bool regressed = latest_regressed && i + 1 == n;
-    svg += format("<circle class=\"%s\" cx=\"%.1f\" cy=\"%.1f\" r=\"%s\" fill=\"%s\"><title>",
-                  regressed ? "point regression-point" : "point", x_of(i), y_of(*points[i].y), regressed ? "6" : "3.5",
-                  regressed ? "#d62728" : stroke) +
+    svg += printf_text("<circle class=\"%s\" cx=\"%.1f\" cy=\"%.1f\" r=\"%s\" fill=\"%s\"><title>",
+                       regressed ? "point regression-point" : "point", x_of(i), y_of(*points[i].y),
+                       regressed ? "6" : "3.5", regressed ? "#d62728" : stroke) +
            e(points[i].label) + ": " + value_text(points[i].y) + " " + e(unit) + (regressed ? " (regression)" : "") +
            "</title></circle>";
   }
@@ -235,11 +231,11 @@ const json* peer_of(const json& doc, const json& cell, const std::string& system
 std::string ratio_cell(const MetricComparison* row) {
   if (row == nullptr) return "<td class=\"num\">&ndash;</td>";
   const std::string verdict = to_string(row->verdict);
-  std::string text = row->ratio ? format("%.3f&times;", *row->ratio) : verdict;
+  std::string text = row->ratio ? printf_text("%.3f&times;", *row->ratio) : verdict;
   if (row->verdict == Verdict::Regression) text += " <strong>REGRESSION</strong>";
-  if (row->p) text += format("<br><span class=\"p\">p=%.2g</span>", *row->p);
+  if (row->p) text += printf_text("<br><span class=\"p\">p=%.2g</span>", *row->p);
   std::string title = verdict;
-  if (row->ratio_low) title += format(", 95%% CI of the ratio [%.3f, %.3f]", *row->ratio_low, *row->ratio_high);
+  if (row->ratio_low) title += printf_text(", 95%% CI of the ratio [%.3f, %.3f]", *row->ratio_low, *row->ratio_high);
   if (!row->note.empty()) title += ", " + row->note;
   return "<td class=\"num verdict-" + verdict + "\" title=\"" + e(title) + "\">" + text + "</td>";
 }
@@ -253,7 +249,7 @@ std::string peer_cell(const json& doc, const json& cell, const std::string& syst
   const std::string title = "tokens/s against " + peer->value("id", std::string());
   if (!mine || !theirs || *theirs <= 0)
     return "<td class=\"num\" title=\"" + e(title) + "\">" + e(peer->value("status", std::string())) + "</td>";
-  return "<td class=\"num\" title=\"" + e(title) + "\">" + format("%.3f&times;", *mine / *theirs) + "</td>";
+  return "<td class=\"num\" title=\"" + e(title) + "\">" + printf_text("%.3f&times;", *mine / *theirs) + "</td>";
 }
 
 const char* kStyle = R"css(
@@ -354,8 +350,8 @@ std::string render_dashboard(const std::vector<SourcedDocument>& history, const 
             " improvement(s), " + std::to_string(comparison->count(Verdict::Missing)) + " missing, " +
             std::to_string(comparison->count(Verdict::New)) + " new against " +
             std::to_string(comparison->baseline_sources.size()) + " baseline document(s)" +
-            format(" (regression: Mann-Whitney p &lt; %g and the median %g%% or more worse)", comparison->options.alpha,
-                   100 * comparison->options.min_effect) +
+            printf_text(" (regression: Mann-Whitney p &lt; %g and the median %g%% or more worse)",
+                        comparison->options.alpha, 100 * comparison->options.min_effect) +
             "</p>\n";
   } else {
     html += "<p class=\"summary\">No baseline: a single document and no --baseline.</p>\n";
@@ -418,7 +414,7 @@ std::string render_dashboard(const std::vector<SourcedDocument>& history, const 
               "\"><td class=\"id\">" + e(row.cell_id) + "</td><td>" + e(row.system) + "</td><td>" + e(row.metric) +
               " [" + e(row.unit) + "]</td><td class=\"num\">" + value_text(row.baseline_median) +
               "</td><td class=\"num\">" + value_text(row.new_median) + "</td>" + ratio_cell(&row) +
-              "<td class=\"num\">" + (row.p ? format("%.3g", *row.p) : std::string("&ndash;")) +
+              "<td class=\"num\">" + (row.p ? printf_text("%.3g", *row.p) : std::string("&ndash;")) +
               "</td><td class=\"verdict-" + verdict + "\">" + e(verdict) +
               (row.note.empty() ? "" : " (" + e(row.note) + ")") + "</td></tr>\n";
     }

@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "harness/bench/step_profiler.h"
+#include "harness/results/printf_text.h"
 
 namespace fsdpp::results {
 
@@ -18,12 +19,6 @@ namespace {
 std::string lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return s;
-}
-
-std::string format(const char* fmt, double value) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof(buffer), fmt, value);
-  return buffer;
 }
 
 // Markdown cells must not contain a bar; kernel names are long, so shorten the middle.
@@ -106,13 +101,14 @@ std::string table_row(const std::string& label, const std::vector<std::string>& 
   std::string row = "| " + label + " |";
   for (const auto& text : shown) row += " " + text + " |";
   for (size_t i = 1; i < values.size(); ++i)
-    row += " " + (values[0] > 0 ? format("%.2f", values[i] / values[0]) : std::string("-")) + " |";
+    row += " " + (values[0] > 0 ? printf_text("%.2f", values[i] / values[0]) : std::string("-")) + " |";
   return row + "\n";
 }
 
 std::vector<std::string> formatted(const std::vector<double>& values) {
   std::vector<std::string> shown;
-  for (double v : values) shown.push_back(format("%.2f", v));
+  shown.reserve(values.size());
+  for (double v : values) shown.push_back(printf_text("%.2f", v));
   return shown;
 }
 
@@ -125,6 +121,7 @@ std::string profile_table(const std::vector<OpProfile>& profiles, const std::str
   std::string out = table_head("", n, "ms/step");
 
   std::vector<double> steps;
+  steps.reserve(profiles.size());
   for (const auto& p : profiles) steps.push_back(per_step_ms(p, p.steps_us));
   out += table_row("step (" + std::string(harness::kStepScope) + ")", formatted(steps), steps);
   std::set<std::string> categories;
@@ -152,6 +149,7 @@ std::string profile_table(const std::vector<OpProfile>& profiles, const std::str
       k[i] = static_cast<double>(op.count) / profiles[i].steps;
     }
   std::vector<std::string> names;
+  names.reserve(ms.size());
   for (const auto& [name, values] : ms) names.push_back(name);
   auto largest = [&](const std::string& name) { return *std::max_element(ms[name].begin(), ms[name].end()); };
   std::sort(names.begin(), names.end(), [&](const auto& a, const auto& b) { return largest(a) > largest(b); });
@@ -162,7 +160,7 @@ std::string profile_table(const std::vector<OpProfile>& profiles, const std::str
   for (const auto& name : names) {
     std::vector<std::string> shown;
     for (size_t i = 0; i < n; ++i)
-      shown.push_back(format("%.3f", ms[name][i]) + " (" + format("%.0f", calls[name][i]) + ")");
+      shown.push_back(printf_text("%.3f", ms[name][i]) + " (" + printf_text("%.0f", calls[name][i]) + ")");
     out += table_row(cell_text(name), shown, ms[name]);
   }
   out += "\n";

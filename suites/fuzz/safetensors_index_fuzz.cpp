@@ -21,7 +21,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const fs::path& checkpoint_dir() {
+const fs::path& shards_dir() {
   static const fs::path dir = fsdpp::fuzz::scratch_dir() / "checkpoint";
   return dir;
 }
@@ -47,7 +47,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   fsdpp::io::NamedTensors tensors = {{"a", at::arange(6, at::kFloat).reshape({2, 3})},
                                      {"b", at::arange(4, at::kLong)},
                                      {"c", at::ones({2}, at::kBFloat16)}};
-  const auto written = fsdpp::io::write_sharded_safetensors(checkpoint_dir(), tensors, 40);
+  const auto written = fsdpp::io::write_sharded_safetensors(shards_dir(), tensors, 40);
   if (const char* seeds = fsdpp::fuzz::seed_request()) {
     for (const auto& file : written.shard_paths)
       fsdpp::fuzz::write_file(fs::path(seeds) / file.filename(), fsdpp::fuzz::read_file(file));
@@ -59,8 +59,8 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  fsdpp::fuzz::write_file(checkpoint_dir() / "model.safetensors.index.json",
+  fsdpp::fuzz::write_file(shards_dir() / "model.safetensors.index.json",
                           std::string_view(reinterpret_cast<const char*>(data), size));
-  fsdpp::fuzz::reader_may_reject([&] { read_every_tensor(fsdpp::io::load_checkpoint_dir(checkpoint_dir())); });
+  fsdpp::fuzz::reader_may_reject([&] { read_every_tensor(fsdpp::io::load_checkpoint_dir(shards_dir())); });
   return 0;
 }

@@ -16,6 +16,7 @@
 #include "harness/testing/png_image.h"
 #include "harness/testing/synthetic_results.h"
 #include "harness/testing/temp_dir.h"
+#include "suites/cli/fsdpp_binary.h"
 
 namespace fsdpp {
 namespace {
@@ -27,7 +28,6 @@ using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::Not;
 
-const std::string kFsdpp = FSDPP_CLI_PATH;
 constexpr int kWidth = 1280, kHeight = 1600;
 // A trend line 2.5 px wide across a ~430 px plot is ~1000 pixels of its colour; all four
 // cells' charts are on screen, so ask for at least two lines' worth of each colour.

@@ -8,6 +8,7 @@
 #include "core/io/atomic_file.h"
 #include "harness/testing/synthetic_results.h"
 #include "harness/testing/temp_dir.h"
+#include "suites/cli/fsdpp_binary.h"
 
 namespace fsdpp {
 namespace {
@@ -20,7 +21,6 @@ using nlohmann::json;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
-const std::string kFsdpp = FSDPP_CLI_PATH;
 constexpr const char* kCliMachine = "0123456789abcdef";
 
 // Writes run `index` with one cell whose 15 step times center on `step_ms`.
@@ -29,7 +29,7 @@ fs::path write_run(const TempDir& dir, int index, double step_ms, const std::str
   SyntheticCell cell;
   cell.step_ms = harness::noisy_samples(step_ms, 0.03, 15, 10 + index);
   doc["cells"].push_back(harness::synthetic_cell(cell));
-  const fs::path file = dir / ("run" + std::to_string(index) + "-" + machine.substr(0, 4) + ".json");
+  fs::path file = dir / ("run" + std::to_string(index) + "-" + machine.substr(0, 4) + ".json");
   io::write_file_atomic(file, doc.dump(2));
   return file;
 }
