@@ -18,9 +18,9 @@
 #
 # The base: $FSDPP_LINT_BASE when set; else `git merge-base HEAD origin/main` when the clone
 # has that remote branch and HEAD is not on it (a pull request: all of its changes); else
-# HEAD~1 (a clone of main, whose HEAD is origin/main or one of its commits: the last commit's
-# changes, which a merge base of HEAD itself would leave empty). Changed means changed between the base and the working tree,
-# so uncommitted edits count. A changed header counts as the .cpp of the same name beside
+# HEAD~1 (a clone of main, whose HEAD is origin/main or one of its commits: the last
+# commit's changes, which a merge base of HEAD itself would leave empty). Changed means
+# changed between the base and the working tree, so uncommitted edits count. A changed header counts as the .cpp of the same name beside
 # it, which includes it (the header's findings are reported through it). A clone with a
 # single commit and no origin/main has no base: the check says so and exits 77 (ctest:
 # skipped), never passes silently.
@@ -73,9 +73,10 @@ if ((all)); then
 elif ((${#files[@]} == 0)); then
   cd "$repo"
   if [ -z "$base" ]; then
-    if git rev-parse -q --verify origin/main >/dev/null &&
-      [ "$(git merge-base HEAD origin/main)" != "$(git rev-parse HEAD)" ]; then
-      base=$(git merge-base HEAD origin/main)
+    fork=""
+    git rev-parse -q --verify origin/main >/dev/null && fork=$(git merge-base HEAD origin/main)
+    if [ -n "$fork" ] && [ "$fork" != "$(git rev-parse HEAD)" ]; then
+      base=$fork
     elif git rev-parse -q --verify HEAD~1 >/dev/null; then
       base=HEAD~1
     else
