@@ -5,8 +5,9 @@
 # caller's directory.
 #
 # Sets: Torch's variables (TORCH_LIBRARIES, Torch_VERSION, TORCH_INSTALL_PREFIX, ...),
-# FSDPP_WITH_CUDA (the LibTorch found is a CUDA build), FSDPP_GLOO_INCLUDE, and with CUDA
-# FSDPP_NCCL_INCLUDE and FSDPP_NCCL_LIBRARY.
+# FSDPP_WITH_CUDA (the LibTorch found is a CUDA build), FSDPP_GLOO_INCLUDE,
+# FSDPP_TORCH_HOST_LIBRARIES and FSDPP_TORCH_HOST_INCLUDE_DIRS (what fsdpp's programs link
+# and include of LibTorch), and with CUDA FSDPP_NCCL_INCLUDE and FSDPP_NCCL_LIBRARY.
 #
 # A missing package stops fsdpp's configure with a message that says what to install; in a
 # package config (_fsdpp_as_package set) it makes find_package(fsdpp) fail with that message
@@ -74,4 +75,17 @@ if(FSDPP_WITH_CUDA)
   if(NOT FSDPP_NCCL_INCLUDE OR NOT FSDPP_NCCL_LIBRARY)
     _fsdpp_dependency_error("CUDA LibTorch found but no NCCL (nccl.h, libnccl): set NCCL_HOME")
   endif()
+endif()
+
+# What fsdpp's libraries and programs link from LibTorch. A CUDA build links only its CPU
+# libraries: fsdpp's CUDA code is a plugin, libfsdpp_cuda.so, that links the rest and is loaded
+# at start where the machine has a CUDA driver (core/runtime/cuda_plugin.h), so that a process
+# on a machine without one does not load the CUDA libraries.
+if(FSDPP_WITH_CUDA)
+  set(FSDPP_TORCH_HOST_LIBRARIES torch_cpu_library c10)
+  # CUDART_VERSION (harness/cli/build_info.cpp): the toolkit's headers, which LibTorch's found.
+  set(FSDPP_TORCH_HOST_INCLUDE_DIRS ${TORCH_INCLUDE_DIRS} ${CUDAToolkit_INCLUDE_DIRS})
+else()
+  set(FSDPP_TORCH_HOST_LIBRARIES ${TORCH_LIBRARIES})
+  set(FSDPP_TORCH_HOST_INCLUDE_DIRS ${TORCH_INCLUDE_DIRS})
 endif()

@@ -66,8 +66,8 @@ def save(path: Path, data) -> None:
 
 def built_sources(repo: Path, dirs: list[str]) -> list[str]:
     """The .cpp files of the directories in fsdpp_core's add_library() list (core/CMakeLists.txt).
-    The sources added by its CUDA branch (comm/nccl_*.cpp: GPU paths no CPU test reaches) or its
-    CPU-only branch (comm/cpu_only_backends.cpp: stubs) are left out."""
+    The sources added after it (the CUDA plugin's, comm/nccl_*.cpp and the rest: GPU paths no CPU
+    test reaches; and the plugin's stand-ins in the core) are left out."""
     cmake = (repo / "core/CMakeLists.txt").read_text()
     listing = re.search(r"add_library\(fsdpp_core STATIC(.*?)\)", cmake, re.S)
     if listing is None:

@@ -4,12 +4,12 @@
 // group's backends that serves its tensors, in this order:
 // - gloo_backend.{h,cpp}: CPU tensors; every collective is built on Gloo's byte
 //   all-to-all and runs on the group's communication thread;
-// - nccl_backend.{h,cpp}: CUDA tensors, one GPU per local rank (CUDA builds only);
+// - nccl_backend.{h,cpp}: CUDA tensors, one GPU per local rank (in the CUDA plugin);
 // - host_staged_backend.{h,cpp}: CUDA tensors of ranks sharing a GPU: the Gloo backend
-//   runs on host copies, and wait() copies the result back to the device (CUDA builds
-//   only).
-// Which backends a build has is decided at link time (make_device_backends), not by an
-// #if inside a collective.
+//   runs on host copies, and wait() copies the result back to the device (with the CUDA
+//   plugin).
+// Which backends a process has is decided once, by whether the CUDA plugin is loaded
+// (make_device_backends), not by an #if inside a collective.
 // A backend gets tensors that passed every check, and `what`, the op's label ("all_reduce
 // [sum](1024 x Float)") for its errors. Layouts and semantics are those of Communicator's
 // calls of the same names (communicator.h); group_state.h is what the backends share.
@@ -57,11 +57,11 @@ class CollectiveBackend {
 };
 
 // The backends for device (CUDA) tensors, in the order they are tried: NCCL, then host
-// staging through `gloo`. A CUDA build links nccl_backend.cpp, which makes both; a CPU-only
-// build links cpu_only_backends.cpp, which makes none, so CUDA tensors are refused.
+// staging through `gloo`, when the CUDA plugin is loaded (core/runtime/cuda_plugin.h, which
+// holds nccl_backend.cpp); none without it, so CUDA tensors are refused.
 std::vector<std::unique_ptr<CollectiveBackend>> make_device_backends(GroupState& group, GlooBackend& gloo);
 
-// Whether this build links device backends (the same answer make_device_backends gives,
+// Whether this process has device backends (the same answer make_device_backends gives,
 // without making any): how a refused tensor's error is worded.
 bool device_backends_linked();
 

@@ -20,6 +20,7 @@
 #include "core/comm/failure_board.h"
 #include "core/comm/gloo_backend.h"
 #include "core/comm/group_state.h"
+#include "core/runtime/cuda_plugin.h"
 #include "core/runtime/stopwatch.h"
 
 namespace fsdpp::comm {
@@ -77,7 +78,7 @@ struct Communicator::Impl {
       throw CommError("fsdpp comm: " + what + ": tensor is on " + t.device().str() +
                       "; the communicator moves CPU and CUDA tensors");
     throw CommError("fsdpp comm: " + what + ": tensor is on " + t.device().str() +
-                    " but this build's communicator moves CPU tensors only");
+                    " but this process moves CPU tensors only (CUDA plugin " + runtime::cuda_plugin_status() + ")");
   }
 };
 

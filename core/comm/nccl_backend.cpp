@@ -18,16 +18,6 @@ int64_t ring_bytes(int n, int64_t piece_bytes) { return (n - 1) * piece_bytes; }
 
 }  // namespace
 
-// This build has CUDA: NCCL first, then host staging for ranks that share a GPU.
-std::vector<std::unique_ptr<CollectiveBackend>> make_device_backends(GroupState& group, GlooBackend& gloo) {
-  std::vector<std::unique_ptr<CollectiveBackend>> backends;
-  backends.push_back(std::make_unique<NcclBackend>(group));
-  backends.push_back(std::make_unique<HostStagedBackend>(gloo));
-  return backends;
-}
-
-bool device_backends_linked() { return true; }
-
 bool NcclBackend::serves(const at::Tensor& t) const { return t.is_cuda() && nccl_usable(group_.local_world_size); }
 
 NcclGroup& NcclBackend::nccl_group(at::Device device) {

@@ -1,4 +1,7 @@
-// CUDA builds: the autograd function around the kernels of cross_entropy_kernel.cu.
+// The CUDA plugin's fused cross-entropy: the autograd function around the kernels of
+// cross_entropy_kernel.cu.
+#include "core/kernels/cross_entropy_cuda.h"
+
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -9,7 +12,6 @@
 #include <stdexcept>
 #include <string>
 
-#include "core/kernels/cross_entropy.h"
 #include "core/kernels/cross_entropy_kernel.h"
 
 namespace fsdpp::kernels {
@@ -77,6 +79,8 @@ class FusedCrossEntropy : public torch::autograd::Function<FusedCrossEntropy> {
 
 }  // namespace
 
+namespace cuda {
+
 const char* cross_entropy_kernel_name(at::Device device) {
   return device.is_cuda() && !switched_off() ? "fused" : "composite";
 }
@@ -97,5 +101,7 @@ at::Tensor fused_summed_cross_entropy(const at::Tensor& logits, const at::Tensor
                                 " integer class indices, one per row of the logits");
   return FusedCrossEntropy::apply(logits, targets, ignore_index);
 }
+
+}  // namespace cuda
 
 }  // namespace fsdpp::kernels

@@ -3,25 +3,21 @@
 #include <fstream>
 #include <stdexcept>
 
-#if FSDPP_WITH_CUDA
-#include <ATen/ATen.h>
-#include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDACachingAllocator.h>
-#include <c10/cuda/CUDAFunctions.h>
-#endif
+#include "core/runtime/cuda_plugin.h"
 
 namespace fsdpp::runtime {
 
 namespace {
 
-#if FSDPP_WITH_CUDA
-// The caching allocator's per-device state exists only after CUDA's lazy init (the first
-// allocation); its statistics calls throw "Invalid device argument" before that.
-c10::DeviceIndex initialised_cuda_index(c10::Device device) {
-  (void)at::empty({0}, at::TensorOptions().device(device));
-  return device.has_index() ? device.index() : c10::cuda::current_device();
+// The CUDA plugin, for a call about CUDA `device`; throws std::logic_error naming the device
+// when there is none (no CUDA tensor or device can exist without it).
+const CudaPlugin* cuda_plugin_for(c10::Device device) {
+  const CudaPlugin* plugin = cuda_plugin();
+  if (plugin == nullptr)
+    throw std::logic_error("fsdpp runtime: " + device.str() + " asked of a process without the CUDA plugin (" +
+                           cuda_plugin_status() + ")");
+  return plugin;
 }
-#endif
 
 // A "Name:   123 kB" line of /proc/self/status, in bytes (0 if absent).
 int64_t proc_status_bytes(const std::string& name) {
@@ -43,11 +39,8 @@ int64_t proc_status_bytes(const std::string& name) {
 bool cuda_available() { return cuda_device_count() > 0; }
 
 int cuda_device_count() {
-#if FSDPP_WITH_CUDA
-  return static_cast<int>(c10::cuda::device_count());
-#else
-  return 0;
-#endif
+  const CudaPlugin* plugin = cuda_plugin();
+  return plugin != nullptr ? plugin->device_count() : 0;
 }
 
 c10::Device parse_device(const std::string& text, const std::string& flag) {
@@ -55,12 +48,9 @@ c10::Device parse_device(const std::string& text, const std::string& flag) {
   if (text == "cuda" || text.rfind("cuda:", 0) == 0) {
     if (!cuda_available())
       throw std::invalid_argument(flag + " '" + text + "': this build/machine has no CUDA device" +
-#if FSDPP_WITH_CUDA
-                                  std::string(" (CUDA build, but no GPU is visible)")
-#else
-                                  std::string(" (CPU build: configure against a CUDA LibTorch, see ci/gpu.sh)")
-#endif
-      );
+                                  (cuda_plugin() != nullptr
+                                       ? std::string(" (CUDA plugin loaded, but no GPU is visible)")
+                                       : " (CUDA plugin " + cuda_plugin_status() + ")"));
     int index = 0;
     if (text.size() > 5) {
       try {
@@ -85,74 +75,40 @@ c10::ScalarType parse_compute_dtype(const std::string& name, const std::string& 
 }
 
 void set_current_device(c10::Device device) {
-#if FSDPP_WITH_CUDA
-  if (device.is_cuda()) c10::cuda::set_device(device.has_index() ? device.index() : c10::DeviceIndex{0});
-#else
-  (void)device;
-#endif
+  if (device.is_cuda()) cuda_plugin_for(device)->set_device(device.has_index() ? device.index() : c10::DeviceIndex{0});
 }
 
 void synchronize(c10::Device device) {
-#if FSDPP_WITH_CUDA
-  if (device.is_cuda()) c10::cuda::device_synchronize();
-#else
-  (void)device;
-#endif
+  if (device.is_cuda()) cuda_plugin_for(device)->synchronize();
 }
 
 void synchronize_current_stream(c10::Device device) {
-#if FSDPP_WITH_CUDA
-  if (device.is_cuda()) at::cuda::getCurrentCUDAStream(device.index()).synchronize();  // index -1: current device
-#else
-  (void)device;
-#endif
+  if (device.is_cuda()) cuda_plugin_for(device)->synchronize_current_stream(device.index());  // -1: current device
 }
 
 bool current_stream_idle(c10::Device device) {
-#if FSDPP_WITH_CUDA
-  if (device.is_cuda()) return at::cuda::getCurrentCUDAStream(device.index()).query();
-#else
-  (void)device;
-#endif
-  return true;
+  return !device.is_cuda() || cuda_plugin_for(device)->current_stream_idle(device.index());
 }
 
 DeviceMemory device_memory(c10::Device device) {
+  if (device.is_cuda()) return cuda_plugin_for(device)->device_memory(device);
   DeviceMemory m;
-#if FSDPP_WITH_CUDA
-  if (device.is_cuda()) {
-    auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(initialised_cuda_index(device));
-    const size_t all = 0;  // StatType::AGGREGATE: small and large pools together
-    m.allocated_bytes = stats.allocated_bytes[all].current;
-    m.reserved_bytes = stats.reserved_bytes[all].current;
-    m.peak_allocated_bytes = stats.allocated_bytes[all].peak;
-    m.peak_reserved_bytes = stats.reserved_bytes[all].peak;
-    return m;
-  }
-#endif
-  (void)device;
   m.allocated_bytes = m.reserved_bytes = proc_status_bytes("VmRSS");
   m.peak_allocated_bytes = m.peak_reserved_bytes = proc_status_bytes("VmHWM");
   return m;
 }
 
 void reset_peak_memory(c10::Device device) {
-#if FSDPP_WITH_CUDA
   if (device.is_cuda()) {
-    c10::cuda::CUDACachingAllocator::resetPeakStats(initialised_cuda_index(device));
+    cuda_plugin_for(device)->reset_peak_memory(device);
     return;
   }
-#endif
-  (void)device;
   std::ofstream("/proc/self/clear_refs") << "5";
 }
 
 std::string device_name(c10::Device device) {
-#if FSDPP_WITH_CUDA
   if (device.is_cuda())
-    return at::cuda::getDeviceProperties(device.has_index() ? device.index() : c10::DeviceIndex{0})->name;
-#endif
-  (void)device;
+    return cuda_plugin_for(device)->device_name(device.has_index() ? device.index() : c10::DeviceIndex{0});
   std::ifstream cpuinfo("/proc/cpuinfo");
   std::string line;
   while (std::getline(cpuinfo, line))

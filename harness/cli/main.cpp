@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/runtime/cuda_plugin.h"
 #include "harness/cli/bench_command.h"
 #include "harness/cli/build_info.h"
 #include "harness/cli/checkpoint_commands.h"
@@ -85,15 +86,19 @@ std::string unexpected_arguments(const CLI::App& app) {
   return line;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run_fsdpp(int argc, char** argv) {
   // A vanished peer must be an error on its socket (EPIPE -> CommError), not SIGPIPE.
   std::signal(SIGPIPE, SIG_IGN);
+  if (const std::string bad = fsdpp::runtime::cuda_plugin_setting_error(); !bad.empty()) {
+    std::cerr << "fsdpp: " << bad << "\n";
+    return 2;
+  }
   CLI::App app{"fsdpp: fully sharded data parallel training core and its test harness"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", fsdpp::cli::build_info(),
-                       "Print fsdpp's version and commit and the LibTorch, CUDA and NCCL it was built with");
+  // The build's facts, then this process's: whether the CUDA plugin is loaded, and from where.
+  app.set_version_flag("--version", fsdpp::cli::build_info() + "\nCUDA plugin " + fsdpp::runtime::cuda_plugin_status(),
+                       "Print fsdpp's version and commit, the LibTorch, CUDA and NCCL it was built with, and "
+                       "whether its CUDA plugin is loaded");
   std::vector<std::string> args(argv, argv + argc);
 
   // Every option's default shows in --help (subcommands inherit this).
@@ -111,6 +116,7 @@ int main(int argc, char** argv) {
   try {
     for (const auto& command : commands) args = command->expand_config(args);  // `train --config FILE`
     std::vector<char*> arg_ptrs;
+    arg_ptrs.reserve(args.size());
     for (auto& a : args) arg_ptrs.push_back(a.data());
     app.parse(static_cast<int>(arg_ptrs.size()), arg_ptrs.data());
     for (const auto& command : commands)
@@ -139,4 +145,19 @@ int main(int argc, char** argv) {
     return fsdpp::cli::kExitFailedRun;
   }
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // What escapes the command's own handlers (setting up the parser, listing flags) is a
+  // failed run, in one line, not std::terminate.
+  try {
+    return run_fsdpp(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fsdpp: error: %s\n", e.what());
+  } catch (...) {
+    std::fprintf(stderr, "fsdpp: error: an unknown exception\n");
+  }
+  return fsdpp::cli::kExitFailedRun;
 }

@@ -29,12 +29,13 @@
 #include "core/checkpoint/sha256.h"
 #include "core/io/atomic_file.h"
 #include "core/io/json_depth.h"
+#include "core/runtime/cuda_plugin.h"
 #include "core/runtime/device.h"
 #include "harness/results/json_schema.h"
 
 #if FSDPP_WITH_CUDA
-#include <ATen/cuda/CUDAContext.h>
-#include <nccl.h>
+#include <cuda_runtime_api.h>  // CUDART_VERSION
+#include <nccl.h>              // NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH
 #endif
 
 // The generated translation unit that holds results/schema/v1.json (harness/CMakeLists.txt).
@@ -122,7 +123,7 @@ json file_field(const fs::path& file, const std::string& key, char separator) {
   while (std::getline(in, line)) {
     if (line.rfind(key, 0) != 0) continue;
     auto at = line.find(separator, key.size());
-    if (at == std::string::npos || trim(line.substr(key.size(), at - key.size())) != "") continue;
+    if (at == std::string::npos || !trim(line.substr(key.size(), at - key.size())).empty()) continue;
     std::string value = trim(line.substr(at + 1));
     if (value.size() >= 2 && value.front() == '"' && value.back() == '"') value = value.substr(1, value.size() - 2);
     return value;
@@ -384,7 +385,7 @@ std::vector<json> migrate_cell_v0(const json& cell, const std::string& pointer, 
   if (!peer.is_object()) {
     peer_cell["status"] = "unavailable";
     peer_cell["reason"] = "the version 0 document has no PyTorch FSDP2 record for this cell";
-  } else if (peer.value("available", true) == false) {
+  } else if (!peer.value("available", true)) {
     peer_cell["status"] = "unavailable";
     peer_cell["reason"] = peer.value("reason", std::string("the PyTorch peer reported FSDP2 not available"));
   } else {
@@ -561,23 +562,25 @@ nlohmann::json machine_info() {
   machine["driver"] = nullptr;
   machine["cuda"] = nullptr;
   machine["nccl"] = nullptr;
-#if FSDPP_WITH_CUDA
   if (runtime::cuda_device_count() > 0) {
-    machine["gpu_model"] = runtime::device_name(c10::Device(c10::kCUDA, 0));
-    machine["gpu_memory_bytes"] = static_cast<int64_t>(at::cuda::getDeviceProperties(0)->totalGlobalMem);
+    const runtime::CudaPlugin& cuda = *runtime::cuda_plugin();
+    machine["gpu_model"] = cuda.device_name(0);
+    machine["gpu_memory_bytes"] = cuda.device_total_memory(0);
     // "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  <date>"
     std::smatch m;
     const std::string nvrm = read_first_line("/proc/driver/nvidia/version");
     if (std::regex_search(nvrm, m, std::regex(R"(Kernel Module\s+([0-9][0-9.]*))"))) machine["driver"] = m[1].str();
   }
+#if FSDPP_WITH_CUDA
+  // The runtime fsdpp was built against (LibTorch's). NCCL: its own answer where the CUDA
+  // plugin, which links it, is loaded; else the version the plugin was built against, which is
+  // the one it would load (the wheel's).
   machine["cuda"] = std::to_string(CUDART_VERSION / 1000) + "." + std::to_string(CUDART_VERSION % 1000 / 10);
-  int nccl = 0;
-  if (ncclGetVersion(&nccl) == ncclSuccess && nccl > 0) {
-    // NCCL_VERSION_CODE: X*1000+Y*100+Z before 2.9, X*10000+Y*100+Z since.
-    const int major = nccl >= 10000 ? nccl / 10000 : nccl / 1000;
-    const int minor = nccl >= 10000 ? nccl / 100 % 100 : nccl / 100 % 10;
-    machine["nccl"] = std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(nccl % 100);
-  }
+  const runtime::CudaPlugin* cuda = runtime::cuda_plugin();
+  const std::string nccl = cuda != nullptr ? cuda->nccl_runtime_version() : "";
+  machine["nccl"] =
+      !nccl.empty() ? nccl
+                    : std::to_string(NCCL_MAJOR) + "." + std::to_string(NCCL_MINOR) + "." + std::to_string(NCCL_PATCH);
 #endif
   machine["libtorch"] = TORCH_VERSION;
   machine["compiler"] = compiler_name();
@@ -605,7 +608,7 @@ std::filesystem::path append_to_history(const std::filesystem::path& history_dir
   validate_results(doc, "history document " + (named ? doc["run_id"].get<std::string>() : std::string("(no run_id)")));
   const std::string run_id = doc["run_id"];
   const fs::path dir = history_dir / doc["machine"]["fingerprint"].get<std::string>();
-  const fs::path target = dir / (run_id + ".json");
+  fs::path target = dir / (run_id + ".json");
   fs::create_directories(dir);
   if (fs::exists(target)) fail(target.string(), "exists already: history is append-only");
   // Written in full beside the target, then hard-linked to its name: link() fails if the
