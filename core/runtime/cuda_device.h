@@ -14,7 +14,7 @@ namespace fsdpp::runtime::cuda {
 
 int device_count();
 void set_device(c10::DeviceIndex index);
-void synchronize();  // the current device
+void synchronize();                                       // the current device
 void synchronize_current_stream(c10::DeviceIndex index);  // -1: the current device
 bool current_stream_idle(c10::DeviceIndex index);         // -1: the current device
 // The caching allocator's counters (torch.cuda.memory_allocated, memory_reserved, max_*).

@@ -101,10 +101,10 @@ void load_cuda_plugin() {
     }
     Dl_info info{};
     void* symbol = dlsym(handle, "fsdpp_cuda_plugin_marker");
-    load_status() = "loaded from " +
-                  std::string(symbol != nullptr && dladdr(symbol, &info) != 0 && info.dli_fname != nullptr
-                                  ? info.dli_fname
-                                  : file.c_str());
+    load_status() =
+        "loaded from " + std::string(symbol != nullptr && dladdr(symbol, &info) != 0 && info.dli_fname != nullptr
+                                         ? info.dli_fname
+                                         : file.c_str());
   });
 }
 

@@ -45,7 +45,7 @@ namespace fsdpp::runtime {
 struct CudaPlugin {
   int (*device_count)();
   void (*set_device)(c10::DeviceIndex index);
-  void (*synchronize)();  // the current device
+  void (*synchronize)();                                       // the current device
   void (*synchronize_current_stream)(c10::DeviceIndex index);  // -1: the current device
   bool (*current_stream_idle)(c10::DeviceIndex index);         // -1: the current device
   DeviceMemory (*device_memory)(c10::Device device);
