@@ -267,6 +267,13 @@ run() {
   "$python" -c 'import torch; print("torch", torch.__version__, torch.version.cuda)'
   free -g | head -2
   "$build/fsdpp" --version || { ldd "$build/fsdpp" | grep 'not found'; exit 1; }
+  # On a GPU machine every program loads the CUDA plugin (core/runtime/cuda_plugin.h); without
+  # it nothing below could use the GPU, so the lease stops here and says why.
+  if ! "$build/fsdpp" --version | grep -q '^CUDA plugin loaded from '; then
+    note "the CUDA plugin is not loaded: $("$build/fsdpp" --version | grep '^CUDA plugin')"
+    ldd "$build/core/libfsdpp_cuda.so" | grep 'not found'
+    exit 1
+  fi
   for stage in ${FSDPP_LEASE_STAGES:-cuda bench offload tests profile}; do
     "stage_$stage"
   done
