@@ -563,9 +563,8 @@ nlohmann::json machine_info() {
   machine["cuda"] = nullptr;
   machine["nccl"] = nullptr;
   if (runtime::cuda_device_count() > 0) {
-    const runtime::CudaPlugin& cuda = *runtime::cuda_plugin();
-    machine["gpu_model"] = cuda.device_name(0);
-    machine["gpu_memory_bytes"] = cuda.device_total_memory(0);
+    machine["gpu_model"] = runtime::device_name(c10::Device(c10::kCUDA, 0));
+    machine["gpu_memory_bytes"] = runtime::cuda_plugin()->device_total_memory(0);
     // "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  <date>"
     std::smatch m;
     const std::string nvrm = read_first_line("/proc/driver/nvidia/version");
