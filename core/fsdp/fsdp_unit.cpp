@@ -60,7 +60,14 @@ FsdpUnit::FsdpUnit(std::string name, std::vector<std::pair<std::string, at::Tens
 
 namespace {
 
-const char* to_string(FsdpUnit::State state) { return state == FsdpUnit::State::Sharded ? "SHARDED" : "UNSHARDED"; }
+const char* to_string(FsdpUnit::State state) {
+  switch (state) {
+    case FsdpUnit::State::Sharded: return "SHARDED";
+    case FsdpUnit::State::ShardedPostForward: return "SHARDED_POST_FORWARD";
+    case FsdpUnit::State::Unsharded: return "UNSHARDED";
+  }
+  return "?";
+}
 
 const char* to_string(FsdpUnit::TrainingState state) {
   switch (state) {
@@ -114,9 +121,28 @@ bool FsdpUnit::enter_post_backward() {
 at::ScalarType FsdpUnit::param_dtype() const { return precision_.param_dtype.value_or(master_dtype_); }
 at::ScalarType FsdpUnit::reduce_dtype() const { return precision_.reduce_dtype.value_or(param_dtype()); }
 
+void FsdpUnit::set_post_forward_group(std::shared_ptr<comm::Communicator> group) {
+  if (group && (replicated_ || group->size() < 2 || comms_.shard->size() % group->size() != 0))
+    throw std::invalid_argument("fully_shard: unit '" + name_ + "': a post-forward group of " +
+                                std::to_string(group->size()) + " ranks does not divide its shard group of " +
+                                std::to_string(comms_.shard->size()));
+  if (state_ == State::ShardedPostForward) reshard();
+  post_forward_group_ = std::move(group);
+}
+
+int64_t FsdpUnit::post_forward_bytes() const {
+  return post_forward_piece_.defined() ? post_forward_piece_.numel() * post_forward_piece_.element_size() : 0;
+}
+
 void FsdpUnit::unshard_async() {
   if (replicated_ || params_.empty() || state_ == State::Unsharded || gather_work_) return;
   for (auto& p : params_) p.alloc_unsharded();
+  if (state_ == State::ShardedPostForward) {
+    // The piece is already in param_dtype on the device: k pieces make the whole buffer.
+    gather_work_ = all_gather_async(*post_forward_group_, post_forward_piece_, /*copy_in=*/false, device_,
+                                    post_forward_piece_.scalar_type());
+    return;
+  }
   // Offload: the shard is copied to the compute device (host to host on CPU builds); mixed
   // precision: cast to param_dtype, so the all-gather moves param_dtype bytes.
   const bool copy_in = precision_.offload || param_dtype() != master_dtype_;
@@ -129,14 +155,30 @@ void FsdpUnit::wait_unshard() {
   gather_work_->work.wait();
   at::Tensor output = gather_work_->output;
   gather_work_.reset();
+  if (state_ == State::ShardedPostForward) {
+    post_forward_piece_ = at::Tensor();
+  } else if (post_forward_group_ && training_state_ == TrainingState::Forward) {
+    // Member j of the post-forward group keeps shard ranks [j S/k, (j+1) S/k)'s chunks.
+    const int64_t piece = output.numel() / post_forward_group_->size();
+    post_forward_piece_ = output.narrow(0, post_forward_group_->rank() * piece, piece).clone();
+  }
   all_gather_copy_out(params_, output, shard_total_);
   state_ = State::Unsharded;
 }
 
 void FsdpUnit::reshard() {
   if (replicated_ || state_ == State::Sharded) return;
-  for (auto& p : params_) p.free_unsharded();
+  if (state_ == State::Unsharded)
+    for (auto& p : params_) p.free_unsharded();
+  post_forward_piece_ = at::Tensor();
   state_ = State::Sharded;
+}
+
+void FsdpUnit::reshard_post_forward() {
+  if (replicated_ || state_ != State::Unsharded) return;
+  if (!post_forward_piece_.defined()) return reshard();
+  for (auto& p : params_) p.free_unsharded();
+  state_ = State::ShardedPostForward;
 }
 
 void FsdpUnit::discard_unshard() {
@@ -144,16 +186,16 @@ void FsdpUnit::discard_unshard() {
   gather_work_->work.wait();
   gather_work_.reset();
   for (auto& p : params_) p.free_unsharded();
+  post_forward_piece_ = at::Tensor();
   state_ = State::Sharded;
 }
 
 void FsdpUnit::reduce_gradients_async(bool sync) {
   if (training_state_ != TrainingState::PostBackward)
     protocol_error("reduce_gradients_async", "gradients are reduced in post-backward, after the unit's backward");
-  if (comms_.world && !sync)
-    throw std::logic_error("fully_shard: unit '" + name_ +
-                           "': gradient accumulation without sync (no_sync) is not allowed in the world-size-invariant "
-                           "reduction order: it would sum a rank's micro-steps before the other ranks' gradients");
+  // World-size-invariant order: every micro-step is packed alone (as if synced), and sent
+  // with the sync one (unsent_inputs_).
+  const bool pack = sync || comms_.world != nullptr;
   if (!replicated_) {
     // This backward's unsharded gradients join the accumulator (in reduce_dtype), so
     // that no-sync micro-steps add up at that precision; the first one is taken as is.
@@ -161,7 +203,7 @@ void FsdpUnit::reduce_gradients_async(bool sync) {
     // (copy_in_grad's copy_) casts it to fp32 on the way, the same bits in one pass over
     // the bytes instead of a cast and a copy. One kept across no-sync micro-steps is cast
     // now, so that they add up in reduce_dtype (fp16 sums overflow).
-    const bool packed_now = sync && reducer_ != nullptr;
+    const bool packed_now = pack && reducer_ != nullptr;
     grad_accumulators_.resize(params_.size());
     for (size_t i = 0; i < params_.size(); ++i) {
       auto& g = params_[i].unsharded().mutable_grad();
@@ -176,7 +218,7 @@ void FsdpUnit::reduce_gradients_async(bool sync) {
       g = at::Tensor();
     }
   }
-  if (!sync) return;
+  if (!pack) return;
   std::vector<bool> has_grad;
   for (size_t i = 0; i < params_.size(); ++i)
     has_grad.push_back(replicated_ ? params_[i].unsharded().grad().defined() : grad_accumulators_[i].defined());
@@ -184,12 +226,31 @@ void FsdpUnit::reduce_gradients_async(bool sync) {
   // reduction into the parameters that got a gradient on any rank.
   std::vector<bool> reduced = reducer_ && comms_.agree_on_gradients ? gradients_on_any_rank(has_grad) : has_grad;
   // A unit no parameter of which got a gradient (on every rank alike, as with FSDP2)
-  // has nothing to reduce; one replica's local gradients are the result.
-  if (std::find(reduced.begin(), reduced.end(), true) == reduced.end() || !reducer_) return;
-  at::Tensor input =
-      replicated_ ? replica_reduce_input(params_, has_grad, comms_.replicate->size())
-                  : reduce_scatter_input(params_, grad_accumulators_, has_grad, shard_total_, comms_.shard->size(),
-                                         at::TensorOptions().device(device_).dtype(reduce_dtype()));
+  // has nothing to reduce; one replica's local gradients are the result. Micro-steps kept
+  // unsent are sent all the same.
+  const bool nothing = !reducer_ || std::find(reduced.begin(), reduced.end(), true) == reduced.end();
+  if (nothing && (!sync || unsent_inputs_.empty())) return;
+  at::Tensor input;
+  if (!nothing)
+    input = replicated_
+                ? replica_reduce_input(params_, has_grad, comms_.replicate->size())
+                : reduce_scatter_input(params_, grad_accumulators_, has_grad, shard_total_, comms_.shard->size(),
+                                       at::TensorOptions().device(device_).dtype(reduce_dtype()));
+  if (comms_.world != nullptr && (!sync || !unsent_inputs_.empty())) {
+    // A parameter reduced in some micro-steps only gets zero slices from the others: adding
+    // +0 to a fold that starts from +0 changes no bit. A micro-step with nothing to reduce
+    // is left out, as the synced one skips it.
+    if (!nothing) {
+      unsent_reduced_.resize(reduced.size(), false);
+      for (size_t i = 0; i < reduced.size(); ++i) unsent_reduced_[i] = unsent_reduced_[i] || reduced[i];
+      unsent_inputs_.push_back(std::move(input));
+    }
+    if (!sync) return;
+    input = at::cat(unsent_inputs_);
+    reduced = std::move(unsent_reduced_);
+    unsent_inputs_.clear();
+    unsent_reduced_.clear();
+  }
   reduce_work_.push_back(PendingReduce{reducer_->issue(input), std::move(reduced)});
 }
 

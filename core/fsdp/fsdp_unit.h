@@ -58,7 +58,9 @@ struct UnitMemory {
 
 class FsdpUnit {
  public:
-  enum class State { Sharded, Unsharded };
+  // FSDP2's ShardedState: SHARDED_POST_FORWARD holds this rank's piece of the gathered
+  // parameters between a forward and its backward (reshard_after_forward as an int).
+  enum class State { Sharded, ShardedPostForward, Unsharded };
   enum class TrainingState { Idle, Forward, PreBackward, PostBackward };
 
   // Parameters keep living in the module; a group of one with no mixed precision and no
@@ -97,16 +99,30 @@ class FsdpUnit {
   bool replicated() const { return replicated_; }
   bool reshard_after_forward() const { return reshard_after_forward_; }
   void set_reshard_after_forward(bool reshard) { reshard_after_forward_ = reshard; }
+  // FSDP2's reshard_after_forward=k (ZeRO++'s hpZ): `group` is k consecutive ranks of the
+  // shard group (k divides its size). A training forward keeps this rank's 1/k of the
+  // gathered buffer (reshard_post_forward), and the backward's all-gather runs over `group`
+  // alone; the same bytes, so the same bits. Null: reshard fully.
+  void set_post_forward_group(std::shared_ptr<comm::Communicator> group);
+  const comm::Communicator* post_forward_group() const { return post_forward_group_.get(); }
+  // Bytes of the piece held in SHARDED_POST_FORWARD (0 in any other state).
+  int64_t post_forward_bytes() const;
   std::vector<FsdpParam>& params() { return params_; }
   const UnitComms& comms() const { return comms_; }
 
-  // Issues the all-gather (no-op if unsharded or already in flight).
+  // Issues the all-gather (no-op if unsharded or already in flight): over the shard group
+  // from the flat shard, or in SHARDED_POST_FORWARD over the post-forward group from the
+  // piece.
   void unshard_async();
   bool unshard_in_flight() const { return gather_work_.has_value(); }
   // Completes the unshard: waits for the all-gather, copies out. SHARDED -> UNSHARDED.
   void wait_unshard();
-  // Releases the unsharded storage. UNSHARDED -> SHARDED.
+  // Releases the unsharded storage (and a post-forward piece). UNSHARDED or
+  // SHARDED_POST_FORWARD -> SHARDED.
   void reshard();
+  // After a training forward: UNSHARDED -> SHARDED_POST_FORWARD where a post-forward group
+  // is set (the piece was kept when the forward's all-gather finished), else -> SHARDED.
+  void reshard_post_forward();
   // Drops an all-gather still in flight (waits for it, discards its data): its values
   // would go stale once the optimizer updates the shards.
   void discard_unshard();
@@ -117,8 +133,12 @@ class FsdpUnit {
   // or world-ordered); then frees the unsharded grads. Without sync (no_sync / gradient accumulation) they are added
   // into an unsharded accumulator kept in reduce_dtype, reduced at the next sync.
   // World-size-invariant order (comms().world set): every world rank's gradient slice of
-  // each destination's shard travels in one world-wide all-to-all, not summed; sync must
-  // be true (throws std::logic_error: no-sync would pre-sum a rank's micro-steps).
+  // each destination's shard travels in one world-wide all-to-all, not summed. Without sync
+  // each micro-step's gradients are packed and kept apart (a rank's micro-steps summed first
+  // would change the fold's order); the sync micro-step sends all of them in one
+  // all-to-all, and the fold adds them in the order sync on every micro-step adds them:
+  // the same bits, one collective per step, and the unit's padded gradient held once per
+  // micro-step until then.
   void reduce_gradients_async(bool sync);
   // Waits for the reductions issued above and adds the results into the sharded
   // parameters' .grad. World-size-invariant order: folds
@@ -165,8 +185,14 @@ class FsdpUnit {
   int64_t full_param_bytes_ = 0;
   at::Tensor flat_shard_;
   std::optional<PendingGather> gather_work_;
+  std::shared_ptr<comm::Communicator> post_forward_group_;  // set_post_forward_group
+  at::Tensor post_forward_piece_;         // this rank's 1/k of the gathered buffer, param dtype, on device_
   std::unique_ptr<GradReducer> reducer_;  // grad_reducer.h; null: nothing to reduce (one replica)
   std::vector<PendingReduce> reduce_work_;
+  // World-size-invariant order without sync: the packed inputs of the micro-steps not yet
+  // sent, and which parameters any of them reduces.
+  std::vector<at::Tensor> unsent_inputs_;
+  std::vector<bool> unsent_reduced_;
 };
 
 }  // namespace fsdpp::fsdp

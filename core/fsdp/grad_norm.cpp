@@ -66,18 +66,19 @@ std::vector<at::Tensor> sharded_gradients(const std::vector<std::shared_ptr<Fsdp
   return grads;
 }
 
-double sharded_grad_norm(const std::vector<std::shared_ptr<FsdpUnit>>& units, const UnitComms& comms,
-                         double norm_type) {
+at::Tensor sharded_grad_norm(const std::vector<std::shared_ptr<FsdpUnit>>& units, const UnitComms& comms,
+                             double norm_type) {
   if (!(norm_type > 0)) throw std::invalid_argument("grad norm: norm_type must be > 0 or inf");
   bool inf = std::isinf(norm_type);
   // The maximum does not depend on the order; sums do.
-  if (comms.world && !inf) return std::pow(row_ordered_power_sum(units, *comms.shard, norm_type), 1.0 / norm_type);
-  double local = optim::gradient_power_sum(sharded_gradients(units), norm_type);
+  if (comms.world && !inf)
+    return at::scalar_tensor(std::pow(row_ordered_power_sum(units, *comms.shard, norm_type), 1.0 / norm_type),
+                             at::kDouble);
+  // Stays where the gradients are: the all-reduce and the root run there, unread.
+  auto total = optim::gradient_power_sum_on_device(sharded_gradients(units), norm_type).reshape({1});
   // Shards of one replica partition the gradients; replicas hold the same values.
-  auto t = at::tensor({local}, at::kDouble);
-  if (comms.shard->size() > 1) comms.shard->all_reduce(t, inf ? comm::ReduceOp::Max : comm::ReduceOp::Sum);
-  double total = t.item<double>();
-  return inf ? total : std::pow(total, 1.0 / norm_type);
+  if (comms.shard->size() > 1) comms.shard->all_reduce(total, inf ? comm::ReduceOp::Max : comm::ReduceOp::Sum);
+  return optim::norm_from_power_sum(total.reshape({}), norm_type);
 }
 
 }  // namespace fsdpp::fsdp

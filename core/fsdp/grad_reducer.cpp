@@ -104,7 +104,9 @@ class ReplicaAverage final : public GradReducer {
 
 // ReductionOrder::WorldSizeInvariant: world rank j gets every rank's slice of shard j % S,
 // unsummed. The pieces, in shard order, repeat once per replica (the hybrid mesh is
-// row-major; NO_SHARD: S = 1).
+// row-major; NO_SHARD: S = 1). An input of k micro-steps' buffers back to back travels in
+// the same one all-to-all: each destination gets, from each rank, its slice of every
+// micro-step.
 class WorldOrdered final : public GradReducer {
  public:
   WorldOrdered(std::shared_ptr<comm::Communicator> world, int shard_group_size, int64_t shard_total)
@@ -112,19 +114,26 @@ class WorldOrdered final : public GradReducer {
 
   PendingReduction issue(const at::Tensor& input) override {
     const int64_t n = world_->size(), s = shard_group_size_;
-    at::Tensor send = input.view({s, shard_total_});
-    if (n != s) send = send.repeat({n / s, 1});
+    const int64_t k = input.numel() / (s * shard_total_);  // micro-steps
+    // [s, k, T]: destination shard first, each micro-step's slice in order.
+    at::Tensor send = k == 1 ? input.view({s, 1, shard_total_}) : input.view({k, s, shard_total_}).transpose(0, 1);
+    if (n != s) send = send.repeat({n / s, 1, 1});
     PendingReduction pending;
-    pending.output = at::empty({n * shard_total_}, input.options());
-    pending.work = world_->all_to_all_single_async(pending.output.view({n, shard_total_}), send);
+    pending.output = at::empty({n * k * shard_total_}, input.options());
+    pending.work = world_->all_to_all_single_async(pending.output.view({n, k * shard_total_}),
+                                                   send.reshape({n, k * shard_total_}));
     return pending;
   }
 
+  // Micro-step by micro-step, each rank's slice in rank order: chunk c = micro * n + rank.
   std::vector<at::Tensor> wait(PendingReduction& pending) override {
     pending.work.wait();
+    const int64_t n = world_->size(), k = pending.output.numel() / (n * shard_total_);
+    const at::Tensor by_rank = pending.output.view({n, k, shard_total_});
     std::vector<at::Tensor> slices;
-    slices.reserve(world_->size());
-    for (int r = 0; r < world_->size(); ++r) slices.push_back(pending.output.narrow(0, r * shard_total_, shard_total_));
+    slices.reserve(static_cast<size_t>(n * k));
+    for (int64_t m = 0; m < k; ++m)
+      for (int64_t r = 0; r < n; ++r) slices.push_back(by_rank[r][m]);
     return slices;
   }
 

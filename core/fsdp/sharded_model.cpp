@@ -53,12 +53,15 @@ struct ShardedModel::Hooks {
 
   static void unshard_now(ShardedModel& m, FsdpUnit* u) {
     issue_unshard(m, u);
+    const int64_t piece = u->post_forward_bytes();
     u->wait_unshard();
+    m.unsharded_bytes_now_ -= piece - u->post_forward_bytes();  // a piece freed, or one kept
+    m.peak_unsharded_bytes_ = std::max(m.peak_unsharded_bytes_, m.unsharded_bytes_now_);
   }
 
   // Issues u's all-gather unless u is unsharded or its all-gather is in flight already.
   static void issue_unshard(ShardedModel& m, FsdpUnit* u) {
-    if (u->state() != FsdpUnit::State::Sharded || u->unshard_in_flight()) return;
+    if (u->state() == FsdpUnit::State::Unsharded || u->unshard_in_flight()) return;
     if (!u->replicated()) {
       m.unsharded_bytes_now_ += u->full_param_bytes();
       m.peak_unsharded_bytes_ = std::max(m.peak_unsharded_bytes_, m.unsharded_bytes_now_);
@@ -69,7 +72,14 @@ struct ShardedModel::Hooks {
 
   static void reshard(ShardedModel& m, FsdpUnit* u) {
     if (u->state() == FsdpUnit::State::Unsharded && !u->replicated()) m.unsharded_bytes_now_ -= u->full_param_bytes();
+    m.unsharded_bytes_now_ -= u->post_forward_bytes();
     u->reshard();
+  }
+
+  // After a training forward: fully, or to the post-forward piece (reshard_after_forward=k).
+  static void reshard_post_forward(ShardedModel& m, FsdpUnit* u) {
+    if (u->state() == FsdpUnit::State::Unsharded && !u->replicated()) m.unsharded_bytes_now_ -= u->full_param_bytes();
+    u->reshard_post_forward();
   }
 
   static void prefetch(ShardedModel& m, FsdpUnit* u) {
@@ -212,7 +222,10 @@ at::Tensor ShardedModel::Hooks::post_forward(ShardedModel& m, FsdpUnit* u, at::T
   // reentrant-checkpoint recomputation).
   const bool recomputing = nn::recomputing();
   bool training = (at::GradMode::is_enabled() && y.requires_grad()) || nn::in_checkpointed_forward();
-  if (!training || (!recomputing && u != root(m) && u->reshard_after_forward())) reshard(m, u);
+  if (!training)
+    reshard(m, u);
+  else if (!recomputing && u != root(m) && u->reshard_after_forward())
+    reshard_post_forward(m, u);
   if (training && y.requires_grad()) {
     ShardedModel* model = &m;
     y.register_hook([model, u](const at::Tensor&) { pre_backward(*model, u); });
@@ -252,9 +265,11 @@ void ShardedModel::Hooks::final_callback(ShardedModel& m) {
     unit->finish_gradients();
     // No all-gather may outlive the backward: the optimizer is about to change the shards.
     if (unit->unshard_in_flight()) {
-      m.unsharded_bytes_now_ -= unit->full_param_bytes();
+      m.unsharded_bytes_now_ -= unit->full_param_bytes() + unit->post_forward_bytes();
       unit->discard_unshard();
     }
+    // Nor a post-forward piece of a unit whose backward never ran.
+    if (unit->state() == FsdpUnit::State::ShardedPostForward) reshard(m, unit.get());
   }
   for (auto& unit : m.units_) unit->enter_idle();
   // Offloaded gradients went to pinned host memory without blocking
@@ -372,6 +387,8 @@ std::shared_ptr<ShardedModel> ShardedModel::create(const std::shared_ptr<torch::
   std::shared_ptr<ShardedModel> m(new ShardedModel());
   m->root_ = root;
   m->options_ = options;
+  m->world_ = &world;
+  m->tag_ = tag;
   m->comms_ = make_unit_comms(world, options, tag);
   const bool reshard_after_forward = reshards_after_forward(options.strategy);
   const UnitPrecision precision{options.mixed_precision.param_dtype, options.mixed_precision.reduce_dtype,
@@ -428,6 +445,35 @@ void ShardedModel::set_reshard_after_forward(const torch::nn::Module& unit, bool
         "ShardedModel::set_reshard_after_forward: the root unit stays unsharded from its forward to the end of "
         "backward; only a wrapped submodule can be set");
   units_[i]->set_reshard_after_forward(reshard);
+  units_[i]->set_post_forward_group(nullptr);
+}
+
+void ShardedModel::set_reshard_after_forward(const torch::nn::Module& unit, int group_size) {
+  size_t i = unit_index(unit, "set_reshard_after_forward");
+  const int shard_size = comms_.shard->size();
+  if (i + 1 == units_.size())
+    throw std::invalid_argument(
+        "ShardedModel::set_reshard_after_forward: the root unit stays unsharded from its forward to the end of "
+        "backward; only a wrapped submodule can be set");
+  if (group_size <= 1 || group_size >= shard_size || shard_size % group_size != 0)
+    throw std::invalid_argument("ShardedModel::set_reshard_after_forward: a group size of " +
+                                std::to_string(group_size) + " must divide the shard group size " +
+                                std::to_string(shard_size) +
+                                " and lie strictly between 1 and it (true or false "
+                                "for the whole group or none)");
+  auto& group = post_forward_groups_[group_size];
+  if (!group) {
+    // Consecutive ranks of this rank's shard group (shard groups are consecutive world
+    // ranks in every strategy), named uniquely in the world.
+    const int shard_rank = comms_.shard->rank(), first = world_->rank() - shard_rank;
+    const int g = shard_rank / group_size;
+    std::vector<int> ranks;
+    for (int j = 0; j < group_size; ++j) ranks.push_back(first + g * group_size + j);
+    group = world_->subgroup(ranks, tag_ + "/post-forward" + std::to_string(group_size) + "/" + std::to_string(first) +
+                                        "+" + std::to_string(g));
+  }
+  units_[i]->set_reshard_after_forward(true);
+  units_[i]->set_post_forward_group(group);
 }
 
 // ---------------------------------------------------------------- queries
@@ -455,12 +501,18 @@ std::vector<at::Tensor> ShardedModel::parameters() const {
 
 int ShardedModel::shard_group_size() const { return comms_.shard->size(); }
 
-double ShardedModel::grad_norm(double norm_type) { return sharded_grad_norm(units_, comms_, norm_type); }
+at::Tensor ShardedModel::grad_norm_on_device(double norm_type) { return sharded_grad_norm(units_, comms_, norm_type); }
 
-double ShardedModel::clip_grad_norm(double max_norm, double norm_type) {
-  double total = grad_norm(norm_type);
+at::Tensor ShardedModel::clip_grad_norm_on_device(double max_norm, double norm_type) {
+  auto total = grad_norm_on_device(norm_type);
   optim::clip_gradients(sharded_gradients(units_), total, max_norm);  // as torch.nn.utils.clip_grad_norm_
   return total;
+}
+
+double ShardedModel::grad_norm(double norm_type) { return optim::host_value(grad_norm_on_device(norm_type)); }
+
+double ShardedModel::clip_grad_norm(double max_norm, double norm_type) {
+  return optim::host_value(clip_grad_norm_on_device(max_norm, norm_type));
 }
 
 namespace {
@@ -505,6 +557,7 @@ comm::KindStats ShardedModel::comm_stats(comm::CollectiveKind kind) const {
   auto total = comms_.shard->stats().get(kind);
   total += comms_.replicate->stats().get(kind);
   if (world_is_own_group(comms_)) total += comms_.world->stats().get(kind);
+  for (const auto& [size, group] : post_forward_groups_) total += group->stats().get(kind);
   return total;
 }
 
@@ -512,6 +565,7 @@ void ShardedModel::reset_comm_stats() {
   comms_.shard->stats().reset();
   comms_.replicate->stats().reset();
   if (world_is_own_group(comms_)) comms_.world->stats().reset();
+  for (const auto& [size, group] : post_forward_groups_) group->stats().reset();
 }
 
 }  // namespace fsdpp::fsdp

@@ -16,6 +16,7 @@
 #include <torch/nn/module.h>
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -105,13 +106,14 @@ struct MemoryStats {
   int64_t shard_bytes = 0;       // persistent parameter storage on this rank (incl. padding)
   int64_t padding_bytes = 0;
   int64_t sharded_grad_bytes = 0;    // gradient storage held now
-  int64_t peak_unsharded_bytes = 0;  // most unsharded parameter bytes alive at once
+  int64_t peak_unsharded_bytes = 0;  // most unsharded parameter bytes alive at once (post-forward pieces too)
 };
 
 class ShardedModel {
  public:
   // Collective over `world`: every rank passes the same model structure and options.
   // The model's current parameter values (identical on all ranks) become the shards.
+  // `world` must outlive the model (set_reshard_after_forward makes groups from it).
   static std::shared_ptr<ShardedModel> create(const std::shared_ptr<torch::nn::Module>& root, comm::Communicator& world,
                                               const FsdpOptions& options, const WrapPolicy& policy);
   ~ShardedModel();
@@ -123,7 +125,9 @@ class ShardedModel {
 
   // FSDP2's set_requires_gradient_sync: false keeps unsharded gradients locally
   // (gradient accumulation without communication) until a backward with true.
-  // Not allowed with ReductionOrder::WorldSizeInvariant (the backward throws).
+  // ReductionOrder::WorldSizeInvariant keeps each such backward's packed gradients apart and
+  // sends them with the synced one, in one all-to-all per unit, folded in the order syncing
+  // every backward folds them (the same bits; one padded gradient held per backward).
   void set_requires_gradient_sync(bool sync) { sync_gradients_ = sync; }
 
   // FSDP2's set_modules_to_forward_prefetch / set_modules_to_backward_prefetch: when the
@@ -139,6 +143,13 @@ class ShardedModel {
   // reshards it after its forward (FULL_SHARD's). The root stays unsharded from its forward
   // to the end of backward whatever the strategy: naming it throws std::invalid_argument.
   void set_reshard_after_forward(const torch::nn::Module& unit, bool reshard);
+  // FSDP2's reshard_after_forward as an int (ZeRO++'s hpZ): after its forward, `unit` keeps
+  // 1/group_size of its gathered parameters, and its backward all-gather runs over
+  // group_size consecutive ranks of the shard group (a node, say) instead of all of it.
+  // group_size must divide the shard group size and lie strictly between 1 and it
+  // (std::invalid_argument otherwise, or for the root). Collective over the shard group:
+  // the first call for a size creates its groups, so every rank makes the same calls.
+  void set_reshard_after_forward(const torch::nn::Module& unit, int group_size);
   // Called with each unit whose all-gather the protocol issues, in issue order (so in the
   // order the shard group runs them), whether for the unit's own use or as a prefetch.
   void set_all_gather_listener(std::function<void(const FsdpUnit&)> listener) {
@@ -152,6 +163,10 @@ class ShardedModel {
   // same bits on any world size, so clipping is invariant too).
   double clip_grad_norm(double max_norm, double norm_type = 2.0);
   double grad_norm(double norm_type = 2.0);
+  // The same, returning the norm as a 0-dim fp64 tensor the host has not read: on the
+  // gradients' device, unless ReductionOrder::WorldSizeInvariant (its fold runs on the host).
+  at::Tensor clip_grad_norm_on_device(double max_norm, double norm_type = 2.0);
+  at::Tensor grad_norm_on_device(double norm_type = 2.0);
 
   // Collective: the full parameters / gradients (undefined where none), by name.
   std::vector<std::pair<std::string, at::Tensor>> gather_full_parameters();
@@ -175,8 +190,11 @@ class ShardedModel {
 
   std::shared_ptr<torch::nn::Module> root_;
   FsdpOptions options_;
+  comm::Communicator* world_ = nullptr;  // create()'s, which must outlive the model
+  std::string tag_;                      // names this model's process groups
   UnitComms comms_;
-  std::vector<std::shared_ptr<FsdpUnit>> units_;  // creation order; the root unit last
+  std::map<int, std::shared_ptr<comm::Communicator>> post_forward_groups_;  // by size: this rank's
+  std::vector<std::shared_ptr<FsdpUnit>> units_;                            // creation order; the root unit last
   std::vector<const torch::nn::Module*> unit_modules_;
   bool sync_gradients_ = true;
   // set_forward_prefetch / set_backward_prefetch, by unit index; empty: implicit prefetch.

@@ -73,13 +73,16 @@ void ShardedGradScaler::unscale(const std::vector<at::Tensor>& params) {
 
   // As GradScaler.unscale_: the reciprocal in double, rounded once to fp32.
   const float inv_scale = static_cast<float>(1.0 / static_cast<double>(scale_));
-  bool local_inf = false;
+  // Whether every gradient is finite, gathered on their device: the host reads only the
+  // all-reduced flag below, once.
+  at::Tensor all_finite;
   for (const auto& p : params) {
     const auto& g = p.grad();
     if (!g.defined() || g.numel() == 0) continue;
     if (g.is_sparse()) throw std::invalid_argument("grad scaler: sparse gradients are not supported");
     // Checked on the scaled values, before multiplying (as the fused kernel does).
-    if (!local_inf && !at::isfinite(g).all().item<bool>()) local_inf = true;
+    auto finite = at::isfinite(g).all();
+    all_finite = all_finite.defined() ? at::logical_and(all_finite, finite.to(all_finite.device())) : finite;
     if (inv_scale == 1.0f) continue;  // the kernel leaves values untouched then
     if (g.scalar_type() == at::kHalf || g.scalar_type() == at::kBFloat16) {
       // In fp32 (the kernel's opmath type): mul_ on fp16 would cast 1/scale to fp16 first,
@@ -91,7 +94,8 @@ void ShardedGradScaler::unscale(const std::vector<at::Tensor>& params) {
   }
 
   // ShardedGradScaler all-reduces its found_inf so that every rank skips together.
-  auto flag = at::full({1}, local_inf ? 1.0f : 0.0f, at::kFloat);
+  auto flag =
+      all_finite.defined() ? at::logical_not(all_finite).to(at::kFloat).reshape({1}) : at::zeros({1}, at::kFloat);
   if (group_ != nullptr) group_->all_reduce(flag, comm::ReduceOp::Max);
   found_inf_ = flag.item<float>() > 0.0f;
   stage_ = Stage::Unscaled;

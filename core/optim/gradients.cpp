@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <tuple>
 
@@ -95,42 +96,98 @@ void host_scale(const std::vector<at::Tensor>& group, double coef) {
 
 }  // namespace
 
-double gradient_power_sum(const std::vector<at::Tensor>& grads, double norm_type) {
+double host_value(const at::Tensor& scalar) { return scalar.item<double>(); }
+
+namespace {
+
+// A 0-dim tensor's value: from host memory when it is there (no device to wait for, no
+// operator), else by host_value.
+double value_on_host(const at::Tensor& scalar) {
+  if (!scalar.device().is_cpu()) return host_value(scalar);
+  return *scalar.to(at::kDouble).contiguous().data_ptr<double>();
+}
+
+}  // namespace
+
+at::Tensor gradient_power_sum_on_device(const std::vector<at::Tensor>& grads, double norm_type) {
   if (!(norm_type > 0)) throw std::invalid_argument("gradient norm: norm_type must be > 0 or inf");
   const bool inf = std::isinf(norm_type);
-  double result = 0;
-  for (auto& [device, group] : by_device_and_dtype(grads)) {
-    if (norm_type == 2 && host_fp32(group)) {
-      for (float norm : host_l2_norms(group)) result += static_cast<double>(norm) * norm;
+  // Host groups first (the map orders the CPU first), summed as host doubles; then each
+  // device group's part, added where the first one lives, so that no device value is read.
+  double host_sum = 0;
+  at::Tensor device_sum;
+  for (const auto& [key, group] : by_device_and_dtype(grads)) {
+    if (group.front().device().is_cpu()) {
+      if (norm_type == 2 && host_fp32(group)) {
+        for (float norm : host_l2_norms(group)) host_sum += static_cast<double>(norm) * norm;
+        continue;
+      }
+      auto norms = at::stack(at::_foreach_norm(group, norm_type)).to(at::kDouble);
+      const double part = value_on_host(inf ? norms.max() : norms.pow(norm_type).sum());
+      host_sum = inf ? std::max(host_sum, part) : host_sum + part;
       continue;
     }
     auto norms = at::stack(at::_foreach_norm(group, norm_type)).to(at::kDouble);
-    const double part = inf ? norms.max().item<double>() : norms.pow(norm_type).sum().item<double>();
-    result = inf ? std::max(result, part) : result + part;
+    auto part = inf ? norms.max() : norms.pow(norm_type).sum();
+    if (!device_sum.defined()) device_sum = at::scalar_tensor(host_sum, at::kDouble).to(part.device());
+    part = part.to(device_sum.device());
+    device_sum = inf ? at::maximum(device_sum, part) : device_sum + part;
   }
-  return result;
+  return device_sum.defined() ? device_sum : at::scalar_tensor(host_sum, at::kDouble);
+}
+
+double gradient_power_sum(const std::vector<at::Tensor>& grads, double norm_type) {
+  return host_value(gradient_power_sum_on_device(grads, norm_type));
+}
+
+at::Tensor norm_from_power_sum(const at::Tensor& power_sum, double norm_type) {
+  if (std::isinf(norm_type)) return power_sum;
+  // On the host by std::pow, the value the double-valued calls always gave; a device's pow
+  // stays on the device.
+  if (power_sum.device().is_cpu())
+    return at::scalar_tensor(std::pow(value_on_host(power_sum), 1.0 / norm_type), at::kDouble);
+  return power_sum.pow(1.0 / norm_type);
+}
+
+void clip_gradients(const std::vector<at::Tensor>& grads, const at::Tensor& total_norm, double max_norm) {
+  const auto groups = by_device_and_dtype(grads);
+  std::optional<double> host_coef;  // read once, where some group is on the host
+  at::Tensor device_coef;           // min(coef, 1), on total_norm's device
+  for (const auto& [key, group] : groups) {
+    if (group.front().device().is_cpu()) {
+      if (!host_coef) host_coef = max_norm / (value_on_host(total_norm) + 1e-6);
+      if (*host_coef >= 1) continue;
+      if (host_fp32(group)) {
+        host_scale(group, *host_coef);
+      } else {
+        at::_foreach_mul_(group, *host_coef);
+      }
+      continue;
+    }
+    // clip_grad_norm_'s device rule: always multiply by the clamped coefficient (x * 1 is x,
+    // bit for bit), so that nothing is read; in the dtype _foreach_mul_ computes in (opmath).
+    if (!device_coef.defined())  // a division, as the host's (Scalar / Tensor would multiply by a reciprocal)
+      device_coef = at::full({}, max_norm, total_norm.options()).div(total_norm + 1e-6).clamp_max(1.0);
+    const auto opmath = group.front().scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+    at::_foreach_mul_(group, device_coef.to(group.front().device(), opmath));
+  }
 }
 
 void clip_gradients(const std::vector<at::Tensor>& grads, double total_norm, double max_norm) {
-  const double coef = max_norm / (total_norm + 1e-6);
-  if (coef >= 1) return;
-  for (auto& [device, group] : by_device_and_dtype(grads)) {
-    if (host_fp32(group)) {
-      host_scale(group, coef);
-    } else {
-      at::_foreach_mul_(group, coef);
-    }
-  }
+  clip_gradients(grads, at::scalar_tensor(total_norm, at::kDouble), max_norm);
 }
 
-double clip_grad_norm(const std::vector<at::Tensor>& parameters, double max_norm, double norm_type) {
+at::Tensor clip_grad_norm_on_device(const std::vector<at::Tensor>& parameters, double max_norm, double norm_type) {
   std::vector<at::Tensor> grads;
   for (const auto& p : parameters)
     if (p.grad().defined()) grads.push_back(p.grad());
-  const double sum = gradient_power_sum(grads, norm_type);
-  const double total = std::isinf(norm_type) ? sum : std::pow(sum, 1.0 / norm_type);
+  auto total = norm_from_power_sum(gradient_power_sum_on_device(grads, norm_type), norm_type);
   clip_gradients(grads, total, max_norm);
   return total;
+}
+
+double clip_grad_norm(const std::vector<at::Tensor>& parameters, double max_norm, double norm_type) {
+  return host_value(clip_grad_norm_on_device(parameters, max_norm, norm_type));
 }
 
 void clear_gradients(torch::optim::Optimizer& optimizer) {

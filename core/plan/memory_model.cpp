@@ -80,6 +80,14 @@ MemoryEstimate estimate_memory(const ModelShape& model, const PlanConfig& c) {
   if (c.seq_len < 1 || c.seq_len > model.max_positions)
     throw std::invalid_argument("--seq-len " + std::to_string(c.seq_len) + ": expected 1 to the model's " +
                                 std::to_string(model.max_positions) + " positions");
+  const int hpz = c.reshard_after_forward_group_size;
+  if (hpz != 0 && !fsdp::reshards_after_forward(c.strategy))
+    throw std::invalid_argument("--reshard-after-forward-group-size: " + fsdp::to_string(c.strategy) +
+                                " never reshards after forward (only full_shard and hybrid_shard do)");
+  if (hpz != 0 && (hpz < 2 || hpz >= shard || shard % hpz != 0))
+    throw std::invalid_argument("--reshard-after-forward-group-size " + std::to_string(hpz) +
+                                " must divide the shard group size " + std::to_string(shard) +
+                                " and lie strictly between 1 and it");
   if (c.batch_size < 1) throw std::invalid_argument("--batch-size must be >= 1");
   if (c.grad_accum_steps < 1) throw std::invalid_argument("--grad-accum-steps must be >= 1");
   if (c.ac_freq < 1) throw std::invalid_argument("--ac-freq must be >= 1");
@@ -101,6 +109,7 @@ MemoryEstimate estimate_memory(const ModelShape& model, const PlanConfig& c) {
   CollectiveBytes& comm = e.comm;
   const int64_t micro = c.grad_accum_steps;
   int64_t kept_numel = 0;
+  int64_t post_forward_numel = 0;  // the pieces of --reshard-after-forward-group-size, padded
   for (size_t u = 0; u < model.units.size(); ++u) {
     const auto& unit = model.units[u];
     int64_t unit_shard = 0, unit_pad = 0;
@@ -137,8 +146,15 @@ MemoryEstimate estimate_memory(const ModelShape& model, const PlanConfig& c) {
       continue;
     }
     if (shard > 1) {
-      const int gathers = fsdp::reshards_after_forward(c.strategy) && !unit.is_root && !kept[u] ? 2 : 1;
-      comm.all_gather += micro * gathers * (shard - 1) * unit_shard * cbytes;
+      const bool regathers = fsdp::reshards_after_forward(c.strategy) && !unit.is_root && !kept[u];
+      comm.all_gather += micro * (shard - 1) * unit_shard * cbytes;  // forward
+      if (regathers && hpz > 0) {
+        // Backward: the piece (S/K rank chunks) to the K - 1 others of the post-forward group.
+        comm.all_gather += micro * (hpz - 1) * (shard / hpz) * unit_shard * cbytes;
+        post_forward_numel += (shard / hpz) * unit_shard;
+      } else if (regathers) {
+        comm.all_gather += micro * (shard - 1) * unit_shard * cbytes;
+      }
       comm.reduce_scatter += micro * (shard - 1) * unit_shard * kReduceBytes;
     }
     if (replicas > 1) comm.all_reduce += micro * all_reduce_bytes_sent(unit_shard, kReduceBytes, replicas);
@@ -166,7 +182,9 @@ MemoryEstimate estimate_memory(const ModelShape& model, const PlanConfig& c) {
   e.unsharded_root_bytes = replicated ? 0 : root_numel * cbytes;
   const bool keeps_all = !fsdp::reshards_after_forward(c.strategy);  // SHARD_GRAD_OP, NO_SHARD, hybrid zero2
   e.unsharded_in_flight_bytes =
-      replicated ? 0 : (keeps_all ? all_numel * cbytes : e.unsharded_root_bytes + kept_numel * cbytes);
+      replicated ? 0
+                 : (keeps_all ? all_numel * cbytes
+                              : e.unsharded_root_bytes + kept_numel * cbytes + post_forward_numel * cbytes);
   e.all_gather_buffer_bytes =
       replicated || shard == 1 ? 0 : (largest_block_padded / shard + largest_block_padded) * cbytes;
   // The reduce-scatter's input and output; on the CPU, Gloo's receive buffer of the input's

@@ -50,6 +50,10 @@ struct PlanConfig {
   // `fsdpp train --no-reshard-after-forward`: these units (indices in module order, the root
   // excluded; negative from the end) stay unsharded from forward to backward.
   std::vector<int64_t> no_reshard_after_forward;
+  // `fsdpp train --reshard-after-forward-group-size`: every other non-root unit keeps 1/K of
+  // its gathered buffer from forward to backward and all-gathers over K ranks in backward
+  // (0: off).
+  int reshard_after_forward_group_size = 0;
   bool fused_cross_entropy = false;    // the loss: fsdpp's CUDA kernel (core/kernels/cross_entropy.h), else
                                        // torch's cross_entropy on an fp32 copy of the logits
   bool recompute_skips_summed = true;  // with AC: each block's last projection is not recomputed

@@ -47,6 +47,8 @@ std::string train_flags(const std::string& model_flags, const PlanConfig& c) {
     s << " --no-reshard-after-forward ";
     for (size_t i = 0; i < c.no_reshard_after_forward.size(); ++i) s << (i ? "," : "") << c.no_reshard_after_forward[i];
   }
+  if (c.reshard_after_forward_group_size > 0)
+    s << " --reshard-after-forward-group-size " << c.reshard_after_forward_group_size;
   s << " --batch-size " << c.batch_size << " --seq-len " << c.seq_len << " --grad-accum-steps " << c.grad_accum_steps;
   if (c.nodes > 1) s << "   (on each of " << c.nodes << " nodes)";
   return s.str();
@@ -79,6 +81,7 @@ nlohmann::json plan_json(const Plan& p) {
         {"cpu_offload", c.cpu_offload},
         {"prefetch", c.prefetch},
         {"no_reshard_after_forward", c.no_reshard_after_forward},
+        {"reshard_after_forward_group_size", c.reshard_after_forward_group_size},
         {"cross_entropy", c.fused_cross_entropy ? "fused" : "composite"},
         {"recompute", c.recompute_skips_summed ? "skips-summed" : "full"},
         {"batch_size", c.batch_size},

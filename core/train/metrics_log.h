@@ -1,5 +1,5 @@
 // metrics.jsonl: one JSON object per line, flushed line by line so a crashed run keeps
-// every finished step (format: core/train/METRICS.md). Only rank 0 writes one.
+// every record written (format: core/train/METRICS.md). Only rank 0 writes one.
 #pragma once
 
 #include <nlohmann/json.hpp>

@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "core/fsdp/unit_plan.h"
+
 namespace fsdpp::train {
 
 namespace {
@@ -23,9 +25,12 @@ void TrainConfig::validate() const {
   require(seq_len >= 0, "--seq-len must be positive");
   require(batch_size >= 1, "--batch-size must be at least 1 (windows per rank per micro-step)");
   require(grad_accum_steps >= 1, "--grad-accum-steps must be at least 1");
-  require(!(no_sync_accum && deterministic),
-          "--no-sync-accum and --deterministic conflict: the world-size-invariant order sums every rank's "
-          "micro-step gradients one by one, and --no-sync-accum would sum a rank's micro-steps first");
+  require(reshard_after_forward_group_size == 0 || reshard_after_forward_group_size >= 2,
+          "--reshard-after-forward-group-size must be 0 (reshard fully) or at least 2, not " +
+              std::to_string(reshard_after_forward_group_size));
+  require(reshard_after_forward_group_size == 0 || fsdp::reshards_after_forward(fsdp.strategy),
+          "--reshard-after-forward-group-size: " + fsdp::to_string(fsdp.strategy) +
+              " never reshards after forward (only full_shard and hybrid_shard do)");
   require(eval_max_windows >= 0, "--eval-max-windows must be >= 0");
   require(adamw.lr > 0, "--lr must be > 0");
   require(min_lr >= 0 && min_lr <= adamw.lr, "--min-lr must be in [0, --lr]");
@@ -69,6 +74,22 @@ void TrainConfig::validate() const {
           "--ckpt-freq and --eval-freq must be >= 0, --log-freq >= 1");
 }
 
+void TrainConfig::validate_for_world(int world_size) const {
+  const int k = reshard_after_forward_group_size;
+  if (k == 0) return;
+  using fsdp::ShardingStrategy;
+  const bool hybrid =
+      fsdp.strategy == ShardingStrategy::HybridShard || fsdp.strategy == ShardingStrategy::HybridShardZero2;
+  const int shard = fsdp.strategy == ShardingStrategy::NoShard ? 1
+                    : !hybrid                                  ? world_size
+                    : fsdp.hybrid_shard_size > 0               ? fsdp.hybrid_shard_size
+                                                               : fsdp::default_hybrid_shard_size(world_size);
+  require(k < shard && shard % k == 0, "--reshard-after-forward-group-size " + std::to_string(k) +
+                                           " must divide the shard group size " + std::to_string(shard) + " (" +
+                                           std::to_string(world_size) + " ranks, " + fsdp::to_string(fsdp.strategy) +
+                                           ") and be smaller than it");
+}
+
 std::vector<std::pair<std::string, const torch::nn::Module*>> units_kept_unsharded(const fsdp::ShardedModel& sharded,
                                                                                    const TrainConfig& c) {
   const auto modules = sharded.wrapped_modules();
@@ -100,6 +121,7 @@ nlohmann::json TrainConfig::to_json() const {
           {"batch_size", batch_size},
           {"grad_accum_steps", grad_accum_steps},
           {"no_sync_accum", no_sync_accum},
+          {"reshard_after_forward_group_size", reshard_after_forward_group_size},
           {"shuffle", shuffle},
           {"eval_max_windows", eval_max_windows},
           {"lr", adamw.lr},

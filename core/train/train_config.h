@@ -58,6 +58,10 @@ struct TrainConfig {
   // reshard_after_forward=False for these units: unsharded from their forward to their
   // backward, one all-gather fewer per step each.
   std::vector<int64_t> no_reshard_after_forward;
+  // FSDP2's reshard_after_forward=K (ZeRO++'s hpZ) for every other wrapped unit: after its
+  // forward a unit keeps 1/K of its gathered parameters, and its backward all-gather runs
+  // over K consecutive ranks of the shard group. 0: reshard fully (true).
+  int reshard_after_forward_group_size = 0;
   // set_modules_to_forward_prefetch / _backward_prefetch: each unit issues the all-gathers of
   // the next N units in forward and of the previous N in backward. 0: implicit prefetch.
   int explicit_prefetch = 0;
@@ -84,6 +88,10 @@ struct TrainConfig {
   // Throws std::invalid_argument naming the flag (as on the command line) and what was
   // expected. Data-dependent checks (dataset size, vocabulary, positions) happen in train().
   void validate() const;
+  // What depends on the world size: --reshard-after-forward-group-size against the shard
+  // group that `world_size` ranks make with this strategy. Throws std::invalid_argument
+  // naming the flag.
+  void validate_for_world(int world_size) const;
   nlohmann::json to_json() const;
 };
 

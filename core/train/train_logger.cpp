@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdarg>
 #include <cstdio>
 
@@ -84,6 +85,10 @@ std::string setup_line(const TrainConfig& config, const fsdp::ShardedModel& shar
       names += (names.empty() ? "" : ", ") + name;
     line += "; kept unsharded from forward to backward: " + names;
   }
+  if (config.reshard_after_forward_group_size > 0)
+    line += "; after forward the other units keep 1/" + std::to_string(config.reshard_after_forward_group_size) +
+            " of their parameters and gather in backward over groups of " +
+            std::to_string(config.reshard_after_forward_group_size) + " ranks";
   if (f.gradient_divide_factor) {
     char factor[32];
     std::snprintf(factor, sizeof factor, "%g", *f.gradient_divide_factor);
@@ -124,49 +129,71 @@ TrainLogger::TrainLogger(const comm::Communicator& comm, const std::filesystem::
 
 void TrainLogger::begin_steps() { steps_start_ = runtime::SteadyClock::now(); }
 
-void TrainLogger::log_step(const StepLog& s, const fsdp::ShardedModel& sharded) {
-  if (!lead_) return;
-  const StepRecord& done = s.record;
-  auto mem = sharded.memory();
-  const auto device_mem = runtime::device_memory(device_);  // the device training runs on
-  metrics_->write({{"kind", "train"},
-                   {"step", s.steps_done},
-                   {"loss", done.loss},
-                   {"lr", s.lr},
-                   {"grad_norm", done.grad_norm},
-                   {"tokens_per_s", s.tokens_per_s},
-                   {"tokens", s.tokens},
-                   {"epoch", s.epoch},
-                   {"time_ms",
-                    {{"data", done.data_ms},
-                     {"forward", done.forward_ms},
-                     {"backward", done.backward_ms},
-                     {"optimizer", done.optimizer_ms},
-                     {"step", s.step_ms}}},
-                   {"memory",
-                    {{"peak_rss_bytes", peak_rss_bytes()},
-                     {"shard_bytes", mem.shard_bytes},
-                     {"peak_unsharded_bytes", mem.peak_unsharded_bytes},
-                     {"allocated_bytes", device_mem.allocated_bytes},
-                     {"reserved_bytes", device_mem.reserved_bytes},
-                     {"window_peak_allocated_bytes", device_mem.peak_allocated_bytes},
-                     {"window_peak_reserved_bytes", device_mem.peak_reserved_bytes}}},
-                   {"comm_bytes_sent", comm_bytes_sent(sharded)},
-                   {"optimizer_step", done.optimizer_stepped},
-                   {"loss_scale", done.loss_scale}});
-  if (s.steps_done % log_freq_ == 0 || s.steps_done == total_steps_ || s.steps_done == 1) {
+bool TrainLogger::prints(int64_t steps_done) const {
+  return steps_done % log_freq_ == 0 || steps_done == total_steps_ || steps_done == 1;
+}
+
+void TrainLogger::log_step(const StepLog& s, const fsdp::ShardedModel& sharded, bool read) {
+  PendingStep pending{s, nlohmann::json(), 0};
+  if (lead_) {  // the host's figures as they are now; the loss and the norm once read
+    auto mem = sharded.memory();
+    const auto device_mem = runtime::device_memory(device_);  // the device training runs on
+    pending.peak_rss_bytes = peak_rss_bytes();
+    pending.record = {{"kind", "train"},
+                      {"step", s.steps_done},
+                      {"loss", nullptr},
+                      {"lr", s.lr},
+                      {"grad_norm", nullptr},
+                      {"tokens_per_s", s.tokens_per_s},
+                      {"tokens", s.tokens},
+                      {"epoch", s.epoch},
+                      {"time_ms",
+                       {{"data", s.record.data_ms},
+                        {"forward", s.record.forward_ms},
+                        {"backward", s.record.backward_ms},
+                        {"optimizer", s.record.optimizer_ms},
+                        {"step", s.step_ms}}},
+                      {"memory",
+                       {{"peak_rss_bytes", pending.peak_rss_bytes},
+                        {"shard_bytes", mem.shard_bytes},
+                        {"peak_unsharded_bytes", mem.peak_unsharded_bytes},
+                        {"allocated_bytes", device_mem.allocated_bytes},
+                        {"reserved_bytes", device_mem.reserved_bytes},
+                        {"window_peak_allocated_bytes", device_mem.peak_allocated_bytes},
+                        {"window_peak_reserved_bytes", device_mem.peak_reserved_bytes}}},
+                      {"comm_bytes_sent", comm_bytes_sent(sharded)},
+                      {"optimizer_step", s.record.optimizer_stepped},
+                      {"loss_scale", s.record.loss_scale}};
+  }
+  pending_.push_back(std::move(pending));
+  if (read) flush();
+  if (lead_)
+    progress_->update(s.steps_done, last_loss_,
+                      std::chrono::duration<double>(runtime::SteadyClock::now() - steps_start_).count());
+}
+
+void TrainLogger::flush() {
+  for (auto& p : pending_) {
+    p.step.record.read();
+    const StepRecord& done = p.step.record;
+    if (std::isnan(first_loss_)) first_loss_ = done.loss;
+    last_loss_ = done.loss;
+    if (!lead_) continue;
+    p.record["loss"] = done.loss;
+    p.record["grad_norm"] = done.grad_norm;
+    metrics_->write(p.record);
+    if (!prints(p.step.steps_done)) continue;
     progress_->clear();
     std::printf(
         "step %lld/%lld | loss %.4f | lr %.3e | grad_norm %.3f | %.0f tok/s | %.0f ms "
         "(data %.0f, fwd %.0f, bwd %.0f, opt %.0f) | rss %.0f MiB\n",
-        static_cast<long long>(s.steps_done), static_cast<long long>(total_steps_), done.loss, s.lr, done.grad_norm,
-        s.tokens_per_s, s.step_ms, done.data_ms, done.forward_ms, done.backward_ms, done.optimizer_ms,
-        static_cast<double>(peak_rss_bytes()) / (1 << 20));
+        static_cast<long long>(p.step.steps_done), static_cast<long long>(total_steps_), done.loss, p.step.lr,
+        done.grad_norm, p.step.tokens_per_s, p.step.step_ms, done.data_ms, done.forward_ms, done.backward_ms,
+        done.optimizer_ms, static_cast<double>(p.peak_rss_bytes) / (1 << 20));
     std::fflush(stdout);
     runtime::reset_peak_memory(device_);  // peaks are per logging window, like get_mem_stats
   }
-  progress_->update(s.steps_done, done.loss,
-                    std::chrono::duration<double>(runtime::SteadyClock::now() - steps_start_).count());
+  pending_.clear();
 }
 
 void TrainLogger::log_checkpoints(const std::vector<nlohmann::json>& records) {
@@ -207,6 +234,7 @@ void TrainLogger::print(const char* format, ...) {
 }
 
 void TrainLogger::finish_steps() {
+  flush();
   if (progress_) progress_->finish();
 }
 

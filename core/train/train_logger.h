@@ -14,6 +14,7 @@
 #include <ATen/core/Tensor.h>
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -70,10 +71,21 @@ class TrainLogger {
   // The progress bar's clock starts: call it just before the first step.
   void begin_steps();
 
-  // The step's record with rank 0's memory and communication figures; its line on the
-  // first step, every log_freq steps and the last (the device's memory peaks are reset
-  // after each line); the progress bar.
-  void log_step(const StepLog& step, const fsdp::ShardedModel& sharded);
+  // Whether step `steps_done` gets a line: the first, every log_freq steps, and the last.
+  bool prints(int64_t steps_done) const;
+
+  // The step's record with rank 0's memory and communication figures as they are now, queued
+  // until its loss and gradient norm are read: with `read`, every queued step's are read (a
+  // host sync where they are on a device; StepRecord::read) and their records written in
+  // order, with the lines prints() asks for (the device's memory peaks are reset after each
+  // line); then the progress bar.
+  void log_step(const StepLog& step, const fsdp::ShardedModel& sharded, bool read);
+  // Reads and writes the queued steps now (an evaluation, a checkpoint or the end is due).
+  void flush();
+
+  // The loss of the first and of the last step read by this process (NaN before one is).
+  double first_loss() const { return first_loss_; }
+  double last_loss() const { return last_loss_; }
 
   // The records of the checkpoints that committed or failed (TrainCheckpointer::
   // take_committed), each with its line and warnings.
@@ -83,7 +95,7 @@ class TrainLogger {
   void record(const nlohmann::json& record);
   void print(const char* format, ...) __attribute__((format(printf, 2, 3)));
 
-  // Removes the progress bar: no more steps.
+  // Flushes the queued steps and removes the progress bar: no more steps.
   void finish_steps();
 
   // Closes metrics.jsonl (fsync) and prints "wrote <hf_dir>": the run is done.
@@ -96,6 +108,13 @@ class TrainLogger {
   std::unique_ptr<MetricsLog> metrics_;
   std::unique_ptr<ProgressBar> progress_;
   runtime::SteadyClock::time_point steps_start_;
+  struct PendingStep {
+    StepLog step;
+    nlohmann::json record;  // rank 0: the metrics record without its loss and grad_norm
+    int64_t peak_rss_bytes;
+  };
+  std::vector<PendingStep> pending_;
+  double first_loss_ = std::nan(""), last_loss_ = std::nan("");
 };
 
 }  // namespace fsdpp::train

@@ -75,7 +75,13 @@ int64_t TrainStep::tokens_per_step() const {
   return options_.rows_per_micro_batch * options_.seq_len * options_.grad_accum_steps * comm_.size();
 }
 
-StepRecord TrainStep::run(double lr, const std::function<MicroBatch(int)>& micro_batch) {
+void StepRecord::read() {
+  if (pending_loss.defined()) loss = optim::host_value(pending_loss);
+  if (pending_grad_norm.defined()) grad_norm = optim::host_value(pending_grad_norm);
+  pending_loss = pending_grad_norm = at::Tensor();
+}
+
+StepRecord TrainStep::run(double lr, const std::function<MicroBatch(int)>& micro_batch, StepReads reads) {
   StepRecord record;
   optim::set_lr(optimizer_, lr);
   std::vector<at::Tensor> chunk_losses;  // this rank's loss sum per micro-batch
@@ -103,7 +109,7 @@ StepRecord TrainStep::run(double lr, const std::function<MicroBatch(int)>& micro
   if (observer_ != nullptr) observer_->after_backward();
   if (scaler_) scaler_->unscale(parameters_);  // clipping sees the true gradients
   if (observer_ != nullptr) observer_->before_clip();
-  record.grad_norm = norm_and_clip();
+  record.pending_grad_norm = norm_and_clip();
   if (scaler_) {
     record.optimizer_stepped = scaler_->step(optimizer_, parameters_);  // every rank skips an overflow alike
     scaler_->update();
@@ -112,43 +118,49 @@ StepRecord TrainStep::run(double lr, const std::function<MicroBatch(int)>& micro
     optimizer_.step();
   }
   optim::clear_gradients(optimizer_);
-  record.loss = reduce_loss(chunk_losses);
+  record.pending_loss = reduce_loss(chunk_losses);
   record.optimizer_ms = ms_since(t);
+  if (reads == StepReads::AtEnd) record.read();
   return record;
 }
 
-double TrainStep::norm_and_clip() {
+at::Tensor TrainStep::norm_and_clip() {
   const double p = options_.norm_type;
   if (sharded_ != nullptr)
-    return options_.grad_clip > 0 ? sharded_->clip_grad_norm(options_.grad_clip, p) : sharded_->grad_norm(p);
-  // An infinite bound measures the norm and never clips (clip_grad_norm_'s coefficient is
-  // then above 1).
-  const double bound = options_.grad_clip > 0 ? options_.grad_clip : std::numeric_limits<double>::infinity();
-  return optim::clip_grad_norm(parameters_, bound, p);
+    return options_.grad_clip > 0 ? sharded_->clip_grad_norm_on_device(options_.grad_clip, p)
+                                  : sharded_->grad_norm_on_device(p);
+  std::vector<at::Tensor> grads;
+  for (const auto& param : parameters_)
+    if (param.grad().defined()) grads.push_back(param.grad());
+  auto norm = optim::norm_from_power_sum(optim::gradient_power_sum_on_device(grads, p), p);
+  if (options_.grad_clip > 0) optim::clip_gradients(grads, norm, options_.grad_clip);
+  return norm;
 }
 
-double TrainStep::reduce_loss(const std::vector<at::Tensor>& chunk_losses) {
-  std::vector<double> sums;  // each micro-batch's loss sum, as a double on the host
+// Each micro-batch's loss sum in fp64, reduced over the ranks on the loss's device: in the
+// order and the precision the host summed them in before (so the bits are the same).
+at::Tensor TrainStep::reduce_loss(const std::vector<at::Tensor>& chunk_losses) {
+  std::vector<at::Tensor> sums;  // each micro-batch's loss sum, fp64
   sums.reserve(chunk_losses.size());
-  for (const auto& l : chunk_losses) sums.push_back(l.item<double>());
-  double loss_sum = 0;
+  for (const auto& l : chunk_losses) sums.push_back(l.to(at::kDouble).reshape({}));
+  at::Tensor loss_sum;
   if (options_.world_size_invariant) {
-    // Every chunk's loss sum, folded in chunk order c = micro * world + rank.
+    // Every chunk's loss sum, folded one by one in chunk order c = micro * world + rank.
     const int world = comm_.size();
-    auto mine = torch::tensor(sums, torch::kDouble);
-    auto all = torch::empty({static_cast<int64_t>(world) * options_.grad_accum_steps}, torch::kDouble);
+    auto mine = at::stack(sums);
+    auto all = at::empty({static_cast<int64_t>(world) * options_.grad_accum_steps}, mine.options());
     comm_.all_gather_into(all, mine);
-    const double* by_rank = all.data_ptr<double>();  // [rank][micro]
+    auto by_rank = all.view({world, options_.grad_accum_steps});
+    loss_sum = at::zeros({}, mine.options());
     for (int micro = 0; micro < options_.grad_accum_steps; ++micro)
-      for (int r = 0; r < world; ++r) loss_sum += by_rank[r * options_.grad_accum_steps + micro];
+      for (int r = 0; r < world; ++r) loss_sum = loss_sum + by_rank[r][micro];
   } else {
-    double local = 0;
-    for (double s : sums) local += s;
-    auto total = torch::tensor({local}, torch::kDouble);
-    comm_.all_reduce(total, comm::ReduceOp::Sum);
-    loss_sum = total.item<double>();
+    loss_sum = at::zeros({}, sums.front().options());
+    for (const auto& s : sums) loss_sum = loss_sum + s;
+    loss_sum = loss_sum.reshape({1});
+    comm_.all_reduce(loss_sum, comm::ReduceOp::Sum);
   }
-  return loss_sum / static_cast<double>(tokens_per_step());
+  return loss_sum.reshape({}) / static_cast<double>(tokens_per_step());
 }
 
 }  // namespace fsdpp::train

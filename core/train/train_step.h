@@ -15,7 +15,12 @@
 //   5. the learning rate set, the optimizer step (skipped on every rank alike when the
 //      scaler found an overflow), the gradients cleared;
 //   6. the logged loss: the mean over every rank's tokens of the step (one all-reduce, or in
-//      invariant mode one all-gather folded in chunk order).
+//      invariant mode one all-gather folded in chunk order), on the device.
+// The loss and the gradient norm stay on the device until the caller reads them
+// (StepRecord::read), so a step that is not logged never makes the host wait for the
+// device: torchtitan reads its loss on log steps only. What still reads within a step:
+// loss scaling (whether to skip the optimizer step, as PyTorch's GradScaler) and the
+// world-size-invariant gradient norm (folded on the host).
 //
 // backward_scale is 1 / (batch_size x seq_len x grad_accum_steps), or without the
 // grad_accum_steps factor in invariant mode: with FSDP's averaging over ranks, the gradient
@@ -63,6 +68,7 @@ struct TrainStepOptions {
 
 // What one step did, the same on every rank except the times.
 struct StepRecord {
+  // Valid once read() has run (TrainStep::run does it unless told StepReads::Deferred).
   double loss = 0;                // mean next-token cross-entropy over every rank's tokens
   double grad_norm = 0;           // global norm (norm_type) before clipping (unscaled)
   bool optimizer_stepped = true;  // false: the scaler skipped an overflowing step
@@ -71,6 +77,18 @@ struct StepRecord {
   // unscale + norm + clip + optimizer + loss reduction. On CUDA, kernels still queued
   // when a phase ends are counted in a later one.
   double data_ms = 0, forward_ms = 0, backward_ms = 0, optimizer_ms = 0;
+  // Until read(): loss and grad_norm as 0-dim fp64 tensors on the device, not yet read.
+  at::Tensor pending_loss, pending_grad_norm;
+
+  // Sets loss and grad_norm from the pending tensors (a host sync where they are on a
+  // device) and drops them; nothing once they are read. Not collective.
+  void read();
+};
+
+// Whether TrainStep::run reads the step's loss and gradient norm before it returns.
+enum class StepReads {
+  AtEnd,     // run() returns them read (one host sync)
+  Deferred,  // left on the device in the record; the caller reads them when it logs
 };
 
 // Sum of next-token cross-entropy over every target of [rows, seq_len], in fp32 (targets of
@@ -104,7 +122,8 @@ class TrainStep {
 
   // One optimizer step at learning rate `lr` over the micro-batches micro_batch(0) ..
   // micro_batch(grad_accum_steps - 1). Throws what the model, FSDP or the communicator throw.
-  StepRecord run(double lr, const std::function<MicroBatch(int micro)>& micro_batch);
+  StepRecord run(double lr, const std::function<MicroBatch(int micro)>& micro_batch,
+                 StepReads reads = StepReads::AtEnd);
 
   // The loss scaler (null without loss scaling); checkpoints save and restore its state.
   optim::ShardedGradScaler* scaler() { return scaler_ ? &*scaler_ : nullptr; }
@@ -113,8 +132,8 @@ class TrainStep {
   int64_t tokens_per_step() const;
 
  private:
-  double norm_and_clip();
-  double reduce_loss(const std::vector<at::Tensor>& chunk_losses);
+  at::Tensor norm_and_clip();
+  at::Tensor reduce_loss(const std::vector<at::Tensor>& chunk_losses);
 
   comm::Communicator& comm_;
   LossFn loss_;

@@ -61,9 +61,15 @@ fsdp::WrapPolicy make_wrap_policy(const std::string& spec, const std::string& bl
   return fsdp::wrap_by_min_params(std::stoll(spec.substr(5)));  // "size:N", checked by validate()
 }
 
-// --no-reshard-after-forward and --explicit-prefetch on the units the wrap policy made.
+// --no-reshard-after-forward, --reshard-after-forward-group-size and --explicit-prefetch on
+// the units the wrap policy made.
 void apply_unit_controls(fsdp::ShardedModel& sharded, const TrainConfig& c) {
-  for (const auto& [name, module] : units_kept_unsharded(sharded, c)) sharded.set_reshard_after_forward(*module, false);
+  const auto kept = units_kept_unsharded(sharded, c);
+  for (const auto& [name, module] : kept) sharded.set_reshard_after_forward(*module, false);
+  if (c.reshard_after_forward_group_size > 0)
+    for (const auto& [name, module] : sharded.wrapped_modules())
+      if (std::none_of(kept.begin(), kept.end(), [&](const auto& k) { return k.second == module; }))
+        sharded.set_reshard_after_forward(*module, c.reshard_after_forward_group_size);
   if (c.explicit_prefetch == 0) return;
   const auto modules = sharded.wrapped_modules();
   const auto units = static_cast<int64_t>(modules.size());
@@ -257,6 +263,7 @@ TrainResult train(comm::Communicator& comm, const TrainConfig& c, const RunInput
   result.hf_dir = result.run_dir / "hf";
   const RunStart start = find_run_start(comm, c, result.run_dir);
 
+  c.validate_for_world(comm.size());
   auto sharded =
       fsdp::ShardedModel::create(lm.module, comm, fsdp_options, make_wrap_policy(c.wrap_policy, lm.block_type));
   apply_unit_controls(*sharded, c);
@@ -293,39 +300,47 @@ TrainResult train(comm::Communicator& comm, const TrainConfig& c, const RunInput
     const auto step_start = runtime::SteadyClock::now();
     const double lr = schedule.at(step);
     sharded->reset_comm_stats();
-    const StepRecord done = train_step.run(lr, [&](int micro) {
-      auto [batch_inputs, targets] = inputs.train_set.windows(sampler.micro_batch(micro), seq_len);
-      return MicroBatch{batch_inputs.to(device), targets.to(device)};
-    });
-    sampler.advance();
     const int64_t steps_done = step + 1;
+    const bool eval_due = evaluator && evaluator->due(steps_done, total_steps);
+    const bool save_due = (c.ckpt_freq > 0 && steps_done % c.ckpt_freq == 0) || steps_done == total_steps;
+    // The host reads the step's loss and norm only where they are logged or something else
+    // waits for the device anyway; the other steps queue their work and go on.
+    const bool read = logger.prints(steps_done) || step == start_step || eval_due || save_due;
+    const StepRecord done = train_step.run(
+        lr,
+        [&](int micro) {
+          auto [batch_inputs, targets] = inputs.train_set.windows(sampler.micro_batch(micro), seq_len);
+          return MicroBatch{batch_inputs.to(device), targets.to(device)};
+        },
+        StepReads::Deferred);
+    sampler.advance();
     const double step_ms = ms_since(step_start);
     const double tokens_per_s = static_cast<double>(tokens_per_step) / (step_ms / 1000.0);
-    if (step == start_step) result.first_loss = done.loss;  // this process's first step, also after a resume
-    result.last_loss = done.loss;
     if (step > start_step) tokens_per_s_sum += tokens_per_s;
     logger.log_step(StepLog{steps_done, lr, done, step_ms, tokens_per_s, steps_done * tokens_per_step,
                             static_cast<double>(sampler.position()) / static_cast<double>(sampling.num_windows)},
-                    *sharded);
+                    *sharded, read);
 
-    if (evaluator && evaluator->due(steps_done, total_steps)) evaluator->run(steps_done);
-    if ((c.ckpt_freq > 0 && steps_done % c.ckpt_freq == 0) || steps_done == total_steps)
-      checkpointer.save(steps_done, checkpoint_parts);
+    if (eval_due) evaluator->run(steps_done);
+    if (save_due) checkpointer.save(steps_done, checkpoint_parts);
     logger.log_checkpoints(checkpointer.take_committed());
     if (observer != nullptr)
       observer->after_step(steps_done, [&] {
+        logger.flush();
         checkpointer.finish();
         logger.log_checkpoints(checkpointer.take_committed());
       });
   }
   checkpointer.finish();  // the last save commits while nothing else runs
   logger.log_checkpoints(checkpointer.take_committed());
+  logger.finish_steps();                    // every step read and logged
+  result.first_loss = logger.first_loss();  // this process's first step, also after a resume
+  result.last_loss = logger.last_loss();
   result.steps = total_steps;
   result.start_step = start_step;
   if (total_steps - start_step > 1)
     result.mean_tokens_per_s = tokens_per_s_sum / static_cast<double>(total_steps - start_step - 1);
   if (evaluator) result.eval_after = evaluator->run(total_steps);
-  logger.finish_steps();
   export_hf(comm, *sharded, lm, tokenizer, result.hf_dir,
             models::ExportSource{inputs.model_config, inputs.generation_config});
   logger.close(result.hf_dir);

@@ -61,6 +61,10 @@ void PlanCommand::add_to(CLI::App& app) {
   c->add_option("--no-reshard-after-forward", no_reshard_after_forward_,
                 "Units (comma-separated indices in module order, -1: the last) kept unsharded from forward to "
                 "backward, as fsdpp train's flag");
+  c->add_option("--reshard-after-forward-group-size", reshard_after_forward_group_size_,
+                "Every other unit keeps 1/K of its gathered parameters after forward and all-gathers over K ranks in "
+                "backward, as fsdpp train's flag (0: off)")
+      ->check(CLI::NonNegativeNumber);
   c->add_option("--batch-size", batch_size_, "Windows per rank per micro-step")->check(CLI::PositiveNumber);
   c->add_option("--seq-len", seq_len_, "Tokens per window (default: the model's positions)")
       ->check(CLI::NonNegativeNumber);
@@ -121,6 +125,7 @@ int PlanCommand::run(const std::vector<std::string>& /*argv*/) {
     c.cpu_offload = cpu_offload_;
     c.prefetch = !no_prefetch_;
     c.no_reshard_after_forward = parse_unit_indices(no_reshard_after_forward_, "--no-reshard-after-forward");
+    c.reshard_after_forward_group_size = reshard_after_forward_group_size_;
     c.batch_size = batch_size_;
     c.seq_len = seq_len_ > 0 ? seq_len_ : r.shape.max_positions;
     c.grad_accum_steps = grad_accum_steps_;

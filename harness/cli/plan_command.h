@@ -37,6 +37,7 @@ class PlanCommand final : public Command {
   int64_t batch_size_ = 1, seq_len_ = 0, grad_accum_steps_ = 1;
   std::string gpu_memory_, host_memory_, link_bandwidth_, json_out_;
   std::string no_reshard_after_forward_;  // comma-separated unit indices, as fsdpp train's
+  int reshard_after_forward_group_size_ = 0;
 };
 
 }  // namespace fsdpp::cli

@@ -108,6 +108,9 @@ void TrainCommand::add_to(CLI::App& app) {
   t->add_option("--no-reshard-after-forward", no_reshard_after_forward_,
                 "Units (comma-separated indices in module order, -1: the last) that stay unsharded from their "
                 "forward to their backward (FSDP2's per-unit reshard_after_forward=False)");
+  t->add_option("--reshard-after-forward-group-size", c.reshard_after_forward_group_size,
+                "After its forward each other unit keeps 1/K of its gathered parameters and all-gathers the rest in "
+                "backward over K ranks of its shard group (FSDP2's reshard_after_forward=K, ZeRO++ hpZ; 0: off)");
   t->add_option("--explicit-prefetch", c.explicit_prefetch,
                 "Each unit prefetches the next N units in forward and the previous N in backward (FSDP2's "
                 "set_modules_to_forward_prefetch/_backward_prefetch; 0: implicit prefetch)");
@@ -213,6 +216,7 @@ int TrainCommand::run(const std::vector<std::string>& argv) {
   // process hands what it resolved to train::train, which reads none of it again.
   const train::RunInputs inputs = [&] {
     try {
+      if (dist_.nproc > 0) config_.validate_for_world(dist_.nproc);  // one node: the world is known here
       return train::preflight(config_);
     } catch (const std::exception& e) {
       throw UsageError(e.what());

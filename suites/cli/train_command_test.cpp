@@ -26,6 +26,8 @@
 #include "core/models/hf_checkpoint.h"
 #include "core/models/presets.h"
 #include "core/optim/lr_schedule.h"
+#include "core/plan/memory_model.h"
+#include "core/plan/model_shape.h"
 #include "core/runtime/device.h"
 #include "harness/oracle/tolerance.h"
 #include "harness/testing/assets.h"
@@ -244,9 +246,6 @@ TEST(TrainCommand, NoSyncAccumReducesOncePerStepAndTrainsAsReducingEveryMicroSte
   EXPECT_THAT(every.output, HasSubstr("gradients reduced after every micro-step"));
   EXPECT_THAT(once.output, HasSubstr("gradients reduced once per step (--no-sync-accum)"));
   EXPECT_EQ(once.run["config"]["no_sync_accum"], true);
-  auto refused = train(dir, "deterministic", common + " --no-sync-accum --deterministic");
-  EXPECT_EQ(refused.code, 2) << refused.output;
-  EXPECT_THAT(refused.output, HasSubstr("--no-sync-accum and --deterministic conflict"));
   ASSERT_EQ(once.train.size(), every.train.size());
   const auto tol = harness::default_tolerance(at::kFloat);
   for (size_t s = 0; s < every.train.size(); ++s) {
@@ -301,6 +300,45 @@ TEST(TrainCommand, NoReshardAfterForwardSkipsThoseUnitsBackwardAllGatherAndTrain
   EXPECT_EQ(past_the_units.code, 1);
   EXPECT_THAT(past_the_units.output,
               HasSubstr("--no-reshard-after-forward 4: --wrap-policy block made 4 unit(s) besides the root"));
+}
+
+// --reshard-after-forward-group-size 2 on 4 ranks (FSDP2's reshard_after_forward=2, ZeRO++
+// hpZ): the blocks keep half their gathered parameters after forward and gather the rest in
+// backward from their pair, so the run trains the bits of FULL_SHARD and sends the all-gather
+// bytes `fsdpp plan` predicts for it, fewer than FULL_SHARD's.
+TEST(TrainCommand, ReshardAfterForwardGroupSizeTrainsTheSameBitsAndSendsThePlannedAllGatherBytes) {
+  TempDir dir;
+  const auto data = harness::write_markov_tokens(dir.path(), 4000, 64).string();
+  const std::string common =
+      "--from-scratch --model-type gpt2 --model-size mini --vocab-size 64 --seq-len 16 --nproc 4 --batch-size 1 "
+      "--max-steps 2 --log-freq 1 --lr 3e-3 --data " +
+      data;
+  auto full = train(dir, "full", common);
+  auto pairs = train(dir, "pairs", common + " --reshard-after-forward-group-size 2");
+  for (const TrainRun* r : {&full, &pairs}) {
+    ASSERT_EQ(r->code, 0) << r->output;
+    ASSERT_EQ(r->train.size(), 2u) << r->output;
+  }
+  EXPECT_THAT(pairs.output, HasSubstr("after forward the other units keep 1/2 of their parameters"));
+  EXPECT_EQ(pairs.run["config"]["reshard_after_forward_group_size"], 2);
+  const auto shape = plan::ModelShape::of_config(models::from_scratch_config("gpt2", "mini", 64), "gpt2");
+  plan::PlanConfig planned_config;
+  planned_config.nproc = 4;
+  planned_config.seq_len = 16;
+  planned_config.reshard_after_forward_group_size = 2;
+  const auto planned = plan::estimate_memory(shape, planned_config);
+  for (size_t s = 0; s < 2; ++s) {
+    const auto gathered = [&](const TrainRun& r) { return r.train[s]["comm_bytes_sent"]["all_gather"].get<int64_t>(); };
+    EXPECT_EQ(gathered(pairs), planned.comm.all_gather) << "step " << s + 1;
+    EXPECT_LT(gathered(pairs), gathered(full)) << "step " << s + 1;
+    EXPECT_EQ(pairs.losses()[s], full.losses()[s]) << "step " << s + 1;
+  }
+  auto three = train(dir, "three", common + " --reshard-after-forward-group-size 3");
+  EXPECT_EQ(three.code, 2);
+  EXPECT_THAT(three.output, HasSubstr("--reshard-after-forward-group-size 3 must divide the shard group size 4"));
+  auto sgo = train(dir, "sgo", common + " --strategy shard_grad_op --reshard-after-forward-group-size 2");
+  EXPECT_EQ(sgo.code, 2);
+  EXPECT_THAT(sgo.output, HasSubstr("--reshard-after-forward-group-size: shard_grad_op never reshards"));
 }
 
 // --explicit-prefetch N: each unit issues the next N units' all-gathers in forward (the
@@ -1043,6 +1081,34 @@ TEST(Resharding, InDeterministicModeACheckpointOfFourRanksContinuesBitwiseOnTwoT
     EXPECT_EQ(file_bytes(dir / name / "hf" / "model.safetensors"),
               file_bytes(dir / "straight" / "hf" / "model.safetensors"));
   }
+}
+
+// --no-sync-accum with --deterministic: each micro-step's gradient slices are kept apart
+// until the last micro-step, which sends them all, so the fold adds the chunks in the order
+// reducing after every micro-step does: the same bits, on 2 ranks and on one rank
+// accumulating all 8 chunks, with the all-to-all bytes of reducing every micro-step.
+TEST(TrainCommand, NoSyncAccumWithDeterministicTrainsTheBitsOfReducingEveryMicroStepOnAnyWorldSize) {
+  TempDir dir;
+  const auto data = harness::write_markov_tokens(dir.path(), 4000, 64).string();
+  const std::string common =
+      "--deterministic --from-scratch --model-type llama --model-size tiny --vocab-size 64 --seq-len 16 "
+      "--batch-size 1 --max-steps 4 --lr 3e-3 --adam-eps 1e-6 --grad-clip 0.5 --data " +
+      data;
+  auto every = train(dir, "every", "--nproc 2 --grad-accum-steps 4 " + common);
+  auto once = train(dir, "once", "--nproc 2 --grad-accum-steps 4 --no-sync-accum " + common);
+  auto one = train(dir, "one", "--nproc 1 --grad-accum-steps 8 --no-sync-accum " + common);
+  for (const auto* run : {&every, &once, &one}) ASSERT_EQ(run->code, 0) << run->output;
+  EXPECT_THAT(once.output, HasSubstr("gradients reduced once per step (--no-sync-accum)"));
+  ASSERT_EQ(every.train.size(), 4u);
+  EXPECT_EQ(loss_and_norm_by_step(once), loss_and_norm_by_step(every));
+  EXPECT_EQ(loss_and_norm_by_step(one), loss_and_norm_by_step(every));
+  for (const auto* name : {"once", "one"})
+    EXPECT_EQ(file_bytes(dir / name / "hf" / "model.safetensors"),
+              file_bytes(dir / "every" / "hf" / "model.safetensors"))
+        << name;
+  for (size_t s = 0; s < every.train.size(); ++s)
+    EXPECT_EQ(once.train[s]["comm_bytes_sent"]["all_to_all"], every.train[s]["comm_bytes_sent"]["all_to_all"])
+        << "step " << s + 1;
 }
 
 // The same world-size invariance across strategies, from scratch, for every family's block:

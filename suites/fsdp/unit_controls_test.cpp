@@ -382,3 +382,127 @@ TEST(GradientDivideFactor, ANonPositiveFactorOrTheWorldSizeInvariantOrderIsRefus
 
 }  // namespace
 }  // namespace fsdpp
+
+namespace fsdpp {
+namespace {
+
+// K micro-steps' backward on a world-size-invariant model, gradient sync on for every one or
+// only the last (FSDP2's set_requires_gradient_sync(False) on the others); the all-to-alls
+// (the invariant order's reduce-scatter) the step sent, and the full gradients.
+struct AccumulatedStep {
+  int64_t all_to_alls = 0;
+  std::vector<std::pair<std::string, torch::Tensor>> gradients;
+};
+
+AccumulatedStep accumulate(harness::RankContext& ctx, const harness::EquivModel& model, fsdp::ShardingStrategy strategy,
+                           int micro_steps, bool sync_every_micro_step) {
+  auto net = model.build(1);
+  fsdp::FsdpOptions o;
+  o.strategy = strategy;
+  o.hybrid_shard_size = 2;  // HYBRID_SHARD on 4 ranks: 2 x 2
+  o.reduction_order = fsdp::ReductionOrder::WorldSizeInvariant;
+  auto sharded = fsdp::ShardedModel::create(net, ctx.comm, o, model.wrap);
+  sharded->reset_comm_stats();
+  for (int micro = 0; micro < micro_steps; ++micro) {
+    sharded->set_requires_gradient_sync(sync_every_micro_step || micro == micro_steps - 1);
+    model.loss(*net, model.batch(micro, ctx.rank)).backward();
+  }
+  AccumulatedStep step;
+  step.all_to_alls = sharded->comm_stats(CollectiveKind::AllToAll).calls;
+  step.gradients = sharded->gather_full_gradients();
+  return step;
+}
+
+TEST(GradientSync, OffForAllButTheLastMicroStepSendsOneAllToAllPerUnitAndTheSameBitsInTheInvariantOrder) {
+  harness::expect_ranks_pass(4, [](harness::RankContext& ctx) {
+    auto model = harness::tiny_transformer_case(four_blocks());
+    constexpr int kMicroSteps = 3;
+    for (auto strategy : {fsdp::ShardingStrategy::FullShard, fsdp::ShardingStrategy::ShardGradOp,
+                          fsdp::ShardingStrategy::NoShard, fsdp::ShardingStrategy::HybridShard}) {
+      const auto every = accumulate(ctx, model, strategy, kMicroSteps, true);
+      const auto last = accumulate(ctx, model, strategy, kMicroSteps, false);
+      const auto units =
+          static_cast<int64_t>(fsdp::ShardedModel::create(model.build(1), ctx.comm, {}, model.wrap)->units().size());
+      EXPECT_EQ(every.all_to_alls, kMicroSteps * units) << fsdp::to_string(strategy);
+      EXPECT_EQ(last.all_to_alls, units) << fsdp::to_string(strategy);
+      ASSERT_EQ(last.gradients.size(), every.gradients.size());
+      ASSERT_FALSE(every.gradients.empty());
+      for (size_t i = 0; i < every.gradients.size(); ++i) {
+        ASSERT_TRUE(every.gradients[i].second.defined()) << every.gradients[i].first;
+        EXPECT_TRUE(torch::equal(last.gradients[i].second, every.gradients[i].second))
+            << fsdp::to_string(strategy) << " " << every.gradients[i].first;
+      }
+    }
+  });
+}
+
+}  // namespace
+}  // namespace fsdpp
+
+namespace fsdpp {
+namespace {
+
+// The padded all-gather buffer of a unit, in bytes: S rank chunks of shard_total elements.
+int64_t gathered_bytes(const fsdp::FsdpUnit& unit, int shard_size) {
+  return unit.shard_total() * shard_size * static_cast<int64_t>(sizeof(float));
+}
+
+// FSDP2's reshard_after_forward=2 on 4 ranks (ZeRO++'s hpZ): blocks.1 keeps half of its
+// gathered buffer after its forward (SHARDED_POST_FORWARD) and gathers the rest in backward
+// from the one other rank of its pair; the same bytes, so the same gradients, bit for bit.
+TEST(ReshardAfterForwardToAGroup, AUnitKeepsItsPieceAndGathersInBackwardWithinItsGroupTheSameBits) {
+  harness::expect_ranks_pass(4, [](harness::RankContext& ctx) {
+    auto model = harness::tiny_transformer_case(four_blocks());
+    ControlledRun plain = make_run(model, ctx.comm);
+    ControlledRun hpz = make_run(model, ctx.comm);
+    hpz.sharded->set_reshard_after_forward(hpz.module("blocks.1"), 2);
+    auto batch = model.batch(0, ctx.rank);
+    plain.sharded->reset_comm_stats();
+    hpz.sharded->reset_comm_stats();
+
+    auto plain_loss = model.loss(*plain.net, batch);
+    auto hpz_loss = model.loss(*hpz.net, batch);
+    const fsdp::FsdpUnit* held = nullptr;
+    for (const auto& unit : hpz.sharded->units())
+      if (unit->name() == "blocks.1") held = unit.get();
+    ASSERT_NE(held, nullptr);
+    EXPECT_EQ(held->state(), fsdp::FsdpUnit::State::ShardedPostForward);
+    EXPECT_EQ(held->post_forward_bytes(), gathered_bytes(*held, 4) / 2);
+    plain_loss.backward();
+    hpz_loss.backward();
+    EXPECT_EQ(held->state(), fsdp::FsdpUnit::State::Sharded);
+    EXPECT_EQ(held->post_forward_bytes(), 0);
+    EXPECT_TRUE(torch::equal(plain_loss, hpz_loss));
+    expect_same_gradients(*plain.sharded, *hpz.sharded);
+
+    // The same all-gathers, in the same order; blocks.1's backward one sends its half
+    // once (to its pair) instead of its quarter three times.
+    EXPECT_EQ(joined(hpz.all_gathers), joined(plain.all_gathers));
+    const auto sent = [](const ControlledRun& r) {
+      return r.sharded->comm_stats(CollectiveKind::AllGather).bytes_sent;
+    };
+    const int64_t buffer = gathered_bytes(*held, 4);
+    EXPECT_EQ(sent(plain) - sent(hpz), 3 * buffer / 4 - buffer / 2);
+    // The half held from blocks.1's forward to its backward shows in the peak.
+    EXPECT_EQ(hpz.sharded->memory().peak_unsharded_bytes - plain.sharded->memory().peak_unsharded_bytes, buffer / 2);
+  });
+}
+
+TEST(ReshardAfterForwardToAGroup, AGroupSizeThatDoesNotDivideTheShardGroupOrIsTrivialIsRefused) {
+  harness::expect_ranks_pass(4, [](harness::RankContext& ctx) {
+    auto model = harness::tiny_transformer_case(four_blocks());
+    ControlledRun r = make_run(model, ctx.comm);
+    for (int size : {0, 1, 3, 4, 8}) {
+      try {
+        r.sharded->set_reshard_after_forward(r.module("blocks.0"), size);
+        ADD_FAILURE() << "group size " << size << " was accepted";
+      } catch (const std::invalid_argument& e) {
+        EXPECT_NE(std::string(e.what()).find("must divide the shard group size 4"), std::string::npos) << e.what();
+      }
+    }
+    EXPECT_THROW(r.sharded->set_reshard_after_forward(*r.net, 2), std::invalid_argument);  // the root
+  });
+}
+
+}  // namespace
+}  // namespace fsdpp

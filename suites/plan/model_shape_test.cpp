@@ -51,6 +51,41 @@ TEST(PlanKeptUnits, AllGatherBytesAreThoseShardedModelSendsWithTheSameUnitsKept)
   EXPECT_THROW(plan::estimate_memory(shape, kept), std::invalid_argument);
 }
 
+// --reshard-after-forward-group-size in the plan: on 4 ranks with pairs (K = 2) and the last
+// block kept unsharded, the all-gather bytes it predicts are those ShardedModel sends with the
+// same controls, and the pieces held after forward are the bytes it adds in flight at the loss.
+TEST(PlanReshardToAGroup, AllGatherBytesAndHeldPiecesAreThoseShardedModelHasWithTheSameGroups) {
+  auto config = models::from_scratch_config("gpt2", "mini", 250);
+  const auto shape = plan::ModelShape::of_config(config, "gpt2");
+  plan::PlanConfig kept;
+  kept.nproc = 4;
+  kept.seq_len = 16;
+  kept.no_reshard_after_forward = {-1};
+  plan::PlanConfig hpz = kept;
+  hpz.reshard_after_forward_group_size = 2;
+  const auto planned = plan::estimate_memory(shape, hpz);
+  const auto planned_kept = plan::estimate_memory(shape, kept);
+  EXPECT_LT(planned.comm.all_gather, planned_kept.comm.all_gather);
+  harness::expect_ranks_pass(4, [&](harness::RankContext& ctx) {
+    auto lm = models::build_causal_lm(config, "gpt2");
+    auto sharded = fsdp::ShardedModel::create(lm.module, ctx.comm, {}, fsdp::wrap_by_module_type({lm.block_type}));
+    const auto modules = sharded->wrapped_modules();
+    for (size_t i = 0; i + 1 < modules.size(); ++i) sharded->set_reshard_after_forward(*modules[i].second, 2);
+    sharded->set_reshard_after_forward(*modules.back().second, false);
+    sharded->reset_comm_stats();
+    auto loss = lm.logits(torch::randint(0, 250, {1, 16})).sum();
+    int64_t pieces = 0;
+    for (const auto& unit : sharded->units()) pieces += unit->post_forward_bytes();
+    EXPECT_EQ(pieces, planned.unsharded_in_flight_bytes - planned_kept.unsharded_in_flight_bytes);
+    loss.backward();
+    EXPECT_EQ(sharded->comm_stats(comm::CollectiveKind::AllGather).bytes_sent, planned.comm.all_gather);
+  });
+  for (int size : {1, 3, 4}) {
+    hpz.reshard_after_forward_group_size = size;
+    EXPECT_THROW(plan::estimate_memory(shape, hpz), std::invalid_argument) << size;
+  }
+}
+
 TEST(PlanModelShape, UnitsAndShardBytesAreThoseShardedModelMakes) {
   for (const char* type : {"gpt2", "opt", "llama"}) {
     auto config = models::from_scratch_config(type, "tiny", 250);  // 250 rows: padding on 3 ranks
