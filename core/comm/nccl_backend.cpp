@@ -20,12 +20,11 @@ int64_t ring_bytes(int n, int64_t piece_bytes) { return (n - 1) * piece_bytes; }
 
 bool NcclBackend::serves(const at::Tensor& t) const { return t.is_cuda() && nccl_usable(group_.local_world_size); }
 
-NcclGroup& NcclBackend::nccl_group(at::Device device) {
+NcclCommunicator& NcclBackend::nccl_group(at::Device device) {
   if (!nccl_) {
     std::string key = "fsdpp/" + group_.name + "/nccl_id";
     try {
-      nccl_ =
-          NcclGroup::connect(group_.store.get(), key, group_.rank, group_.size, device, group_.timeout, group_.where());
+      nccl_ = connect_nccl(group_.store, key, group_.rank, group_.size, device, group_.timeout, group_.where());
     } catch (const std::exception& e) {
       group_.mark_broken(first_line_of(e.what()));
       throw;
@@ -74,15 +73,16 @@ CommWork NcclBackend::call(CollectiveKind kind, const std::string& what, int64_t
 CommWork NcclBackend::all_gather_into(at::Tensor output, at::Tensor input, const std::string& what) {
   int64_t piece = input.numel() * input.element_size();
   int64_t moved = ring_bytes(group_.size, piece);
-  return call(CollectiveKind::AllGather, what, moved, moved, {output},
-              [input](NcclGroup& g, std::vector<at::Tensor>& out) { return g.all_gather(out[0], input.contiguous()); });
+  return call(
+      CollectiveKind::AllGather, what, moved, moved, {output},
+      [input](NcclCommunicator& g, std::vector<at::Tensor>& out) { return g.all_gather(out[0], input.contiguous()); });
 }
 
 CommWork NcclBackend::reduce_scatter(at::Tensor output, at::Tensor input, ReduceOp op, const std::string& what) {
   int64_t piece = output.numel() * output.element_size();
   int64_t moved = ring_bytes(group_.size, piece);
   return call(CollectiveKind::ReduceScatter, what, moved, moved, {output},
-              [input, op](NcclGroup& g, std::vector<at::Tensor>& out) {
+              [input, op](NcclCommunicator& g, std::vector<at::Tensor>& out) {
                 return g.reduce_scatter(out[0], input.contiguous(), op);
               });
 }
@@ -94,7 +94,7 @@ CommWork NcclBackend::all_reduce(at::Tensor tensor, ReduceOp op, const std::stri
   int64_t others = std::accumulate(chunks.begin(), chunks.end(), int64_t{0}) - chunks[me];
   int64_t moved = others + (n - 1) * chunks[me];
   return call(CollectiveKind::AllReduce, what, moved, moved, {tensor},
-              [op](NcclGroup& g, std::vector<at::Tensor>& t) { return g.all_reduce(t[0], op); });
+              [op](NcclCommunicator& g, std::vector<at::Tensor>& t) { return g.all_reduce(t[0], op); });
 }
 
 CommWork NcclBackend::broadcast(at::Tensor tensor, int root, const std::string& what) {
@@ -105,7 +105,7 @@ CommWork NcclBackend::broadcast(at::Tensor tensor, int root, const std::string& 
   int64_t sent = (me == root ? total - chunks[me] : 0) + (n - 1) * chunks[me];
   int64_t received = (me == root ? 0 : chunks[me]) + total - chunks[me];
   return call(CollectiveKind::Broadcast, what, sent, received, {tensor},
-              [root](NcclGroup& g, std::vector<at::Tensor>& t) { return g.broadcast(t[0], root); });
+              [root](NcclCommunicator& g, std::vector<at::Tensor>& t) { return g.broadcast(t[0], root); });
 }
 
 CommWork NcclBackend::all_to_all_single(at::Tensor output, at::Tensor input, const AllToAllRows& rows,
@@ -118,7 +118,7 @@ CommWork NcclBackend::all_to_all_single(at::Tensor output, at::Tensor input, con
   }
   int64_t row_numel = std::max(rows.input_row_numel, rows.output_row_numel);
   return call(CollectiveKind::AllToAll, what, sent, received, {output},
-              [input, rows, row_numel](NcclGroup& g, std::vector<at::Tensor>& out) {
+              [input, rows, row_numel](NcclCommunicator& g, std::vector<at::Tensor>& out) {
                 return g.all_to_all(out[0], input.contiguous(), rows.output_splits, rows.input_splits, row_numel);
               });
 }

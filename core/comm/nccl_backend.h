@@ -1,9 +1,9 @@
 // NcclBackend: CUDA tensors over NCCL, one GPU per local rank (CUDA builds only;
-// nccl_group.h has the stream semantics). The group's NcclGroup connects at its first
-// collective. A collective is issued on the caller's thread and is done on the host at once;
-// CommWork::completed() asks the device, and wait() makes the caller's stream join it.
-// Byte tallies follow the Gloo backend's transfer plan (chunk_plan.h), so the analytic
-// volume checks hold on either transport. Internal to core/comm/.
+// nccl_group.h has the stream semantics and the engines: c10d's ProcessGroupNCCL, or
+// fsdpp's own). The group's NCCL communicator connects at its first collective. A collective is issued on the caller's
+// thread and is done on the host at once; CommWork::completed() asks the device, and wait() makes the caller's stream
+// join it. Byte tallies follow the Gloo backend's transfer plan (chunk_plan.h), so the analytic volume checks hold on
+// either transport. Internal to core/comm/.
 #pragma once
 
 #include <functional>
@@ -35,10 +35,10 @@ class NcclBackend final : public CollectiveBackend {
   void disconnect() override { nccl_.reset(); }
 
  private:
-  using Issue = std::function<std::shared_ptr<NcclDone>(NcclGroup&, std::vector<at::Tensor>&)>;
+  using Issue = std::function<std::shared_ptr<NcclDone>(NcclCommunicator&, std::vector<at::Tensor>&)>;
 
   // The group's NCCL communicator on `device`, connected at the first call.
-  NcclGroup& nccl_group(at::Device device);
+  NcclCommunicator& nccl_group(at::Device device);
   // Issues an NCCL collective on `outputs`' device: `issue` gets contiguous stand-ins of
   // `outputs` (copied back after the caller's stream joined). `sent`/`received`: this
   // rank's bytes by the Gloo backend's plan.
@@ -46,7 +46,7 @@ class NcclBackend final : public CollectiveBackend {
                 std::vector<at::Tensor> outputs, const Issue& issue);
 
   GroupState& group_;
-  std::unique_ptr<NcclGroup> nccl_;
+  std::unique_ptr<NcclCommunicator> nccl_;
 };
 
 }  // namespace fsdpp::comm

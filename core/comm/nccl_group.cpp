@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "core/comm/communicator.h"
+#include "core/runtime/cuda_plugin.h"
 
 namespace fsdpp::comm {
 
@@ -176,6 +177,20 @@ std::unique_ptr<NcclGroup> NcclGroup::connect(c10d::Store* store, const std::str
 }
 
 NcclGroup::NcclGroup(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+std::unique_ptr<NcclCommunicator> connect_nccl(const c10::intrusive_ptr<c10d::Store>& store, const std::string& key,
+                                               int rank, int size, at::Device device, std::chrono::milliseconds timeout,
+                                               std::string label) {
+  runtime::NcclEngine engine;
+  try {
+    engine = runtime::nccl_engine();
+  } catch (const std::invalid_argument& e) {
+    throw CommError(std::string("fsdpp comm: ") + e.what());
+  }
+  if (engine == runtime::NcclEngine::C10d)
+    return connect_process_group_nccl(store, key, rank, size, device, timeout, std::move(label));
+  return NcclGroup::connect(store.get(), key, rank, size, device, timeout, std::move(label));
+}
 
 NcclGroup::~NcclGroup() {
   {

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "core/fsdp/fsdp_collectives.h"
+#include "core/fsdp/grad_reducer.h"
 
 namespace fsdpp::fsdp {
 

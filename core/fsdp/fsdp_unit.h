@@ -4,7 +4,7 @@
 //   - State (FSDP2's ShardedState): SHARDED <-> UNSHARDED, with the all-gather possibly
 //     in flight in between (issued by a prefetch, completed by the next wait);
 //   - TrainingState (FSDP2's TrainingState): IDLE -> FORWARD -> PRE_BACKWARD ->
-//     POST_BACKWARD -> IDLE, moved by ShardedModel's hooks (a unit that took no part in
+//     POST_BACKWARD -> IDLE, moved by the hooks (fsdp_state.h; a unit that took no part in
 //     backward goes FORWARD -> POST_BACKWARD at the final callback).
 // A call the protocol does not allow in the current state throws std::logic_error naming
 // the unit, its states and the call: e.g. a backward hook before any forward, or reading
@@ -77,7 +77,7 @@ class FsdpUnit {
   // "reduce-scatter in flight"): the words protocol errors use.
   std::string describe_state() const;
 
-  // The training-state transitions, called by ShardedModel's hooks.
+  // The training-state transitions, called by the hooks (fsdp_state.h).
   // Any state -> IDLE: a new iteration (the root's pre-forward) or the end of backward.
   void enter_idle() {
     training_state_ = TrainingState::Idle;

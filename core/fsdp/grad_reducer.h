@@ -1,3 +1,7 @@
+// A unit's gradients on their way back (compare FSDP2's _fsdp_collectives.py, its
+// reduce-scatter half): packed into the reduction's input (reduce_scatter_input,
+// replica_reduce_input), reduced across ranks (the reducers below), and folded into the
+// sharded .grad (fold_reduced_gradients).
 // How a unit's gradients are reduced across ranks: where a gradient is reduce-scattered.
 // One interface, one implementation per mode (make_grad_reducer picks it from the unit's
 // process groups, FsdpUnit owns it):
@@ -24,6 +28,7 @@
 #include <vector>
 
 #include "core/comm/communicator.h"
+#include "core/fsdp/fsdp_param.h"
 
 namespace fsdpp::fsdp {
 
@@ -59,5 +64,29 @@ class GradReducer {
 // gradients are the result), else HybridAverage where the replicate group has several
 // ranks, else ShardAverage. `shard_total`: elements per rank of the unit's shard buffer.
 std::unique_ptr<GradReducer> make_grad_reducer(const UnitComms& comms, bool replicated, int64_t shard_total);
+
+// The reduce-scatter input [group_size * shard_total] with `options` (reduce dtype, the
+// compute device): every rank's rows of each accumulated gradient at its shard's place
+// (cast to the reduce dtype as they are copied in), zeros everywhere else (padding rows,
+// parameters without a gradient, gaps). Moves the gradients out of `accumulated` (they
+// are reduced now). Throws std::logic_error if two parameters' shards overlap.
+at::Tensor reduce_scatter_input(const std::vector<FsdpParam>& params, std::vector<at::Tensor>& accumulated,
+                                const std::vector<bool>& has_grad, int64_t shard_total, int group_size,
+                                const at::TensorOptions& options);
+
+// A replicated unit's whole gradients as one flat buffer, zero-padded to a multiple of
+// `replicas` so that every rank owns an equal chunk of the all-reduce.
+at::Tensor replica_reduce_input(const std::vector<FsdpParam>& params, const std::vector<bool>& has_grad, int replicas);
+
+// Folds reduced buffers (GradReducer::wait's, in order) into the gradients of the
+// parameters that had one: a replicated unit's module tensors get a copy of their part of
+// the single flat buffer; a sharded unit's .grad becomes ((grad + b_0) + b_1) + ... in the
+// master dtype and place (`master`: the flat shard's options), starting from zeros when
+// `from_zero` and .grad is undefined, else from a copy of b_0. The copy of a lone b_0 is
+// non-blocking: to pinned host memory (offload) it may still be in flight on return, and
+// the caller synchronizes the device before host code reads the gradients.
+void fold_reduced_gradients(std::vector<FsdpParam>& params, const std::vector<bool>& has_grad,
+                            const std::vector<at::Tensor>& reduced, bool replicated, bool from_zero,
+                            const at::TensorOptions& master);
 
 }  // namespace fsdpp::fsdp

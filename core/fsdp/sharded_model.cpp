@@ -1,30 +1,9 @@
-// The FSDP protocol, driven by forward hooks (nn::call), tensor hooks and autograd:
-//
-//   forward, unit U:   pre:  unshard U (wait); prefetch the next unit's all-gather;
-//                            route U's input through PostBackward (identity whose
-//                            backward runs once U's backward is done)
-//                      post: reshard U (FULL_SHARD, not the root); hook U's output so
-//                            that U's pre-backward runs when its gradient arrives
-//   backward, unit U:  pre:  (first one: queue the final callback) unshard U (wait);
-//                            prefetch the unit that runs backward next (BACKWARD_PRE)
-//                      post: reduce-scatter U's gradients (async); reshard U;
-//                            BACKWARD_POST prefetch
-//   final callback:         post-backward for units whose inputs needed no gradient
-//                            (the root, or a first block fed raw data); wait for every
-//                            reduction; place the gradient shards.
-//   activation checkpointing (nn::checkpoint): U's first forward runs without grad
-//                            (post reshards as above, hooks nothing); backward reruns
-//                            pre/forward/post with grad: pre unshards U again, neither
-//                            records order nor prefetches; post keeps U unsharded and
-//                            hooks the recomputed output; the nested backward through
-//                            it runs U's pre- and post-backward as usual.
-// Same semantics as FSDP2's FSDPState/FSDPParamGroup hooks, and like FSDP2 the root
-// unit stays unsharded from its forward until the end of backward.
+// A sharded model: its process groups, its units (unit_plan.cpp picks them), the protocol's
+// hooks installed on the units' modules (the protocol itself: fsdp_state.cpp), the per-unit
+// controls, clipping and the queries.
 #include "core/fsdp/sharded_model.h"
 
 #include <ATen/ATen.h>
-#include <torch/csrc/autograd/custom_function.h>
-#include <torch/csrc/autograd/engine.h>
 #include <torch/nn/modules/container/moduledict.h>
 #include <torch/nn/modules/container/modulelist.h>
 
@@ -38,6 +17,7 @@
 #include <vector>
 
 #include "core/comm/device_mesh.h"
+#include "core/fsdp/fsdp_state.h"
 #include "core/fsdp/grad_norm.h"
 #include "core/fsdp/unit_plan.h"
 #include "core/nn/checkpoint.h"
@@ -47,244 +27,6 @@
 #include "core/runtime/device.h"
 
 namespace fsdpp::fsdp {
-
-struct ShardedModel::Hooks {
-  static FsdpUnit* root(ShardedModel& m) { return m.units_.back().get(); }
-
-  static void unshard_now(ShardedModel& m, FsdpUnit* u) {
-    issue_unshard(m, u);
-    const int64_t piece = u->post_forward_bytes();
-    u->wait_unshard();
-    m.unsharded_bytes_now_ -= piece - u->post_forward_bytes();  // a piece freed, or one kept
-    m.peak_unsharded_bytes_ = std::max(m.peak_unsharded_bytes_, m.unsharded_bytes_now_);
-  }
-
-  // Issues u's all-gather unless u is unsharded or its all-gather is in flight already.
-  static void issue_unshard(ShardedModel& m, FsdpUnit* u) {
-    if (u->state() == FsdpUnit::State::Unsharded || u->unshard_in_flight()) return;
-    if (!u->replicated()) {
-      m.unsharded_bytes_now_ += u->full_param_bytes();
-      m.peak_unsharded_bytes_ = std::max(m.peak_unsharded_bytes_, m.unsharded_bytes_now_);
-      if (m.all_gather_listener_) m.all_gather_listener_(*u);
-    }
-    u->unshard_async();
-  }
-
-  static void reshard(ShardedModel& m, FsdpUnit* u) {
-    if (u->state() == FsdpUnit::State::Unsharded && !u->replicated()) m.unsharded_bytes_now_ -= u->full_param_bytes();
-    m.unsharded_bytes_now_ -= u->post_forward_bytes();
-    u->reshard();
-  }
-
-  // After a training forward: fully, or to the post-forward piece (reshard_after_forward=k).
-  static void reshard_post_forward(ShardedModel& m, FsdpUnit* u) {
-    if (u->state() == FsdpUnit::State::Unsharded && !u->replicated()) m.unsharded_bytes_now_ -= u->full_param_bytes();
-    u->reshard_post_forward();
-  }
-
-  static void prefetch(ShardedModel& m, FsdpUnit* u) {
-    if (u == nullptr || u->state() == FsdpUnit::State::Unsharded || u->unshard_in_flight()) return;
-    int in_flight = 0;
-    for (auto& other : m.units_) in_flight += other->unshard_in_flight();
-    if (in_flight >= m.options_.max_inflight_all_gathers) return;
-    issue_unshard(m, u);
-  }
-
-  // The explicit prefetch list of u, if one was set, else the implicit prefetch of `next`
-  // when `implicit` is on.
-  static void prefetch_after(ShardedModel& m, FsdpUnit* u, const std::vector<std::vector<FsdpUnit*>>& explicit_lists,
-                             bool implicit, FsdpUnit* (*next)(ShardedModel&, FsdpUnit*)) {
-    const auto& targets = explicit_lists[unit_index(m, u)];
-    if (!targets.empty()) {
-      for (auto* target : targets) issue_unshard(m, target);
-    } else if (implicit) {
-      prefetch(m, next(m, u));
-    }
-  }
-
-  static size_t unit_index(ShardedModel& m, const FsdpUnit* u) {
-    for (size_t i = 0; i < m.units_.size(); ++i)
-      if (m.units_[i].get() == u) return i;
-    throw std::logic_error("FSDP unit '" + u->name() + "' is not a unit of this model");
-  }
-
-  // The unit after this run of u in the previous iteration's forward order (the k-th run
-  // of a unit that runs k times follows its k-th place); on the first iteration, the unit
-  // after u in module order.
-  static FsdpUnit* forward_successor(ShardedModel& m, FsdpUnit* u) {
-    const auto& order = m.last_forward_order_.empty() ? m.module_order_ : m.last_forward_order_;
-    auto run = std::count(m.forward_order_.begin(), m.forward_order_.end(), u) - 1;  // u's runs before this one
-    for (size_t i = 0; i + 1 < order.size(); ++i)
-      if (order[i] == u && run-- == 0) return order[i + 1];
-    return nullptr;
-  }
-
-  // The unit whose backward runs after u's: the one before u in forward order; after
-  // the root's (first in forward, first in backward: its head) comes the last unit.
-  // A unit that ran k times: its j-th backward is that of its j-th run from the end.
-  static FsdpUnit* backward_successor(ShardedModel& m, FsdpUnit* u) {
-    auto& order = m.forward_order_;
-    if (order.empty()) return nullptr;
-    if (u == root(m)) return order.size() > 1 ? order.back() : nullptr;
-    int later_runs = u->pre_backwards() - 1;  // u's runs whose backward came before this one
-    for (size_t i = order.size() - 1; i >= 1; --i)
-      if (order[i] == u && later_runs-- == 0) return i > 1 ? order[i - 1] : nullptr;
-    return nullptr;
-  }
-
-  // Once per backward, with the outermost one (a checkpoint's nested backward ends early).
-  static void queue_final_callback(ShardedModel& m) {
-    if (m.callback_queued_) return;
-    m.callback_queued_ = true;
-    ShardedModel* model = &m;
-    torch::autograd::Engine::get_default_engine().queue_callback([model] { final_callback(*model); });
-  }
-
-  static void pre_forward(ShardedModel& m, FsdpUnit* u, std::vector<at::Tensor>& inputs);
-  static at::Tensor post_forward(ShardedModel& m, FsdpUnit* u, at::Tensor y);
-  static void pre_backward(ShardedModel& m, FsdpUnit* u);
-  static void post_backward(ShardedModel& m, FsdpUnit* u);
-  static void final_callback(ShardedModel& m);
-  static void install(ShardedModel& m);
-};
-
-namespace {
-
-// Identity in forward over every input of the unit that requires grad; its backward runs
-// once the gradients flowing into all of them are known, i.e. after the unit's own backward
-// (FSDP2's RegisterPostBackwardFunction over all of a module's inputs).
-struct PostBackward : public torch::autograd::Function<PostBackward> {
-  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, at::TensorList inputs,
-                                                int64_t model, int64_t unit) {
-    ctx->saved_data["model"] = model;
-    ctx->saved_data["unit"] = unit;
-    torch::autograd::variable_list views;
-    for (const auto& x : inputs) views.push_back(x.view_as(x));
-    return views;
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
-    // saved_data holds IValues only, so the model and the unit travel as integers; both
-    // outlive every backward of the model's graph.
-    // NOLINTNEXTLINE(performance-no-int-to-ptr)
-    auto* m = reinterpret_cast<ShardedModel*>(ctx->saved_data["model"].toInt());
-    // NOLINTNEXTLINE(performance-no-int-to-ptr)
-    auto* u = reinterpret_cast<FsdpUnit*>(ctx->saved_data["unit"].toInt());
-    ShardedModel::Hooks::post_backward(*m, u);
-    grads.emplace_back();  // model
-    grads.emplace_back();  // unit
-    return grads;
-  }
-};
-
-}  // namespace
-
-void ShardedModel::Hooks::pre_forward(ShardedModel& m, FsdpUnit* u, std::vector<at::Tensor>& inputs) {
-  // Activation checkpointing reruns a unit's forward inside backward: the iteration's
-  // order and flags stand, nothing is prefetched for a forward, and the final callback is
-  // queued now, with the outer backward: the recomputed unit's pre-backward runs in a
-  // nested backward, whose callbacks would run as soon as that one ends.
-  const bool recomputing = nn::recomputing();
-  if (recomputing) {
-    queue_final_callback(m);
-  } else {
-    if (u == root(m)) {
-      m.forward_order_.clear();
-      for (auto& unit : m.units_) unit->enter_idle();
-    }
-    m.forward_order_.push_back(u);
-    u->enter_forward();
-  }
-  const auto& mp = m.options_.mixed_precision;
-  for (auto& x : inputs)
-    if (mp.cast_forward_inputs && mp.param_dtype && x.is_floating_point() && x.scalar_type() != *mp.param_dtype)
-      x = x.to(*mp.param_dtype);
-  unshard_now(m, u);
-  if (!recomputing) prefetch_after(m, u, m.forward_prefetch_, m.options_.forward_prefetch, forward_successor);
-  if (u == root(m) || !at::GradMode::is_enabled()) return;
-  std::vector<size_t> hooked;  // the inputs that require grad: all of them go through one node
-  std::vector<at::Tensor> through;
-  for (size_t i = 0; i < inputs.size(); ++i)
-    if (inputs[i].defined() && inputs[i].requires_grad()) {
-      hooked.push_back(i);
-      through.push_back(inputs[i]);
-    }
-  if (hooked.empty()) return;
-  auto views =
-      PostBackward::apply(at::TensorList(through), reinterpret_cast<int64_t>(&m), reinterpret_cast<int64_t>(u));
-  for (size_t j = 0; j < hooked.size(); ++j) inputs[hooked[j]] = views[j];
-}
-
-at::Tensor ShardedModel::Hooks::post_forward(ShardedModel& m, FsdpUnit* u, at::Tensor y) {
-  // A checkpointed forward (no grad) is training too: the unit reshards as usual, and its
-  // recomputation registers the pre-backward hook. A recomputation leaves the unit
-  // unsharded, since its backward follows at once (as FSDP1's _post_forward during a
-  // reentrant-checkpoint recomputation).
-  const bool recomputing = nn::recomputing();
-  bool training = (at::GradMode::is_enabled() && y.requires_grad()) || nn::in_checkpointed_forward();
-  if (!training)
-    reshard(m, u);
-  else if (!recomputing && u != root(m) && u->reshard_after_forward())
-    reshard_post_forward(m, u);
-  if (training && y.requires_grad()) {
-    ShardedModel* model = &m;
-    y.register_hook([model, u](const at::Tensor&) { pre_backward(*model, u); });
-  }
-  if (u == root(m)) {
-    m.last_forward_order_ = m.forward_order_;
-    const auto& output_dtype = m.options_.mixed_precision.output_dtype;
-    if (output_dtype && y.is_floating_point() && y.scalar_type() != *output_dtype) y = y.to(*output_dtype);
-  }
-  return y;
-}
-
-void ShardedModel::Hooks::pre_backward(ShardedModel& m, FsdpUnit* u) {
-  queue_final_callback(m);
-  if (!u->enter_pre_backward()) return;  // this backward's pre-backward already ran
-  unshard_now(m, u);
-  prefetch_after(m, u, m.backward_prefetch_, m.options_.backward_prefetch == BackwardPrefetch::Pre, backward_successor);
-}
-
-void ShardedModel::Hooks::post_backward(ShardedModel& m, FsdpUnit* u) {
-  if (!u->enter_post_backward()) return;  // already reduced in this backward
-  // The previous unit's reduction is waited for and folded before this one is issued: one
-  // reduction in flight, whose buffers the memory plan counts (core/plan/memory_model.cpp).
-  if (m.reducing_ != nullptr) m.reducing_->finish_gradients();
-  u->reduce_gradients_async(m.sync_gradients_);
-  m.reducing_ = u;
-  reshard(m, u);
-  // The root's post-backward is the last of the iteration: nothing runs backward after it.
-  if (m.options_.backward_prefetch == BackwardPrefetch::Post && u != root(m) &&
-      m.backward_prefetch_[unit_index(m, u)].empty())
-    prefetch(m, backward_successor(m, u));
-}
-
-void ShardedModel::Hooks::final_callback(ShardedModel& m) {
-  for (auto it = m.forward_order_.rbegin(); it != m.forward_order_.rend(); ++it) post_backward(m, *it);
-  for (auto& unit : m.units_) {
-    unit->finish_gradients();
-    // No all-gather may outlive the backward: the optimizer is about to change the shards.
-    if (unit->unshard_in_flight()) {
-      m.unsharded_bytes_now_ -= unit->full_param_bytes() + unit->post_forward_bytes();
-      unit->discard_unshard();
-    }
-    // Nor a post-forward piece of a unit whose backward never ran.
-    if (unit->state() == FsdpUnit::State::ShardedPostForward) reshard(m, unit.get());
-  }
-  for (auto& unit : m.units_) unit->enter_idle();
-  // Offloaded gradients went to pinned host memory without blocking
-  // (fold_reduced_gradients): one wait for all of them, before a clip or the optimizer
-  // reads them on the host (FSDP2 waits on each parameter's grad_offload_event in
-  // finalize_backward). A no-op on the CPU.
-  if (m.options_.cpu_offload) {
-    std::vector<at::Device> devices;  // the units' compute devices, each once
-    for (auto& unit : m.units_)
-      if (std::find(devices.begin(), devices.end(), unit->device()) == devices.end()) devices.push_back(unit->device());
-    for (const auto& device : devices) runtime::synchronize(device);
-  }
-  m.reducing_ = nullptr;
-  m.callback_queued_ = false;
-}
 
 // ---------------------------------------------------------------- construction
 //
@@ -367,18 +109,6 @@ void broadcast_from_rank0(comm::Communicator& world, const std::vector<std::pair
 
 }  // namespace
 
-// Step 4: every unit's module calls the protocol's forward hooks (nn::call).
-void ShardedModel::Hooks::install(ShardedModel& m) {
-  for (size_t i = 0; i < m.units_.size(); ++i) {
-    ShardedModel* model = &m;
-    FsdpUnit* unit = m.units_[i].get();
-    nn::ForwardHooks hooks;
-    hooks.pre = [model, unit](std::vector<at::Tensor>& inputs) { pre_forward(*model, unit, inputs); };
-    hooks.post = [model, unit](at::Tensor y) { return post_forward(*model, unit, std::move(y)); };
-    nn::set_forward_hooks(m.unit_modules_[i], std::move(hooks));
-  }
-}
-
 std::shared_ptr<ShardedModel> ShardedModel::create(const std::shared_ptr<torch::nn::Module>& root,
                                                    comm::Communicator& world, const FsdpOptions& options,
                                                    const WrapPolicy& policy) {
@@ -400,12 +130,20 @@ std::shared_ptr<ShardedModel> ShardedModel::create(const std::shared_ptr<torch::
                                                    m->comms_, !plan.is_root && reshard_after_forward, precision));
     m->unit_modules_.push_back(plan.module);
   }
-  m->forward_prefetch_.resize(m->units_.size());
-  m->backward_prefetch_.resize(m->units_.size());
-  m->module_order_.push_back(m->units_.back().get());
+  // Step 4: the protocol (fsdp_state.h), whose hooks every unit's module calls (nn::call).
+  std::vector<FsdpUnit*> units, module_order{m->units_.back().get()};
+  for (auto& unit : m->units_) units.push_back(unit.get());
   for (const auto& [name, module] : m->wrapped_modules())
-    m->module_order_.push_back(m->units_[m->unit_index(*module, "create")].get());
-  Hooks::install(*m);
+    module_order.push_back(m->units_[m->unit_index(*module, "create")].get());
+  m->state_ = std::make_unique<FsdpState>(std::move(units), std::move(module_order), m->options_);
+  for (size_t i = 0; i < m->units_.size(); ++i) {
+    FsdpState* state = m->state_.get();
+    FsdpUnit* unit = m->units_[i].get();
+    nn::ForwardHooks hooks;
+    hooks.pre = [state, unit](std::vector<at::Tensor>& inputs) { state->pre_forward(unit, inputs); };
+    hooks.post = [state, unit](at::Tensor y) { return state->post_forward(unit, std::move(y)); };
+    nn::set_forward_hooks(m->unit_modules_[i], std::move(hooks));
+  }
   return m;
 }
 
@@ -414,6 +152,12 @@ ShardedModel::~ShardedModel() {
 }
 
 // ---------------------------------------------------------------- per-unit controls
+
+void ShardedModel::set_requires_gradient_sync(bool sync) { state_->set_requires_gradient_sync(sync); }
+
+void ShardedModel::set_all_gather_listener(std::function<void(const FsdpUnit&)> listener) {
+  state_->set_all_gather_listener(std::move(listener));
+}
 
 size_t ShardedModel::unit_index(const torch::nn::Module& module, const char* call) const {
   for (size_t i = 0; i < unit_modules_.size(); ++i)
@@ -427,7 +171,7 @@ void ShardedModel::set_forward_prefetch(const torch::nn::Module& unit,
   std::vector<FsdpUnit*> units;
   units.reserve(targets.size());
   for (const auto* target : targets) units.push_back(units_[unit_index(*target, "set_forward_prefetch")].get());
-  forward_prefetch_[unit_index(unit, "set_forward_prefetch")] = std::move(units);
+  state_->set_forward_prefetch(unit_index(unit, "set_forward_prefetch"), std::move(units));
 }
 
 void ShardedModel::set_backward_prefetch(const torch::nn::Module& unit,
@@ -435,7 +179,7 @@ void ShardedModel::set_backward_prefetch(const torch::nn::Module& unit,
   std::vector<FsdpUnit*> units;
   units.reserve(targets.size());
   for (const auto* target : targets) units.push_back(units_[unit_index(*target, "set_backward_prefetch")].get());
-  backward_prefetch_[unit_index(unit, "set_backward_prefetch")] = std::move(units);
+  state_->set_backward_prefetch(unit_index(unit, "set_backward_prefetch"), std::move(units));
 }
 
 void ShardedModel::set_reshard_after_forward(const torch::nn::Module& unit, bool reshard) {
@@ -541,7 +285,7 @@ MemoryStats ShardedModel::memory() const {
     s.padding_bytes += u.padding_bytes;
     s.sharded_grad_bytes += u.sharded_grad_bytes;
   }
-  s.peak_unsharded_bytes = peak_unsharded_bytes_;
+  s.peak_unsharded_bytes = state_->peak_unsharded_bytes();
   return s;
 }
 

@@ -30,6 +30,8 @@
 
 namespace fsdpp::fsdp {
 
+class FsdpState;  // fsdp_state.h
+
 enum class BackwardPrefetch { None, Pre, Post };  // FSDP's BACKWARD_PRE / BACKWARD_POST
 
 // FSDP2's MixedPrecisionPolicy. The shards (and so the optimizer and its state) keep the
@@ -128,7 +130,7 @@ class ShardedModel {
   // ReductionOrder::WorldSizeInvariant keeps each such backward's packed gradients apart and
   // sends them with the synced one, in one all-to-all per unit, folded in the order syncing
   // every backward folds them (the same bits; one padded gradient held per backward).
-  void set_requires_gradient_sync(bool sync) { sync_gradients_ = sync; }
+  void set_requires_gradient_sync(bool sync);
 
   // FSDP2's set_modules_to_forward_prefetch / set_modules_to_backward_prefetch: when the
   // forward (backward) of `unit`'s module starts, the all-gathers of `targets` are issued
@@ -152,9 +154,7 @@ class ShardedModel {
   void set_reshard_after_forward(const torch::nn::Module& unit, int group_size);
   // Called with each unit whose all-gather the protocol issues, in issue order (so in the
   // order the shard group runs them), whether for the unit's own use or as a prefetch.
-  void set_all_gather_listener(std::function<void(const FsdpUnit&)> listener) {
-    all_gather_listener_ = std::move(listener);
-  }
+  void set_all_gather_listener(std::function<void(const FsdpUnit&)> listener);
 
   // Total norm of all gradients (one all-reduce), and scales the local gradient shards by
   // max_norm / (norm + 1e-6) when that is below 1; same result as clip_grad_norm_ on the
@@ -183,8 +183,6 @@ class ShardedModel {
   const FsdpOptions& options() const { return options_; }
   int shard_group_size() const;
 
-  struct Hooks;  // the forward/backward protocol (sharded_model.cpp)
-
  private:
   ShardedModel() = default;
 
@@ -196,30 +194,11 @@ class ShardedModel {
   std::map<int, std::shared_ptr<comm::Communicator>> post_forward_groups_;  // by size: this rank's
   std::vector<std::shared_ptr<FsdpUnit>> units_;                            // creation order; the root unit last
   std::vector<const torch::nn::Module*> unit_modules_;
-  bool sync_gradients_ = true;
-  // set_forward_prefetch / set_backward_prefetch, by unit index; empty: implicit prefetch.
-  std::vector<std::vector<FsdpUnit*>> forward_prefetch_;
-  std::vector<std::vector<FsdpUnit*>> backward_prefetch_;
-  std::function<void(const FsdpUnit&)> all_gather_listener_;
+  // The protocol (fsdp_state.h): the hooks and the iteration's state.
+  std::unique_ptr<FsdpState> state_;
 
   // The unit that wraps `module` (its index in units_); throws naming `call` when none does.
   size_t unit_index(const torch::nn::Module& module, const char* call) const;
-
-  // Per-iteration protocol state.
-  std::vector<FsdpUnit*> forward_order_;       // this iteration's pre-forward order
-  std::vector<FsdpUnit*> last_forward_order_;  // the previous iteration's (for prefetch)
-  // The root, then the units in module order: the forward order the first iteration's
-  // prefetch assumes.
-  std::vector<FsdpUnit*> module_order_;
-  bool callback_queued_ = false;
-  // The unit whose gradient reduction was issued last and is not yet folded: at most one is
-  // in flight (post_backward), as FSDP2's reduce_scatter_state, so the reduce buffers
-  // alive at once do not depend on how far the communication thread has got.
-  FsdpUnit* reducing_ = nullptr;
-  int64_t unsharded_bytes_now_ = 0;
-  int64_t peak_unsharded_bytes_ = 0;
-
-  friend struct Hooks;
 };
 
 }  // namespace fsdpp::fsdp

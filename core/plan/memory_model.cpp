@@ -140,7 +140,7 @@ MemoryEstimate estimate_memory(const ModelShape& model, const PlanConfig& c) {
     // non-root unit again for backward (the root stays unsharded, as FSDP2's).
     if (c.strategy == ShardingStrategy::NoShard) {
       // A replicated unit's flat gradient is padded to a multiple of the replicas
-      // (fsdp_collectives.cpp, replica_reduce_input); a flat shard's is not.
+      // (grad_reducer.cpp, replica_reduce_input); a flat shard's is not.
       const int64_t flat = replicated ? (unit.numel() + replicas - 1) / replicas * replicas : unit_shard;
       comm.all_reduce += micro * all_reduce_bytes_sent(flat, kReduceBytes, replicas);
       continue;

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 
 namespace fsdpp::runtime {
@@ -68,6 +69,23 @@ std::string cuda_plugin_setting_error() {
   const std::string mode = plugin_setting();
   if (mode == "auto" || mode == "on" || mode == "off" || is_path(mode)) return "";
   return "FSDPP_CUDA_PLUGIN='" + mode + "': expected auto, on, off or a path to libfsdpp_cuda.so";
+}
+
+std::string nccl_engine_setting_error() {
+  const char* value = std::getenv("FSDPP_NCCL_ENGINE");
+  if (value == nullptr || std::string(value) == "c10d" || std::string(value) == "fsdpp") return "";
+  return std::string("FSDPP_NCCL_ENGINE='") + value + "': expected c10d (ProcessGroupNCCL, the default) or fsdpp";
+}
+
+NcclEngine nccl_engine() {
+  if (const std::string bad = nccl_engine_setting_error(); !bad.empty()) throw std::invalid_argument(bad);
+  const char* value = std::getenv("FSDPP_NCCL_ENGINE");
+  return value != nullptr && std::string(value) == "fsdpp" ? NcclEngine::Fsdpp : NcclEngine::C10d;
+}
+
+std::string nccl_engine_name() {
+  return nccl_engine() == NcclEngine::C10d ? "c10d ProcessGroupNCCL"
+                                           : "fsdpp's own NCCL group (FSDPP_NCCL_ENGINE=fsdpp)";
 }
 
 void register_cuda_plugin(const CudaPlugin& plugin) {

@@ -78,6 +78,16 @@ std::string cuda_plugin_status();
 // variable, its value and what was expected (fsdpp's main refuses to run with it).
 std::string cuda_plugin_setting_error();
 
+// Which engine carries the NCCL backend's collectives (core/comm/nccl_group.h), from
+// FSDPP_NCCL_ENGINE: unset or "c10d": c10d's ProcessGroupNCCL, as PyTorch runs NCCL;
+// "fsdpp": fsdpp's own over a raw ncclComm_t. nccl_engine() throws std::invalid_argument
+// with nccl_engine_setting_error()'s line for any other value.
+enum class NcclEngine { C10d, Fsdpp };
+NcclEngine nccl_engine();
+std::string nccl_engine_setting_error();
+// "c10d ProcessGroupNCCL" or "fsdpp's own NCCL group (FSDPP_NCCL_ENGINE=fsdpp)".
+std::string nccl_engine_name();
+
 // Called by the plugin's static initializer, while load_cuda_plugin() waits in dlopen.
 void register_cuda_plugin(const CudaPlugin& plugin);
 

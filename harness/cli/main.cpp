@@ -89,14 +89,19 @@ std::string unexpected_arguments(const CLI::App& app) {
 int run_fsdpp(int argc, char** argv) {
   // A vanished peer must be an error on its socket (EPIPE -> CommError), not SIGPIPE.
   std::signal(SIGPIPE, SIG_IGN);
-  if (const std::string bad = fsdpp::runtime::cuda_plugin_setting_error(); !bad.empty()) {
-    std::cerr << "fsdpp: " << bad << "\n";
-    return 2;
-  }
+  for (const std::string& bad :
+       {fsdpp::runtime::cuda_plugin_setting_error(), fsdpp::runtime::nccl_engine_setting_error()})
+    if (!bad.empty()) {
+      std::cerr << "fsdpp: " << bad << "\n";
+      return 2;
+    }
   CLI::App app{"fsdpp: fully sharded data parallel training core and its test harness"};
   app.require_subcommand(1);
   // The build's facts, then this process's: whether the CUDA plugin is loaded, and from where.
-  app.set_version_flag("--version", fsdpp::cli::build_info() + "\nCUDA plugin " + fsdpp::runtime::cuda_plugin_status(),
+  std::string process = "CUDA plugin " + fsdpp::runtime::cuda_plugin_status();
+  if (fsdpp::runtime::cuda_plugin() != nullptr)
+    process += "\nNCCL collectives through " + fsdpp::runtime::nccl_engine_name();
+  app.set_version_flag("--version", fsdpp::cli::build_info() + "\n" + process,
                        "Print fsdpp's version and commit, the LibTorch, CUDA and NCCL it was built with, and "
                        "whether its CUDA plugin is loaded");
   std::vector<std::string> args(argv, argv + argc);

@@ -79,6 +79,19 @@ TEST(CudaPlugin, WithThePluginAndNoGpuACudaDeviceIsRefusedForHavingNoGpu) {
                                 "GPU is visible)"));
 }
 
+// The NCCL backend's engine: c10d's ProcessGroupNCCL unless FSDPP_NCCL_ENGINE=fsdpp asks for
+// fsdpp's own NCCL group. The plugin is loaded RTLD_NOW, so its ProcessGroupNCCL calls
+// resolved against libtorch_cuda here too.
+TEST(CudaPlugin, NcclCollectivesGoThroughC10dProcessGroupNcclUnlessFsdppsOwnEngineIsAsked) {
+  auto [code, output] = version_under("on");
+  ASSERT_EQ(code, 0) << output;
+  EXPECT_THAT(output, HasSubstr("\nNCCL collectives through c10d ProcessGroupNCCL"));
+  auto [own_code, own] =
+      harness::run_shell("env FSDPP_CUDA_PLUGIN=on FSDPP_NCCL_ENGINE=fsdpp " + kFsdpp + " --version 2>&1");
+  ASSERT_EQ(own_code, 0) << own;
+  EXPECT_THAT(own, HasSubstr("\nNCCL collectives through fsdpp's own NCCL group (FSDPP_NCCL_ENGINE=fsdpp)"));
+}
+
 TEST(CudaPlugin, APathLoadsThatFileAndAMissingOneIsNamedInTheReason) {
   auto [code, output] = version_under("/nonexistent/libfsdpp_cuda.so");
   ASSERT_EQ(code, 0) << output;
@@ -94,6 +107,12 @@ TEST(CudaPlugin, OffIsNeverLoaded) {
   EXPECT_THAT(output, HasSubstr("\nCUDA plugin not loaded: FSDPP_CUDA_PLUGIN=off"));
 #endif
   EXPECT_FALSE(loads(output, "libtorch_cuda.so")) << output;
+}
+
+TEST(CudaPlugin, AnUnknownNcclEngineIsRefusedInOneLineWithExit2) {
+  auto [code, output] = harness::run_shell("env FSDPP_NCCL_ENGINE=raw " + kFsdpp + " --version 2>&1");
+  EXPECT_EQ(code, 2) << output;
+  EXPECT_EQ(output, "fsdpp: FSDPP_NCCL_ENGINE='raw': expected c10d (ProcessGroupNCCL, the default) or fsdpp\n");
 }
 
 TEST(CudaPlugin, AnUnknownSettingIsRefusedInOneLineWithExit2) {

@@ -91,6 +91,15 @@ TEST(CudaComm, NcclCollectivesAreCorrectOnOneRank) {
       1, [](harness::RankContext& ctx) { check_collectives_on_gpu(ctx); }, with_env({{"FSDPP_CUDA_COMM", "nccl"}}));
 }
 
+// The same through fsdpp's own NCCL group, the opt-in engine (the default is c10d's
+// ProcessGroupNCCL, which the test above runs).
+TEST(CudaComm, FsdppsOwnNcclEngineIsCorrectOnOneRank) {
+  REQUIRE_GPUS(1);
+  harness::expect_ranks_pass(
+      1, [](harness::RankContext& ctx) { check_collectives_on_gpu(ctx); },
+      with_env({{"FSDPP_CUDA_COMM", "nccl"}, {"FSDPP_NCCL_ENGINE", "fsdpp"}}));
+}
+
 TEST(CudaComm, NcclCollectivesAreCorrectOnTwoGpus) {
   REQUIRE_GPUS(2);
   harness::expect_ranks_pass(
