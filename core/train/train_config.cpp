@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "core/fsdp/unit_plan.h"
+#include "core/train/train_options.h"
 
 namespace fsdpp::train {
 
@@ -109,57 +110,9 @@ std::vector<std::pair<std::string, const torch::nn::Module*>> units_kept_unshard
 }
 
 nlohmann::json TrainConfig::to_json() const {
-  return {{"model", model_dir},
-          {"from_scratch", from_scratch},
-          {"model_type", model_type},
-          {"model_size", model_size},
-          {"vocab_size", vocab_size},
-          {"tokenizer", tokenizer},
-          {"data", data},
-          {"eval_data", eval_data},
-          {"seq_len", seq_len},
-          {"batch_size", batch_size},
-          {"grad_accum_steps", grad_accum_steps},
-          {"no_sync_accum", no_sync_accum},
-          {"reshard_after_forward_group_size", reshard_after_forward_group_size},
-          {"shuffle", shuffle},
-          {"eval_max_windows", eval_max_windows},
-          {"lr", adamw.lr},
-          {"min_lr", min_lr},
-          {"warmup_steps", warmup_steps},
-          {"lr_schedule", optim::to_string(lr_decay)},
-          {"adam_beta1", adamw.beta1},
-          {"adam_beta2", adamw.beta2},
-          {"adam_eps", adamw.eps},
-          {"weight_decay", adamw.weight_decay},
-          {"max_steps", max_steps},
-          {"num_epochs", num_epochs},
-          {"grad_clip", grad_clip},
-          {"strategy", fsdp::to_string(fsdp.strategy)},
-          {"hybrid_shard_size", fsdp.hybrid_shard_size},
-          {"wrap_policy", wrap_policy},
-          {"mixed_precision", mixed_precision},
-          {"activation_checkpointing", activation_checkpointing},
-          {"ac_freq", ac_freq},
-          {"cpu_offload", cpu_offload},
-          {"no_reshard_after_forward", no_reshard_after_forward},
-          {"explicit_prefetch", explicit_prefetch},
-          {"gradient_divide_factor",
-           fsdp.gradient_divide_factor ? nlohmann::json(*fsdp.gradient_divide_factor) : nlohmann::json()},
-          {"sync_module_states", sync_module_states},
-          {"deterministic", deterministic},
-          {"device", device},
-          {"save_dir", save_dir},
-          {"experiment_name", experiment_name},
-          {"ckpt_freq", ckpt_freq},
-          {"keep_last", keep_last},
-          {"async_checkpoint", async_checkpoint},
-          {"resume", resume},
-          {"loss_scaling", loss_scaling},
-          {"loss_scale_growth_interval", loss_scale_growth_interval},
-          {"log_freq", log_freq},
-          {"eval_freq", eval_freq},
-          {"seed", seed}};
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& option : train_options()) out[option.json_key.empty() ? option.key() : option.json_key] = option.write(*this);
+  return out;
 }
 
 }  // namespace fsdpp::train

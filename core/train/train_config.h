@@ -1,5 +1,6 @@
 // Everything `fsdpp train` can be told, with the defaults a user of torchrun + FSDP
-// scripts would expect. The CLI fills it from flags and --config files; validate()
+// scripts would expect. Each field's flag, help, parsing and JSON key are its entry in
+// train_options.cpp (the one table the CLI, --config files and to_json read); validate()
 // rejects contradictions before any rank touches data.
 #pragma once
 
@@ -92,6 +93,7 @@ struct TrainConfig {
   // group that `world_size` ranks make with this strategy. Throws std::invalid_argument
   // naming the flag.
   void validate_for_world(int world_size) const;
+  // Every option by its key (train_options.h), as the run record and train state keep it.
   nlohmann::json to_json() const;
 };
 

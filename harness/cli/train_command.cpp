@@ -19,23 +19,6 @@
 
 namespace fsdpp::cli {
 
-std::vector<int64_t> parse_unit_indices(const std::string& spec, const std::string& flag) {
-  std::vector<int64_t> indices;
-  if (spec.empty()) return indices;
-  for (size_t start = 0;;) {
-    const size_t comma = spec.find(',', start);
-    const std::string item = spec.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    const size_t digits_from = !item.empty() && item[0] == '-' ? 1 : 0;
-    if (item.size() <= digits_from || item.size() > 10 ||
-        item.find_first_not_of("0123456789", digits_from) != std::string::npos)
-      throw std::invalid_argument(flag + " '" + spec +
-                                  "': expected comma-separated unit indices (0: the first unit, -1: the last)");
-    indices.push_back(std::stoll(item));
-    if (comma == std::string::npos) return indices;
-    start = comma + 1;
-  }
-}
-
 namespace {
 
 // The resume tests' crash (FSDPP_KILL_AFTER_STEP=N): after step N, its checkpoint (if one
@@ -59,89 +42,31 @@ void TrainCommand::add_to(CLI::App& app) {
   auto* t = command_ = app.add_subcommand("train", "Train or fine-tune a causal LM with FSDP on N ranks");
   // A --config file's options come first on the command line; later flags win.
   t->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  auto& c = config_;
   add_distributed_flags(*t, dist_);
   t->add_option("--config", config_file_, "JSON or YAML file with any of these options (flags override it)");
-  t->add_option("--model", c.model_dir, "Hugging Face model folder to fine-tune");
-  t->add_flag("--from-scratch", c.from_scratch, "Initialise a new model (with --model-type, --model-size)");
-  t->add_option("--model-type", c.model_type,
-                "From scratch: gpt2, opt, llama, mistral, qwen2, qwen3, qwen3_moe, gemma2, gemma3_text, phi, phi3, "
-                "mixtral or falcon")
-      ->check(CLI::IsMember(models::supported_model_types()));
-  t->add_option("--model-size", c.model_size, "From scratch: preset size (e.g. tiny, mini, 124M; see README)");
-  t->add_option("--vocab-size", c.vocab_size, "From scratch: vocabulary size instead of the preset's")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
-  t->add_option("--tokenizer", c.tokenizer, "Tokenizer to copy into the exported folder (file or folder)");
-  t->add_option("--data", c.data, "Training tokens: .tok/.bin file, directory, or comma-separated list");
-  t->add_option("--eval-data", c.eval_data, "Held-out tokens, scored before, every --eval-freq steps, and after");
-  t->add_option("--seq-len", c.seq_len, "Tokens per window (default: the model's positions)")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
-  t->add_option("--batch-size", c.batch_size, "Windows per rank per micro-step");
-  t->add_option("--grad-accum-steps", c.grad_accum_steps, "Micro-steps per optimizer step");
-  t->add_flag("--no-sync-accum", c.no_sync_accum,
-              "Reduce gradients once per step, after the last micro-step (FSDP2's set_requires_gradient_sync): "
-              "fewer reductions, unsharded gradients held between micro-steps");
-  t->add_option("--lr,--max-lr", c.adamw.lr, "Peak learning rate");
-  t->add_option("--min-lr", c.min_lr, "Learning rate at the end of the decay");
-  t->add_option("--warmup-steps", c.warmup_steps, "Linear warmup steps");
-  t->add_option("--lr-schedule", lr_schedule_, "cosine, linear or constant")
-      ->check(CLI::IsMember({"cosine", "linear", "constant"}));
-  t->add_option("--max-steps", c.max_steps, "Optimizer steps");
-  t->add_option("--num-epochs", c.num_epochs, "Epochs (instead of --max-steps)");
-  t->add_option("--weight-decay", c.adamw.weight_decay, "AdamW weight decay for 2-D+ parameters");
-  t->add_option("--adam-beta1", c.adamw.beta1, "AdamW beta1");
-  t->add_option("--adam-beta2", c.adamw.beta2, "AdamW beta2");
-  t->add_option("--adam-eps", c.adamw.eps, "AdamW epsilon");
-  t->add_option("--grad-clip", c.grad_clip, "Clip the global gradient 2-norm to this (0: off)");
-  t->add_option("--strategy", strategy_, "full_shard, shard_grad_op, no_shard, hybrid_shard, hybrid_shard_zero2");
-  t->add_option("--backward-prefetch", backward_prefetch_, "pre, post or none")
-      ->check(CLI::IsMember({"pre", "post", "none"}));
-  t->add_flag("--no-forward-prefetch", no_forward_prefetch_, "Do not prefetch the next unit's all-gather in forward");
-  t->add_option("--hybrid-shard-size", c.fsdp.hybrid_shard_size,
-                "Ranks per shard group for hybrid strategies (default: a node's ranks on several nodes; on one, "
-                "the largest divisor of the world size below it)");
-  t->add_option("--wrap-policy", c.wrap_policy, "block (one unit per transformer block), size:N, or none");
-  t->add_option("--mixed-precision", c.mixed_precision, "fp32, bf16 or fp16");
-  t->add_flag("--activation-checkpointing", c.activation_checkpointing, "Recompute blocks' activations in backward");
-  t->add_option("--ac-freq", c.ac_freq, "With --activation-checkpointing: every k-th block (1: all)");
-  t->add_flag("--cpu-offload", c.cpu_offload, "Keep shards and optimizer state in host memory");
-  t->add_option("--no-reshard-after-forward", no_reshard_after_forward_,
-                "Units (comma-separated indices in module order, -1: the last) that stay unsharded from their "
-                "forward to their backward (FSDP2's per-unit reshard_after_forward=False)");
-  t->add_option("--reshard-after-forward-group-size", c.reshard_after_forward_group_size,
-                "After its forward each other unit keeps 1/K of its gathered parameters and all-gathers the rest in "
-                "backward over K ranks of its shard group (FSDP2's reshard_after_forward=K, ZeRO++ hpZ; 0: off)");
-  t->add_option("--explicit-prefetch", c.explicit_prefetch,
-                "Each unit prefetches the next N units in forward and the previous N in backward (FSDP2's "
-                "set_modules_to_forward_prefetch/_backward_prefetch; 0: implicit prefetch)");
-  divide_factor_option_ = t->add_option("--gradient-divide-factor", divide_factor_,
-                                        "Reduce gradients to the ranks' sum divided by this (FSDP2's "
-                                        "set_gradient_divide_factor; default: their average)");
-  t->add_flag("--sync-module-states", c.sync_module_states,
-              "Rank 0 loads the full model and broadcasts it (default: each rank reads only its rows)");
-  device_option_ = t->add_option("--device", c.device,
-                                 "cpu, cuda (rank r on GPU local_rank % GPUs) or cuda:N (default: cuda where there "
-                                 "is a GPU, else cpu, as bench-step)");
-  t->add_flag("--deterministic", c.deterministic,
-              "Deterministic kernels, one thread per rank, world-size-invariant reduction: identical bits on any "
-              "number of ranks (same --batch-size and global batch)");
-  t->add_flag("--no-shuffle", no_shuffle_, "Windows in file order (see README: data order)");
-  t->add_option("--eval-max-windows", c.eval_max_windows, "Score at most this many eval windows (0: all)");
-  t->add_option("--save-dir", c.save_dir, "Parent of the run directory");
-  t->add_option("--experiment-name", c.experiment_name, "Run directory name: <save-dir>/<experiment-name>");
-  t->add_option("--ckpt-freq", c.ckpt_freq, "Write a sharded checkpoint every N steps (0: only at the end)");
-  t->add_option("--keep-last", c.keep_last, "Complete checkpoints to keep (0: all)");
-  t->add_flag("--async-checkpoint", c.async_checkpoint,
-              "Write checkpoints in the background: training waits only for a host copy of the shards");
-  t->add_option(
-      "--resume", c.resume,
-      "auto (continue from the newest complete checkpoint of the run, if any), never, or a checkpoint folder");
-  t->add_flag("--loss-scaling", c.loss_scaling, "Dynamic loss scaling (ShardedGradScaler) also without fp16");
-  t->add_option("--loss-scale-growth-interval", c.loss_scale_growth_interval,
-                "Overflow-free steps before the loss scale doubles (PyTorch: 2000)");
-  t->add_option("--log-freq", c.log_freq, "Print a log line every N steps");
-  t->add_option("--eval-freq", c.eval_freq, "Evaluate every N steps (0: before and after only)");
-  t->add_option("--seed", c.seed, "Seed of initialisation and data order");
+  // Every option from its one declaration (core/train/train_options.h): the value as text,
+  // read into the TrainConfig by finish_config().
+  given_.clear();
+  given_.reserve(train::train_options().size());
+  for (const auto& option : train::train_options()) {
+    given_.push_back(Given{&option, nullptr, std::string(), false});
+    Given& g = given_.back();
+    if (option.kind == train::TrainOption::Kind::Switch) {
+      g.cli = t->add_flag(option.names, g.on, option.help);
+      continue;
+    }
+    g.cli = t->add_option(option.names, g.text, option.help);
+    // The default, as --help shows it: TrainConfig's, written by the option's entry.
+    if (const auto fallback = option.write(train::TrainConfig{}); !fallback.is_null() && !fallback.empty())
+      g.cli->default_str(fallback.is_string() ? fallback.get<std::string>() : fallback.dump());
+    if (option.kind == train::TrainOption::Kind::Integer) g.cli->type_name("INT");
+    if (option.kind == train::TrainOption::Kind::Real) g.cli->type_name("FLOAT");
+    if (!option.choices.empty()) g.cli->check(CLI::IsMember(option.choices));
+    if (option.range && option.kind == train::TrainOption::Kind::Integer)
+      g.cli->check(CLI::Range(static_cast<int64_t>(option.range->first), static_cast<int64_t>(option.range->second)));
+    else if (option.range)
+      g.cli->check(CLI::Range(option.range->first, option.range->second));
+  }
 }
 
 std::vector<std::string> TrainCommand::expand_config(const std::vector<std::string>& argv) const {
@@ -183,17 +108,18 @@ std::vector<std::string> TrainCommand::expand_config(const std::vector<std::stri
 }
 
 const train::TrainConfig& TrainCommand::finish_config() {
-  config_.shuffle = !no_shuffle_;
-  config_.lr_decay = optim::parse_lr_decay(lr_schedule_);
-  config_.fsdp.strategy = fsdp::parse_strategy(strategy_);
-  config_.fsdp.forward_prefetch = !no_forward_prefetch_;
-  config_.no_reshard_after_forward = parse_unit_indices(no_reshard_after_forward_, "--no-reshard-after-forward");
-  config_.fsdp.gradient_divide_factor.reset();
-  if (divide_factor_option_->count() > 0) config_.fsdp.gradient_divide_factor = divide_factor_;
-  config_.fsdp.backward_prefetch = backward_prefetch_ == "none"   ? fsdp::BackwardPrefetch::None
-                                   : backward_prefetch_ == "post" ? fsdp::BackwardPrefetch::Post
-                                                                  : fsdp::BackwardPrefetch::Pre;
+  config_ = train::TrainConfig{};
+  for (const auto& g : given_)
+    if (g.cli->count() > 0) g.option->read(config_, g.option->kind == train::TrainOption::Kind::Switch
+                                                        ? (g.on ? "true" : "false")
+                                                        : g.text);
   return config_;
+}
+
+bool TrainCommand::given(const std::string& name) const {
+  for (const auto& g : given_)
+    if (g.option->name() == name) return g.cli->count() > 0;
+  return false;
 }
 
 void TrainCommand::check() {
@@ -208,7 +134,7 @@ bool TrainCommand::parsed() const { return command_ != nullptr && command_->pars
 int TrainCommand::run(const std::vector<std::string>& argv) {
   finish_config();
   // The same default as bench-step's: the machine's accelerator if it has one.
-  if (device_option_->count() == 0) config_.device = runtime::cuda_available() ? "cuda" : "cpu";
+  if (!given("--device")) config_.device = runtime::cuda_available() ? "cuda" : "cpu";
   // Reductions inside kernels (bias gradients, LayerNorm) may depend on the intra-op
   // thread count, which defaults to cores / ranks: one thread per rank on any world size.
   if (config_.deterministic) dist_.threads = 1;

@@ -8,14 +8,13 @@
 #include <vector>
 
 #include "core/train/train_config.h"
+#include "core/train/train_options.h"
 #include "harness/cli/command.h"
 #include "harness/cli/distributed.h"
 
 namespace fsdpp::cli {
 
-// --no-reshard-after-forward's value: "0,2,-1" are unit indices in module order (negative
-// from the end), "" none. Throws std::invalid_argument naming `flag` for anything else.
-std::vector<int64_t> parse_unit_indices(const std::string& spec, const std::string& flag);
+using train::parse_unit_indices;  // core/train/train_options.h
 
 class TrainCommand final : public Command {
  public:
@@ -28,8 +27,9 @@ class TrainCommand final : public Command {
   // the key for unknown options or unusable values.
   std::vector<std::string> expand_config(const std::vector<std::string>& argv) const override;
 
-  // The TrainConfig the parsed flags describe: the string flags (strategy, LR schedule,
-  // prefetch, unit indices) turned into their types; throws std::invalid_argument naming a bad value.
+  // The TrainConfig the parsed flags describe: TrainConfig's defaults, then each option
+  // given read by its entry (core/train/train_options.h); throws std::invalid_argument
+  // naming a bad value.
   // Not yet validated (TrainConfig::validate) or checked against model and data
   // (train::preflight): run does both before it launches a rank.
   const train::TrainConfig& finish_config();
@@ -42,15 +42,21 @@ class TrainCommand final : public Command {
   int run(const std::vector<std::string>& argv) override;
 
  private:
+  // Whether the option named `name` ("--device") was given (on the line or in --config).
+  bool given(const std::string& name) const;
+
+  // Each option of train_options(), as CLI11 parsed it.
+  struct Given {
+    const train::TrainOption* option;
+    CLI::Option* cli;
+    std::string text;  // a value's text
+    bool on;           // a switch
+  };
   CLI::App* command_ = nullptr;
-  CLI::Option* device_option_ = nullptr;         // unset: the machine's accelerator, else the CPU
-  CLI::Option* divide_factor_option_ = nullptr;  // unset: gradients averaged
+  std::vector<Given> given_;  // reserved before CLI11 holds pointers into it
   train::TrainConfig config_;
   DistributedFlags dist_;
-  std::string config_file_, strategy_ = "full_shard", lr_schedule_ = "cosine", backward_prefetch_ = "pre";
-  std::string no_reshard_after_forward_;  // comma-separated unit indices
-  double divide_factor_ = 0;
-  bool no_shuffle_ = false, no_forward_prefetch_ = false;
+  std::string config_file_;
 };
 
 }  // namespace fsdpp::cli
