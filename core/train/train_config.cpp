@@ -111,7 +111,8 @@ std::vector<std::pair<std::string, const torch::nn::Module*>> units_kept_unshard
 
 nlohmann::json TrainConfig::to_json() const {
   nlohmann::json out = nlohmann::json::object();
-  for (const auto& option : train_options()) out[option.json_key.empty() ? option.key() : option.json_key] = option.write(*this);
+  for (const auto& option : train_options())
+    out[option.json_key.empty() ? option.key() : option.json_key] = option.write(*this);
   return out;
 }
 

@@ -46,6 +46,7 @@ struct TrainConfig {
   int64_t max_steps = 0;  // exactly one of max_steps / num_epochs
   double num_epochs = 0;
   double grad_clip = 0;  // 0: off (the norm is still measured and logged)
+  double norm_type = 2;  // the global norm clipped and logged: p > 0, or infinity
 
   // Parallelism and precision.
   fsdp::FsdpOptions fsdp;

@@ -30,9 +30,9 @@ struct TrainOption {
   std::string names;  // CLI11's: "--lr,--max-lr"; the first is the option's name
   std::string help;
   Kind kind = Kind::Text;
-  std::vector<std::string> choices;                 // Text: the accepted values (empty: any)
-  std::optional<std::pair<double, double>> range;   // Integer, Real: inclusive bounds
-  std::string json_key;                             // to_json's key, where it is not key()
+  std::vector<std::string> choices;                // Text: the accepted values (empty: any)
+  std::optional<std::pair<double, double>> range;  // Integer, Real: inclusive bounds
+  std::string json_key;                            // to_json's key, where it is not key()
   // Sets the field from the value's text ("true"/"false" for a switch). Throws
   // std::invalid_argument naming the flag and what was expected.
   std::function<void(TrainConfig&, const std::string&)> read;

@@ -185,6 +185,7 @@ TrainStepOptions step_options(const TrainConfig& c, int64_t seq_len) {
   options.grad_accum_steps = c.grad_accum_steps;
   options.accumulate_without_sync = c.no_sync_accum;
   options.grad_clip = c.grad_clip;
+  options.norm_type = c.norm_type;
   options.world_size_invariant = c.deterministic;  // trainer.h
   // fp16's narrow range needs dynamic loss scaling (bf16 has fp32's exponent range).
   options.loss_scaling = c.mixed_precision == "fp16" || c.loss_scaling;

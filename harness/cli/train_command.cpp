@@ -110,9 +110,8 @@ std::vector<std::string> TrainCommand::expand_config(const std::vector<std::stri
 const train::TrainConfig& TrainCommand::finish_config() {
   config_ = train::TrainConfig{};
   for (const auto& g : given_)
-    if (g.cli->count() > 0) g.option->read(config_, g.option->kind == train::TrainOption::Kind::Switch
-                                                        ? (g.on ? "true" : "false")
-                                                        : g.text);
+    if (g.cli->count() > 0)
+      g.option->read(config_, g.option->kind == train::TrainOption::Kind::Switch ? (g.on ? "true" : "false") : g.text);
   return config_;
 }
 

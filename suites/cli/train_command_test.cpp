@@ -341,6 +341,31 @@ TEST(TrainCommand, ReshardAfterForwardGroupSizeTrainsTheSameBitsAndSendsThePlann
   EXPECT_THAT(sgo.output, HasSubstr("--reshard-after-forward-group-size: shard_grad_op never reshards"));
 }
 
+// --norm-type (declared once in core/train/train_options.cpp, like every train option): the
+// logged grad_norm is the p-norm asked for, the infinity norm (the largest element) below the
+// 2-norm, and the run record says which; a p that is not > 0 is one line, exit 2.
+TEST(TrainCommand, NormTypeChoosesTheNormThatIsLoggedAndClipped) {
+  TempDir dir;
+  const auto data = harness::write_markov_tokens(dir.path(), 4000, 64).string();
+  const std::string common =
+      "--from-scratch --model-type llama --model-size tiny --vocab-size 64 --seq-len 16 --nproc 2 --batch-size 1 "
+      "--max-steps 2 --log-freq 1 --lr 3e-3 --data " +
+      data;
+  auto two = train(dir, "two", common);
+  auto largest = train(dir, "largest", common + " --norm-type inf");
+  ASSERT_EQ(two.code, 0) << two.output;
+  ASSERT_EQ(largest.code, 0) << largest.output;
+  EXPECT_EQ(largest.run["config"]["norm_type"], "inf");
+  EXPECT_EQ(two.run["config"]["norm_type"], 2.0);
+  // The first step's gradient is the same in both runs: only the norm taken of it differs.
+  const double l2 = two.train[0]["grad_norm"].get<double>(), linf = largest.train[0]["grad_norm"].get<double>();
+  EXPECT_GT(linf, 0);
+  EXPECT_LT(linf, l2);
+  auto zero = train(dir, "zero", common + " --norm-type 0");
+  EXPECT_EQ(zero.code, 2) << zero.output;
+  EXPECT_THAT(zero.output, HasSubstr("--norm-type '0': expected p > 0, or inf"));
+}
+
 // --explicit-prefetch N: each unit issues the next N units' all-gathers in forward (the
 // previous N in backward), so with N = 2 one block more is unsharded at the peak than with
 // the implicit prefetch of one unit, which holds one more than no prefetch; each block is
