@@ -61,4 +61,10 @@ int64_t ShardLayout::valid_rows(int rank) const {
   return end - begin;
 }
 
+int default_hybrid_shard_size(int world) {
+  for (int s = world / 2; s >= 1; --s)
+    if (world % s == 0) return s;
+  return 1;
+}
+
 }  // namespace fsdpp::fsdp

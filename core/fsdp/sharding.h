@@ -31,6 +31,11 @@ const std::vector<ShardingStrategy>& all_strategies();
 // Whether the strategy frees a unit's gathered parameters after its forward (FULL_SHARD and
 // HYBRID_SHARD; the root never does): the default of a unit's reshard_after_forward.
 bool reshards_after_forward(ShardingStrategy strategy);
+
+// Hybrid strategies' shard group size when FsdpOptions::hybrid_shard_size is 0: the
+// largest divisor of `world` below it (1 for a world of 1 or a prime).
+int default_hybrid_shard_size(int world);
+
 // A unit index as --no-reshard-after-forward gives it: `index` among `units` wrapped units in
 // module order, negative from the end (-1: the last). nullopt when past them.
 std::optional<int64_t> unit_position(int64_t index, int64_t units);

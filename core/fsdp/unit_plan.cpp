@@ -60,10 +60,4 @@ std::vector<UnitPlan> plan_units(const torch::nn::Module& root, const WrapPolicy
   return plans;
 }
 
-int default_hybrid_shard_size(int world) {
-  for (int s = world / 2; s >= 1; --s)
-    if (world % s == 0) return s;
-  return 1;
-}
-
 }  // namespace fsdpp::fsdp

@@ -29,8 +29,4 @@ struct UnitPlan {
 // tensor identities.
 std::vector<UnitPlan> plan_units(const torch::nn::Module& root, const WrapPolicy& policy);
 
-// Hybrid strategies' shard group size when FsdpOptions::hybrid_shard_size is 0: the
-// largest divisor of `world` below it (1 for a world of 1 or a prime).
-int default_hybrid_shard_size(int world);
-
 }  // namespace fsdpp::fsdp

@@ -7,6 +7,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "core/fsdp/sharding.h"
 #include "core/fsdp/unit_plan.h"
 
 namespace fsdpp::plan {

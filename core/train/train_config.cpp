@@ -2,7 +2,7 @@
 
 #include <stdexcept>
 
-#include "core/fsdp/unit_plan.h"
+#include "core/fsdp/sharding.h"
 #include "core/train/train_options.h"
 
 namespace fsdpp::train {
