@@ -78,7 +78,7 @@ class NcclGroup final : public NcclCommunicator {
   // `device` is the CUDA device of this rank.
   static std::unique_ptr<NcclGroup> connect(c10d::Store* store, const std::string& key, int rank, int size,
                                             at::Device device, std::chrono::milliseconds timeout, std::string label);
-  ~NcclGroup();
+  ~NcclGroup() override;
   NcclGroup(const NcclGroup&) = delete;
   NcclGroup& operator=(const NcclGroup&) = delete;
 

@@ -211,8 +211,8 @@ void ShardedModel::set_reshard_after_forward(const torch::nn::Module& unit, int 
     // ranks in every strategy), named uniquely in the world.
     const int shard_rank = comms_.shard->rank(), first = world_->rank() - shard_rank;
     const int g = shard_rank / group_size;
-    std::vector<int> ranks;
-    for (int j = 0; j < group_size; ++j) ranks.push_back(first + g * group_size + j);
+    std::vector<int> ranks(static_cast<size_t>(group_size));
+    for (int j = 0; j < group_size; ++j) ranks[static_cast<size_t>(j)] = first + g * group_size + j;
     group = world_->subgroup(ranks, tag_ + "/post-forward" + std::to_string(group_size) + "/" + std::to_string(first) +
                                         "+" + std::to_string(g));
   }

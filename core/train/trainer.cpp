@@ -67,9 +67,11 @@ void apply_unit_controls(fsdp::ShardedModel& sharded, const TrainConfig& c) {
   const auto kept = units_kept_unsharded(sharded, c);
   for (const auto& [name, module] : kept) sharded.set_reshard_after_forward(*module, false);
   if (c.reshard_after_forward_group_size > 0)
-    for (const auto& [name, module] : sharded.wrapped_modules())
-      if (std::none_of(kept.begin(), kept.end(), [&](const auto& k) { return k.second == module; }))
+    for (const auto& wrapped : sharded.wrapped_modules()) {
+      const torch::nn::Module* module = wrapped.second;
+      if (std::none_of(kept.begin(), kept.end(), [module](const auto& k) { return k.second == module; }))
         sharded.set_reshard_after_forward(*module, c.reshard_after_forward_group_size);
+    }
   if (c.explicit_prefetch == 0) return;
   const auto modules = sharded.wrapped_modules();
   const auto units = static_cast<int64_t>(modules.size());
