@@ -18,30 +18,30 @@ using Kind = TrainOption::Kind;
 
 std::string first_name(const std::string& names) { return names.substr(0, names.find(',')); }
 
-int64_t parse_integer(const std::string& names, const std::string& text) {
+// The whole of `text` as a number by `parse` (std::stoll or std::stod), or
+// std::invalid_argument naming the flag and `expected`.
+template <typename Parse>
+auto parse_number(const std::string& names, const std::string& text, Parse parse, const char* expected) {
   size_t used = 0;
-  int64_t value = 0;
+  decltype(parse(text, &used)) value{};
   try {
-    value = std::stoll(text, &used);
+    value = parse(text, &used);
   } catch (const std::exception&) {
     used = 0;
   }
   if (used == 0 || used != text.size())
-    throw std::invalid_argument(first_name(names) + " '" + text + "': expected a whole number");
+    throw std::invalid_argument(first_name(names) + " '" + text + "': expected " + expected);
   return value;
 }
 
+int64_t parse_integer(const std::string& names, const std::string& text) {
+  return parse_number(
+      names, text, [](const std::string& t, size_t* used) { return std::stoll(t, used); }, "a whole number");
+}
+
 double parse_real(const std::string& names, const std::string& text) {
-  size_t used = 0;
-  double value = 0;
-  try {
-    value = std::stod(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != text.size())
-    throw std::invalid_argument(first_name(names) + " '" + text + "': expected a number");
-  return value;
+  return parse_number(
+      names, text, [](const std::string& t, size_t* used) { return std::stod(t, used); }, "a number");
 }
 
 bool parse_switch(const std::string& names, const std::string& text) {

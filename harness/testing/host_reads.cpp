@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 
 namespace fsdpp::harness {
@@ -73,6 +74,12 @@ int64_t HostReadCounter::count() const {
 std::vector<std::string> HostReadCounter::names() const {
   std::lock_guard<std::mutex> lock(g_mutex);
   return g_storage;
+}
+
+void HostReadsPerStep::after_step(int64_t steps_done, const std::function<void()>& /*settle*/) {
+  const int64_t now = counter_.count();
+  reads_[steps_done] = now - seen_;
+  seen_ = now;
 }
 
 }  // namespace fsdpp::harness

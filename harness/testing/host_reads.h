@@ -12,11 +12,13 @@
 
 #include <ATen/record_function.h>
 
-#include <atomic>
 #include <cstdint>
-#include <mutex>
+#include <functional>
+#include <map>
 #include <string>
 #include <vector>
+
+#include "core/train/step_observer.h"
 
 namespace fsdpp::harness {
 
@@ -34,6 +36,19 @@ class HostReadCounter {
 
  private:
   at::CallbackHandle handle_ = 0;
+};
+
+// train()'s observer that counts the reads of each step, from the end of the step before
+// (step 1's count includes the set-up's): by step, once train() returns.
+class HostReadsPerStep final : public train::StepObserver {
+ public:
+  void after_step(int64_t steps_done, const std::function<void()>& settle) override;
+  const std::map<int64_t, int64_t>& reads() const { return reads_; }
+
+ private:
+  HostReadCounter counter_;
+  int64_t seen_ = 0;
+  std::map<int64_t, int64_t> reads_;
 };
 
 }  // namespace fsdpp::harness

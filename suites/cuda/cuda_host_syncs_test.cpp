@@ -16,20 +16,6 @@
 namespace fsdpp {
 namespace {
 
-class ReadsPerCudaStep final : public train::StepObserver {
- public:
-  void after_step(int64_t steps_done, const std::function<void()>&) override {
-    const int64_t now = counter_.count();
-    reads_[steps_done] = now - seen_;
-    seen_ = now;
-  }
-  std::map<int64_t, int64_t> reads_;
-
- private:
-  harness::HostReadCounter counter_;
-  int64_t seen_ = 0;
-};
-
 TEST(CudaHostSyncs, AStepOnTheGpuReadsNothingUnlessItIsLogged) {
   REQUIRE_GPUS(1);
   harness::expect_ranks_pass(
@@ -50,11 +36,11 @@ TEST(CudaHostSyncs, AStepOnTheGpuReadsNothingUnlessItIsLogged) {
         c.mixed_precision = "bf16";
         c.device = "cuda";
         c.save_dir = (ctx.shared_dir / "runs").string();
-        ReadsPerCudaStep reads;
+        harness::HostReadsPerStep reads;
         train::train(ctx.comm, c, train::preflight(c), 0, &reads);
-        for (int64_t step : {2, 3, 5, 6, 7}) EXPECT_EQ(reads.reads_.at(step), 0) << "step " << step;
-        EXPECT_EQ(reads.reads_.at(4), 2 * 3);
-        EXPECT_EQ(reads.reads_.at(8), 2 * 4);
+        for (int64_t step : {2, 3, 5, 6, 7}) EXPECT_EQ(reads.reads().at(step), 0) << "step " << step;
+        EXPECT_EQ(reads.reads().at(4), 2 * 3);
+        EXPECT_EQ(reads.reads().at(8), 2 * 4);
       },
       cuda_testing::with_env({{"FSDPP_CUDA_COMM", "nccl"}}));
 }

@@ -19,23 +19,6 @@
 namespace fsdpp {
 namespace {
 
-// The device reads made in each step of train(), counted from the end of the step before
-// (step 1's count includes the set-up's).
-class ReadsPerStep final : public train::StepObserver {
- public:
-  void after_step(int64_t steps_done, const std::function<void()>&) override {
-    const int64_t now = counter_.count();
-    reads_[steps_done] = now - seen_;
-    seen_ = now;
-  }
-  const std::map<int64_t, int64_t>& reads() const { return reads_; }
-
- private:
-  harness::HostReadCounter counter_;
-  int64_t seen_ = 0;
-  std::map<int64_t, int64_t> reads_;
-};
-
 // GPT-2 tiny from scratch, 2 micro-batches a step, clipping on: 9 steps, logged at 1, 4, 8
 // and 9; the only checkpoint at the end.
 train::TrainConfig tiny_run(const harness::RankContext& ctx, const std::string& name) {
@@ -60,7 +43,7 @@ train::TrainConfig tiny_run(const harness::RankContext& ctx, const std::string& 
 
 std::map<int64_t, int64_t> reads_of(harness::RankContext& ctx, const train::TrainConfig& c) {
   const auto inputs = train::preflight(c);
-  ReadsPerStep reads;
+  harness::HostReadsPerStep reads;
   train::train(ctx.comm, c, inputs, 0, &reads);
   return reads.reads();
 }
