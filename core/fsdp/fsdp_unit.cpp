@@ -37,7 +37,7 @@ FsdpUnit::FsdpUnit(std::string name, std::vector<std::pair<std::string, at::Tens
   if (replicated_) {
     for (auto& p : params_) p.materialize_in_place(precision_.materialize, device_);
     state_ = State::Unsharded;  // the module's parameters are the only copy
-    reducer_ = make_grad_reducer(comms_, replicated_, shard_total_);
+    gradients_ = std::make_unique<UnitGradients>(params_, comms_, replicated_, shard_total_, device_, reduce_dtype());
     return;
   }
   for (const auto& p : params_) {
@@ -45,7 +45,7 @@ FsdpUnit::FsdpUnit(std::string name, std::vector<std::pair<std::string, at::Tens
       throw std::invalid_argument("fully_shard: unit '" + name_ + "' mixes parameter dtypes");
     shard_total_ += p.layout().shard_numel();
   }
-  reducer_ = make_grad_reducer(comms_, replicated_, shard_total_);
+  gradients_ = std::make_unique<UnitGradients>(params_, comms_, replicated_, shard_total_, device_, reduce_dtype());
   if (params_.empty()) return;
   auto master = params_.front().unsharded().options().device(device_).requires_grad(false);
   if (precision_.offload) master = master.device(at::kCPU).pinned_memory(device_.is_cuda());
@@ -80,21 +80,12 @@ const char* to_string(FsdpUnit::TrainingState state) {
   return "?";
 }
 
-// Whether casting a gradient in per-rank pieces (copy_in_grad's copies into the packed
-// reduce-scatter input) gives the bits of one cast of the whole tensor, for every value.
-// bf16 -> fp32 is a 16-bit shift in every kernel (CPU scalar and vectorized, CUDA), NaN
-// payloads included. fp16 -> fp32 is not: LibTorch's CPU kernel keeps a NaN's sign and
-// payload in its vectorized body but returns 0x7fffffff in its scalar tail, so pieces
-// would change the NaN bits of an overflowed fp16 step (ShardedGradScaler's bitwise test
-// compares them).
-bool casts_alike_in_pieces(at::ScalarType from, at::ScalarType to) { return from == at::kBFloat16 && to == at::kFloat; }
-
 }  // namespace
 
 std::string FsdpUnit::describe_state() const {
   std::string out = std::string(to_string(state_)) + ", " + to_string(training_state_);
   if (gather_work_) out += ", all-gather in flight";
-  if (!reduce_work_.empty()) out += ", reduce-scatter in flight";
+  if (gradients_->in_flight()) out += ", reduce-scatter in flight";
   return out;
 }
 
@@ -194,91 +185,16 @@ void FsdpUnit::discard_unshard() {
 void FsdpUnit::reduce_gradients_async(bool sync) {
   if (training_state_ != TrainingState::PostBackward)
     protocol_error("reduce_gradients_async", "gradients are reduced in post-backward, after the unit's backward");
-  // World-size-invariant order: every micro-step is packed alone (as if synced), and sent
-  // with the sync one (unsent_inputs_).
-  const bool pack = sync || comms_.world != nullptr;
-  if (!replicated_) {
-    // This backward's unsharded gradients join the accumulator (in reduce_dtype), so
-    // that no-sync micro-steps add up at that precision; the first one is taken as is.
-    // A first bf16 gradient reduced in this same call stays bf16: packing it
-    // (copy_in_grad's copy_) casts it to fp32 on the way, the same bits in one pass over
-    // the bytes instead of a cast and a copy. One kept across no-sync micro-steps is cast
-    // now, so that they add up in reduce_dtype (fp16 sums overflow).
-    const bool packed_now = pack && reducer_ != nullptr;
-    grad_accumulators_.resize(params_.size());
-    for (size_t i = 0; i < params_.size(); ++i) {
-      auto& g = params_[i].unsharded().mutable_grad();
-      if (!g.defined()) continue;
-      auto& acc = grad_accumulators_[i];
-      if (acc.defined()) {
-        acc.add_(g);
-      } else {
-        const bool cast_when_packed = packed_now && casts_alike_in_pieces(g.scalar_type(), reduce_dtype());
-        acc = g.scalar_type() == reduce_dtype() || cast_when_packed ? g : g.to(reduce_dtype());
-      }
-      g = at::Tensor();
-    }
-  }
-  if (!pack) return;
-  std::vector<bool> has_grad;
-  for (size_t i = 0; i < params_.size(); ++i)
-    has_grad.push_back(replicated_ ? params_[i].unsharded().grad().defined() : grad_accumulators_[i].defined());
-  // This rank packs its own gradients (zeros where it has none); every rank folds the
-  // reduction into the parameters that got a gradient on any rank.
-  std::vector<bool> reduced = reducer_ && comms_.agree_on_gradients ? gradients_on_any_rank(has_grad) : has_grad;
-  // A unit no parameter of which got a gradient (on every rank alike, as with FSDP2)
-  // has nothing to reduce; one replica's local gradients are the result. Micro-steps kept
-  // unsent are sent all the same.
-  const bool nothing = !reducer_ || std::find(reduced.begin(), reduced.end(), true) == reduced.end();
-  if (nothing && (!sync || unsent_inputs_.empty())) return;
-  at::Tensor input;
-  if (!nothing)
-    input = replicated_
-                ? replica_reduce_input(params_, has_grad, comms_.replicate->size())
-                : reduce_scatter_input(params_, grad_accumulators_, has_grad, shard_total_, comms_.shard->size(),
-                                       at::TensorOptions().device(device_).dtype(reduce_dtype()));
-  if (comms_.world != nullptr && (!sync || !unsent_inputs_.empty())) {
-    // A parameter reduced in some micro-steps only gets zero slices from the others: adding
-    // +0 to a fold that starts from +0 changes no bit. A micro-step with nothing to reduce
-    // is left out, as the synced one skips it.
-    if (!nothing) {
-      unsent_reduced_.resize(reduced.size(), false);
-      for (size_t i = 0; i < reduced.size(); ++i) unsent_reduced_[i] = unsent_reduced_[i] || reduced[i];
-      unsent_inputs_.push_back(std::move(input));
-    }
-    if (!sync) return;
-    input = at::cat(unsent_inputs_);
-    reduced = std::move(unsent_reduced_);
-    unsent_inputs_.clear();
-    unsent_reduced_.clear();
-  }
-  reduce_work_.push_back(PendingReduce{reducer_->issue(input), std::move(reduced)});
-}
-
-std::vector<bool> FsdpUnit::gradients_on_any_rank(const std::vector<bool>& has_grad) const {
-  auto flags = at::zeros({static_cast<int64_t>(has_grad.size())}, at::TensorOptions().dtype(at::kFloat));
-  for (size_t i = 0; i < has_grad.size(); ++i)
-    if (has_grad[i]) flags[static_cast<int64_t>(i)] = 1.0f;
-  flags = flags.to(device_);  // NCCL reduces device tensors
-  for (const auto& group : {comms_.shard, comms_.replicate})
-    if (group && group->size() > 1) group->all_reduce(flags, comm::ReduceOp::Max);
-  const auto on_host = flags.to(at::kCPU);
-  std::vector<bool> any(has_grad.size());
-  for (size_t i = 0; i < any.size(); ++i) any[i] = on_host[static_cast<int64_t>(i)].item<float>() > 0;
-  return any;
+  gradients_->issue(sync);
 }
 
 void FsdpUnit::finish_gradients() {
   // Sharded gradients take the flat shard's dtype and place (a replicated unit has none).
-  const at::TensorOptions master = replicated_ ? at::TensorOptions() : flat_shard_.options();
-  for (auto& pending : reduce_work_)
-    fold_reduced_gradients(params_, pending.has_grad, reducer_->wait(pending.reduction), replicated_,
-                           reducer_->folds_from_zero(), master);
-  reduce_work_.clear();
+  gradients_->finish(replicated_ ? at::TensorOptions() : flat_shard_.options());
 }
 
 std::vector<at::Tensor> FsdpUnit::gather_full(bool gradients) {
-  if (gradients && !reduce_work_.empty())
+  if (gradients && gradients_->in_flight())
     protocol_error("gather_full(gradients)", "the sharded gradients are written by finish_gradients(), not yet called");
   std::vector<at::Tensor> out;
   if (params_.empty()) return out;

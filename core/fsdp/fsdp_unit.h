@@ -158,20 +158,11 @@ class FsdpUnit {
  private:
   [[noreturn]] void protocol_error(const std::string& call, const std::string& why) const;
 
-  struct PendingReduce {
-    PendingReduction reduction;
-    std::vector<bool> has_grad;  // which params had a gradient
-  };
-
   at::ScalarType param_dtype() const;
   at::ScalarType reduce_dtype() const;
 
   std::string name_;
   std::vector<FsdpParam> params_;
-  std::vector<at::Tensor> grad_accumulators_;  // per param: unsharded grads of no-sync micro-steps
-  // FsdpOptions::gradients_may_differ_across_ranks: which parameters got a gradient on
-  // any rank of the shard and replicate groups (a Max all-reduce of the flags).
-  std::vector<bool> gradients_on_any_rank(const std::vector<bool>& has_grad) const;
   UnitComms comms_;
   UnitPrecision precision_;
   bool reshard_after_forward_;
@@ -186,13 +177,9 @@ class FsdpUnit {
   at::Tensor flat_shard_;
   std::optional<PendingGather> gather_work_;
   std::shared_ptr<comm::Communicator> post_forward_group_;  // set_post_forward_group
-  at::Tensor post_forward_piece_;         // this rank's 1/k of the gathered buffer, param dtype, on device_
-  std::unique_ptr<GradReducer> reducer_;  // grad_reducer.h; null: nothing to reduce (one replica)
-  std::vector<PendingReduce> reduce_work_;
-  // World-size-invariant order without sync: the packed inputs of the micro-steps not yet
-  // sent, and which parameters any of them reduces.
-  std::vector<at::Tensor> unsent_inputs_;
-  std::vector<bool> unsent_reduced_;
+  at::Tensor post_forward_piece_;  // this rank's 1/k of the gathered buffer, param dtype, on device_
+  // Its gradients' way back: accumulation, reductions, fold (grad_reducer.h).
+  std::unique_ptr<UnitGradients> gradients_;
 };
 
 }  // namespace fsdpp::fsdp

@@ -89,4 +89,49 @@ void fold_reduced_gradients(std::vector<FsdpParam>& params, const std::vector<bo
                             const std::vector<at::Tensor>& reduced, bool replicated, bool from_zero,
                             const at::TensorOptions& master);
 
+// One unit's gradients from its backward to its sharded .grad, across an iteration: what
+// each backward adds (accumulated unsharded, in reduce_dtype, while gradient sync is off),
+// the reductions issued through the unit's GradReducer, and their fold. `params` and
+// `comms` are the unit's and outlive this.
+class UnitGradients {
+ public:
+  UnitGradients(std::vector<FsdpParam>& params, const UnitComms& comms, bool replicated, int64_t shard_total,
+                at::Device device, at::ScalarType reduce_dtype);
+
+  // After the unit's backward. With sync, issues the reduction of its gradients (packed by
+  // reduce_scatter_input or replica_reduce_input), then frees the unsharded grads. Without
+  // sync they are added into an unsharded accumulator kept in reduce_dtype, reduced at the
+  // next sync. World-size-invariant order (comms.world set): every micro-step is packed
+  // alone and kept until the synced one sends all of them in one all-to-all, so the fold
+  // adds them in the order syncing every micro-step would (the same bits).
+  void issue(bool sync);
+  // Waits for the reductions issued and folds them into the sharded .grad (`master`: the
+  // flat shard's options; a replicated unit's module tensors get theirs).
+  void finish(const at::TensorOptions& master);
+  bool in_flight() const { return !pending_.empty(); }
+
+ private:
+  struct Pending {
+    PendingReduction reduction;
+    std::vector<bool> has_grad;  // which params had a gradient
+  };
+  // FsdpOptions::gradients_may_differ_across_ranks: which parameters got a gradient on
+  // any rank of the shard and replicate groups (a Max all-reduce of the flags).
+  std::vector<bool> on_any_rank(const std::vector<bool>& has_grad) const;
+
+  std::vector<FsdpParam>& params_;
+  const UnitComms& comms_;
+  bool replicated_;
+  int64_t shard_total_;
+  at::Device device_;
+  at::ScalarType reduce_dtype_;
+  std::unique_ptr<GradReducer> reducer_;  // null: nothing to reduce (one replica)
+  std::vector<at::Tensor> accumulators_;  // per param: unsharded grads of no-sync micro-steps
+  std::vector<Pending> pending_;
+  // World-size-invariant order without sync: the packed inputs of the micro-steps not yet
+  // sent, and which parameters any of them reduces.
+  std::vector<at::Tensor> unsent_inputs_;
+  std::vector<bool> unsent_reduced_;
+};
+
 }  // namespace fsdpp::fsdp
