@@ -69,8 +69,8 @@ UnitComms make_unit_comms(comm::Communicator& world, const FsdpOptions& options,
       break;
     case ShardingStrategy::HybridShard:
     case ShardingStrategy::HybridShardZero2: {
-      int s = options.hybrid_shard_size > 0 ? options.hybrid_shard_size : default_hybrid_shard_size(n);
-      auto mesh = comm::make_hybrid_mesh(world, s, tag + "/mesh");
+      auto mesh = comm::make_hybrid_mesh(world, shard_group_size(options.strategy, n, options.hybrid_shard_size),
+                                         tag + "/mesh");
       comms.shard = mesh.shard;
       comms.replicate = mesh.replicate;
       break;
@@ -199,12 +199,10 @@ void ShardedModel::set_reshard_after_forward(const torch::nn::Module& unit, int 
     throw std::invalid_argument(
         "ShardedModel::set_reshard_after_forward: the root unit stays unsharded from its forward to the end of "
         "backward; only a wrapped submodule can be set");
-  if (group_size <= 1 || group_size >= shard_size || shard_size % group_size != 0)
+  if (const auto problem = post_forward_group_size_problem(group_size, shard_size); !problem.empty())
     throw std::invalid_argument("ShardedModel::set_reshard_after_forward: a group size of " +
-                                std::to_string(group_size) + " must divide the shard group size " +
-                                std::to_string(shard_size) +
-                                " and lie strictly between 1 and it (true or false "
-                                "for the whole group or none)");
+                                std::to_string(group_size) + " " + problem +
+                                " (true or false for the whole group or none)");
   auto& group = post_forward_groups_[group_size];
   if (!group) {
     // Consecutive ranks of this rank's shard group (shard groups are consecutive world

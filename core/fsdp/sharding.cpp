@@ -67,4 +67,21 @@ int default_hybrid_shard_size(int world) {
   return 1;
 }
 
+int shard_group_size(ShardingStrategy strategy, int world_size, int hybrid_shard_size) {
+  switch (strategy) {
+    case ShardingStrategy::FullShard:
+    case ShardingStrategy::ShardGradOp: return world_size;
+    case ShardingStrategy::NoShard: return 1;
+    case ShardingStrategy::HybridShard:
+    case ShardingStrategy::HybridShardZero2:
+      return hybrid_shard_size > 0 ? hybrid_shard_size : default_hybrid_shard_size(world_size);
+  }
+  return world_size;
+}
+
+std::string post_forward_group_size_problem(int group_size, int shard_size) {
+  if (group_size > 1 && group_size < shard_size && shard_size % group_size == 0) return "";
+  return "must divide the shard group size " + std::to_string(shard_size) + " and lie strictly between 1 and it";
+}
+
 }  // namespace fsdpp::fsdp

@@ -36,6 +36,15 @@ bool reshards_after_forward(ShardingStrategy strategy);
 // largest divisor of `world` below it (1 for a world of 1 or a prime).
 int default_hybrid_shard_size(int world);
 
+// The ranks `strategy` shards a unit over on `world_size` ranks: all of them, one
+// (NO_SHARD), or for the hybrid strategies `hybrid_shard_size` (0: the default above).
+int shard_group_size(ShardingStrategy strategy, int world_size, int hybrid_shard_size);
+
+// Why reshard_after_forward = group_size (ZeRO++ hpZ) does not fit a shard group of
+// `shard_size` ranks ("must divide the shard group size S and lie strictly between 1 and
+// it"), or "" when it does. Callers put the flag or the call in front.
+std::string post_forward_group_size_problem(int group_size, int shard_size);
+
 // A unit index as --no-reshard-after-forward gives it: `index` among `units` wrapped units in
 // module order, negative from the end (-1: the last). nullopt when past them.
 std::optional<int64_t> unit_position(int64_t index, int64_t units);

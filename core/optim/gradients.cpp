@@ -177,12 +177,24 @@ void clip_gradients(const std::vector<at::Tensor>& grads, double total_norm, dou
   clip_gradients(grads, at::scalar_tensor(total_norm, at::kDouble), max_norm);
 }
 
-at::Tensor clip_grad_norm_on_device(const std::vector<at::Tensor>& parameters, double max_norm, double norm_type) {
+namespace {
+
+std::vector<at::Tensor> defined_gradients(const std::vector<at::Tensor>& parameters) {
   std::vector<at::Tensor> grads;
   for (const auto& p : parameters)
     if (p.grad().defined()) grads.push_back(p.grad());
-  auto total = norm_from_power_sum(gradient_power_sum_on_device(grads, norm_type), norm_type);
-  clip_gradients(grads, total, max_norm);
+  return grads;
+}
+
+}  // namespace
+
+at::Tensor grad_norm_on_device(const std::vector<at::Tensor>& parameters, double norm_type) {
+  return norm_from_power_sum(gradient_power_sum_on_device(defined_gradients(parameters), norm_type), norm_type);
+}
+
+at::Tensor clip_grad_norm_on_device(const std::vector<at::Tensor>& parameters, double max_norm, double norm_type) {
+  auto total = grad_norm_on_device(parameters, norm_type);
+  clip_gradients(defined_gradients(parameters), total, max_norm);
   return total;
 }
 

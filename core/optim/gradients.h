@@ -48,6 +48,8 @@ void clip_gradients(const std::vector<at::Tensor>& grads, const at::Tensor& tota
 double clip_grad_norm(const std::vector<at::Tensor>& parameters, double max_norm, double norm_type = 2.0);
 // The same, returning the total norm as a 0-dim fp64 tensor that the host has not read.
 at::Tensor clip_grad_norm_on_device(const std::vector<at::Tensor>& parameters, double max_norm, double norm_type = 2.0);
+// The total norm alone (unread, nothing clipped).
+at::Tensor grad_norm_on_device(const std::vector<at::Tensor>& parameters, double norm_type = 2.0);
 
 // Drops every parameter's gradient, PyTorch >= 2.0's zero_grad(set_to_none=True), on every
 // LibTorch: 1.13's C++ zero_grad() fills zeros instead, which costs a pass over every

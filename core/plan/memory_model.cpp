@@ -84,10 +84,8 @@ MemoryEstimate estimate_memory(const ModelShape& model, const PlanConfig& c) {
   if (hpz != 0 && !fsdp::reshards_after_forward(c.strategy))
     throw std::invalid_argument("--reshard-after-forward-group-size: " + fsdp::to_string(c.strategy) +
                                 " never reshards after forward (only full_shard and hybrid_shard do)");
-  if (hpz != 0 && (hpz < 2 || hpz >= shard || shard % hpz != 0))
-    throw std::invalid_argument("--reshard-after-forward-group-size " + std::to_string(hpz) +
-                                " must divide the shard group size " + std::to_string(shard) +
-                                " and lie strictly between 1 and it");
+  if (const auto problem = fsdp::post_forward_group_size_problem(hpz, shard); hpz != 0 && !problem.empty())
+    throw std::invalid_argument("--reshard-after-forward-group-size " + std::to_string(hpz) + " " + problem);
   if (c.batch_size < 1) throw std::invalid_argument("--batch-size must be >= 1");
   if (c.grad_accum_steps < 1) throw std::invalid_argument("--grad-accum-steps must be >= 1");
   if (c.ac_freq < 1) throw std::invalid_argument("--ac-freq must be >= 1");

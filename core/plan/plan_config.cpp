@@ -8,7 +8,6 @@
 #include <stdexcept>
 
 #include "core/fsdp/sharding.h"
-#include "core/fsdp/unit_plan.h"
 
 namespace fsdpp::plan {
 
@@ -104,16 +103,10 @@ double parse_bandwidth(const std::string& text, const std::string& flag) {
 }
 
 int PlanConfig::shard_group_size() const {
-  switch (strategy) {
-    case fsdp::ShardingStrategy::FullShard:
-    case fsdp::ShardingStrategy::ShardGradOp: return world_size();
-    case fsdp::ShardingStrategy::NoShard: return 1;
-    case fsdp::ShardingStrategy::HybridShard:
-    case fsdp::ShardingStrategy::HybridShardZero2:
-      if (hybrid_shard_size > 0) return hybrid_shard_size;
-      return nodes > 1 ? nproc : fsdp::default_hybrid_shard_size(world_size());
-  }
-  return world_size();
+  // On several nodes a hybrid strategy shards within a node unless told otherwise, as
+  // `fsdpp train` does.
+  const bool within_node = hybrid_shard_size == 0 && nodes > 1;
+  return fsdp::shard_group_size(strategy, world_size(), within_node ? nproc : hybrid_shard_size);
 }
 
 }  // namespace fsdpp::plan

@@ -78,17 +78,10 @@ void TrainConfig::validate() const {
 void TrainConfig::validate_for_world(int world_size) const {
   const int k = reshard_after_forward_group_size;
   if (k == 0) return;
-  using fsdp::ShardingStrategy;
-  const bool hybrid =
-      fsdp.strategy == ShardingStrategy::HybridShard || fsdp.strategy == ShardingStrategy::HybridShardZero2;
-  const int shard = fsdp.strategy == ShardingStrategy::NoShard ? 1
-                    : !hybrid                                  ? world_size
-                    : fsdp.hybrid_shard_size > 0               ? fsdp.hybrid_shard_size
-                                                               : fsdp::default_hybrid_shard_size(world_size);
-  require(k < shard && shard % k == 0, "--reshard-after-forward-group-size " + std::to_string(k) +
-                                           " must divide the shard group size " + std::to_string(shard) + " (" +
-                                           std::to_string(world_size) + " ranks, " + fsdp::to_string(fsdp.strategy) +
-                                           ") and be smaller than it");
+  const int shard = fsdp::shard_group_size(fsdp.strategy, world_size, fsdp.hybrid_shard_size);
+  const auto problem = fsdp::post_forward_group_size_problem(k, shard);
+  require(problem.empty(), "--reshard-after-forward-group-size " + std::to_string(k) + " " + problem + " (" +
+                               std::to_string(world_size) + " ranks, " + fsdp::to_string(fsdp.strategy) + ")");
 }
 
 std::vector<std::pair<std::string, const torch::nn::Module*>> units_kept_unsharded(const fsdp::ShardedModel& sharded,

@@ -129,12 +129,8 @@ at::Tensor TrainStep::norm_and_clip() {
   if (sharded_ != nullptr)
     return options_.grad_clip > 0 ? sharded_->clip_grad_norm_on_device(options_.grad_clip, p)
                                   : sharded_->grad_norm_on_device(p);
-  std::vector<at::Tensor> grads;
-  for (const auto& param : parameters_)
-    if (param.grad().defined()) grads.push_back(param.grad());
-  auto norm = optim::norm_from_power_sum(optim::gradient_power_sum_on_device(grads, p), p);
-  if (options_.grad_clip > 0) optim::clip_gradients(grads, norm, options_.grad_clip);
-  return norm;
+  return options_.grad_clip > 0 ? optim::clip_grad_norm_on_device(parameters_, options_.grad_clip, p)
+                                : optim::grad_norm_on_device(parameters_, p);
 }
 
 // Each micro-batch's loss sum in fp64, reduced over the ranks on the loss's device: in the
